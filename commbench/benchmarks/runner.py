@@ -1,0 +1,86 @@
+"""Run one benchmark on this rank: world, transport, points, table on rank 0, results streamed to a file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from commbench.benchmarks.base import Benchmark, Context
+from commbench.core.errors import PeerError, RunAborted, UsageError
+from commbench.core.harness import Loops
+from commbench.core.payload import Payload
+from commbench.core.placement import Placement
+from commbench.core.results import ResultsWriter, run_metadata
+from commbench.core.table import header_line, row_line
+from commbench.core.world import World
+from commbench.transports.base import Transport
+
+PACKAGES = ("numpy", "grpcio", "protobuf", "mpi4py", "tensorflow-cpu")
+
+
+def describe_loops(loops: Loops) -> str:
+    if loops.time is not None:
+        return f"time-based: {loops.time:g} s measured after {loops.warmup_time:g} s warm-up"
+    if loops.iterations is None and loops.warmup is None:
+        return "OSU defaults by size (small <= 8 KiB / large)"
+    it = loops.iterations if loops.iterations is not None else "OSU default"
+    wu = loops.warmup if loops.warmup is not None else "OSU default"
+    return f"{it} iterations after {wu} warm-up"
+
+
+def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: type[Transport],
+             args: argparse.Namespace, points: list[Payload], loops: Loops, payload_spec: str | None) -> int:
+    world = World(placement, args.timeout)
+    bench = bench_cls(args)
+    transport: Transport | None = None
+    writer: ResultsWriter | None = None
+    ok = False
+    try:
+        transport = transport_cls(world, args)
+        links = transport.connect(bench.peers(world))
+        ctx = Context(world, transport, links, args, loops, args.validate, args.seed, args.inject_corruption)
+        options = {k: v for k, v in vars(args).items() if k not in ("func",)}
+        options.update(mode=transport.mode(), ranks=world.size, loops=describe_loops(loops),
+                       payload_spec=payload_spec)
+        meta = run_metadata(bench.name, options, world.hosts, PACKAGES)
+        columns = [bench.size_column(meta), *bench.columns]
+        if world.rank == 0:
+            print("\n".join([*bench.header(meta), header_line(columns)]), flush=True)
+            if args.output:
+                writer = ResultsWriter(args.output, meta, ["bench", "transport", "mode", "poll", "payload", "size",
+                                                           "buffers", *(c.key for c in bench.columns)])
+        wrong = 0
+        for payload in points:
+            row = bench.run_point(ctx, payload)
+            if row is None:
+                continue
+            row = {"bench": bench.name, "transport": transport.name, "mode": transport.mode(), "poll": args.poll,
+                   "payload": payload.label, "size": payload.nbytes, "buffers": len(payload.sizes), **row}
+            print(row_line(columns, row), flush=True)
+            if writer:
+                writer.row(row)
+            wrong += row.get("wrong", 0)
+        world.barrier("done")
+        ok = True
+        if wrong:
+            print(f"commbench: {wrong} messages arrived wrong (see #wrong); the transport corrupted data",
+                  file=sys.stderr)
+            return 1
+        return 0
+    except UsageError as exc:
+        world.abort(str(exc), 2)
+        raise
+    except RunAborted:
+        raise
+    except PeerError as exc:
+        raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
+    except Exception as exc:  # a bug: stop the other ranks, keep the traceback
+        world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
+        raise
+    finally:
+        if writer:
+            writer.close()
+        if transport:
+            transport.close()
+        if ok:
+            world.close()

@@ -1,0 +1,153 @@
+"""The command line: ``commbench <benchmark> [options]``, ``commbench compare``, ``commbench show FILE``.
+
+Bad input ends in one line on stderr naming the problem and the fix, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from commbench import __version__
+from commbench.core.errors import CommbenchError, RunAborted, UsageError
+from commbench.core.harness import Loops
+from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
+from commbench.core.sizes import parse_range, parse_size
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with errors as one line (UsageError) instead of usage text and a traceback-free exit."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
+    g = p.add_argument_group("what to send")
+    g.add_argument("-m", "--message-size", default="0:4M", metavar="MIN:MAX",
+                   help="sizes to sweep, powers of two (OSU's -m), or a list like 8,1K,1M (default 0:4M)")
+    g.add_argument("--payload", choices=SCHEMES, metavar="SCHEME",
+                   help="TF-gRPC-Bench payload scheme instead of a sweep: uniform, random or skew")
+    g.add_argument("--buffers", type=int, default=10, help="buffers per payload (default 10)")
+    g.add_argument("--categories", default="S,M,L", help="buffer categories to draw from: S, M, L (default S,M,L)")
+    g.add_argument("--small-size", default="10", help="Small buffer size, [1 B, 1 KiB) (default 10)")
+    g.add_argument("--medium-size", default="10K", help="Medium buffer size, [1 KiB, 1 MiB) (default 10K)")
+    g.add_argument("--large-size", default="1M", help="Large buffer size, [1 MiB, 10 MiB] (default 1M)")
+    g.add_argument("--skew-bias", default="large", choices=("large", "medium", "small"),
+                   help="skew scheme: the category that gets 60 %% (default large: 60 L / 30 M / 10 S)")
+    g.add_argument("--seed", type=int, default=1, help="payload and validation seed, the same on every rank")
+    g = p.add_argument_group("how long")
+    g.add_argument("-i", "--iterations", type=int, help="timed iterations per point (default: OSU's by size)")
+    g.add_argument("-x", "--warmup", type=int, help="warm-up iterations per point (default: OSU's by size)")
+    g.add_argument("--time", type=float, help="measure for this many seconds per point instead of counting")
+    g.add_argument("--warmup-time", type=float, default=2.0, help="warm-up seconds with --time (default 2)")
+    g = p.add_argument_group("how")
+    g.add_argument("-t", "--transport", default="tcp", help=f"one of {', '.join(transports)} (default tcp)")
+    g.add_argument("--poll", choices=("blocking", "busy"), default="blocking",
+                   help="wait in the kernel (blocking, as sockperf) or spin (busy, as perftest) (default blocking)")
+    g.add_argument("--validate", action="store_true", help="check every message's bytes; count #wrong")
+    g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
+    g.add_argument("--port", type=int, default=0,
+                   help="rendezvous port P (rank r's data port is P + 1 + r); default: free ports")
+    g.add_argument("--np", type=int, help="number of ranks the local launcher starts")
+    g.add_argument("-o", "--output", metavar="FILE", help="append results as measured: FILE.jsonl or FILE.csv")
+    g.add_argument("--inject-corruption", type=int, default=0, help=argparse.SUPPRESS)
+    for cls in transports.values():
+        cls.add_arguments(p)
+
+
+def build_parser() -> Parser:
+    from commbench import benchmarks, transports
+
+    tr = transports.registry()
+    parser = Parser(prog="commbench", description="Communication micro-benchmarks for distributed deep learning.")
+    parser.add_argument("--version", action="version", version=f"commbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name, cls in benchmarks.registry().items():
+        p = sub.add_parser(name, help=cls.help, description=f"{cls.help}. Units: {cls.units}.")
+        add_common(p, tr)
+        cls.add_arguments(p)
+        p.set_defaults(func=run_benchmark, bench=cls)
+    from commbench import compare, show
+
+    compare.add_parser(sub, tr)
+    show.add_parser(sub)
+    return parser
+
+
+def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
+    """The points to measure, and the payload description for the header (None for a sweep)."""
+    if args.payload:
+        spec = SchemeSpec(args.payload, args.buffers, tuple(c.strip().upper() for c in args.categories.split(",")),
+                          {"S": parse_size(args.small_size, "--small-size"),
+                           "M": parse_size(args.medium_size, "--medium-size"),
+                           "L": parse_size(args.large_size, "--large-size")},
+                          args.skew_bias, args.seed)
+        payload = spec.draw()
+        cats = ",".join(CATEGORIES[c].name for c in dict.fromkeys(spec.categories))
+        return [payload], (f"{spec.scheme} scheme, {spec.buffers} buffers from {cats}"
+                           f"{', bias ' + spec.bias if spec.scheme == 'skew' else ''}, seed {spec.seed}: "
+                           f"{payload.label}")
+    if "," in args.message_size:
+        sizes = [parse_size(s, "message size") for s in args.message_size.split(",")]
+        return [Payload(str(s), (s,)) for s in sizes], None
+    return sweep_payloads(*parse_range(args.message_size)), None
+
+
+def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from commbench import transports
+    from commbench.core.placement import detect
+    from commbench.core.results import check_output_path
+
+    bench_cls = args.bench
+    transport_cls = transports.get(args.transport)
+    if args.poll == "busy" and not transport_cls.supports_busy_poll:
+        raise UsageError(f"the {args.transport} transport waits inside its own library and has no busy-poll mode; "
+                         "drop --poll busy (or use tcp to compare modes)")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
+    transport_cls.check_usable(args)
+    loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time)
+    points, spec = plan_points(args)
+    if args.np is not None and args.np != bench_cls.ranks(args):
+        if bench_cls.name.startswith("p2p-b") and args.np >= 2 and args.np % 2 == 0:
+            args.pairs = args.np // 2
+        else:
+            raise UsageError(f"{bench_cls.name} runs on {bench_cls.ranks(args)} ranks here, not --np {args.np}")
+    nranks = bench_cls.ranks(args)
+    placement = detect()
+    if placement is None:
+        if args.output:
+            check_output_path(args.output)
+        from commbench.launch.local import launch
+
+        return launch(nranks, argv, args.timeout, args.port)
+    if placement.size != nranks:
+        raise UsageError(f"{bench_cls.name} needs {nranks} ranks but the launcher started {placement.size}")
+    from commbench.benchmarks.runner import run_rank
+
+    return run_rank(placement, bench_cls, transport_cls, args, points, loops, spec)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args, argv)
+    except RunAborted as exc:
+        return exc.exit_code
+    except CommbenchError as exc:
+        print(f"commbench: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("commbench: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1

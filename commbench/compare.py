@@ -1,0 +1,3 @@
+"""Placeholder, replaced below."""
+def add_parser(sub, transports):
+    pass

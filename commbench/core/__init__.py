@@ -1,0 +1,1 @@
+"""Transport-independent pieces: sizes, payloads, timing, results, the world of ranks."""

@@ -1,0 +1,25 @@
+"""The three ways a run ends badly, each with its exit status."""
+
+
+class CommbenchError(Exception):
+    """Base class; ``exit_code`` is what the process exits with."""
+
+    exit_code = 1
+
+
+class UsageError(CommbenchError):
+    """Bad input from the user: a flag, size, transport or missing device. Exit status 2."""
+
+    exit_code = 2
+
+
+class PeerError(CommbenchError):
+    """A peer died, hung, or broke the protocol. Exit status 1."""
+
+
+class RunAborted(CommbenchError):
+    """Another rank aborted the run and already reported why; exit quietly with its code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

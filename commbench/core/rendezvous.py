@@ -1,0 +1,199 @@
+"""The run's rendezvous: a small key-value store served by rank 0 over TCP.
+
+Every rank (rank 0 included) connects as a client and proves it belongs to the run with the
+per-run token. Collectives (all-gather, broadcast, barrier) are built on blocking ``get``.
+The server notices a rank that disconnects without saying goodbye and fails every pending and
+later ``get`` at once, naming that rank and its host, so no rank waits for a dead peer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import socket
+import sys
+import threading
+import time
+
+from commbench.core.errors import PeerError, RunAborted
+from commbench.core.framing import FrameError, read_frame, send_frame
+
+HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE = range(1, 9)
+HELLO_TIMEOUT = 5.0
+
+
+class StoreServer:
+    """Serves the store on an already listening socket, in daemon threads."""
+
+    def __init__(self, listener: socket.socket, token: str, size: int) -> None:
+        self.listener = listener
+        self.token = token
+        self.size = size
+        self.data: dict[str, bytes] = {}
+        self.cond = threading.Condition()
+        self.members: dict[int, str] = {}  # rank -> host, while connected
+        self.failed: str | None = None
+        self.aborted: tuple[str, int] | None = None
+        self.refused = 0
+        self._closing = False
+        threading.Thread(target=self._accept_loop, name="rdv-accept", daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.listener.getsockname()[1]
+
+    def _accept_loop(self) -> None:
+        while not self._closing:
+            try:
+                conn, addr = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, addr), daemon=True).start()
+
+    def _refuse(self, conn: socket.socket, addr: tuple, why: str) -> None:
+        with self.cond:
+            self.refused += 1
+        print(f"commbench: rank 0: refused a connection from {addr[0]}:{addr[1]} ({why})", file=sys.stderr)
+        conn.close()
+
+    def _serve(self, conn: socket.socket, addr: tuple) -> None:
+        conn.settimeout(HELLO_TIMEOUT)
+        try:
+            kind, hello, _ = read_frame(conn)
+        except (FrameError, OSError, ConnectionError) as exc:
+            return self._refuse(conn, addr, f"not a commbench peer: {exc}")
+        token = hello.get("token")
+        rank = hello.get("rank")
+        if kind != HELLO or not isinstance(token, str) \
+                or not hmac.compare_digest(token.encode(), self.token.encode()):
+            return self._refuse(conn, addr, "wrong run token")
+        if not isinstance(rank, int) or not 0 <= rank < self.size or hello.get("size") != self.size:
+            return self._refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} do not fit this run of {self.size}")
+        host = str(hello.get("host", addr[0]))[:200]
+        with self.cond:
+            if rank in self.members:
+                return self._refuse(conn, addr, f"rank {rank} is already connected")
+            self.members[rank] = host
+        conn.settimeout(None)
+        send_frame(conn, OK, {"size": self.size})
+        clean = False
+        try:
+            while True:
+                kind, obj, blob = read_frame(conn)
+                if kind == SET:
+                    with self.cond:
+                        self.data[str(obj["key"])] = blob
+                        self.cond.notify_all()
+                elif kind == GET:
+                    self._get(conn, str(obj["key"]), float(obj.get("timeout", 60)))
+                elif kind == ABORT:
+                    with self.cond:
+                        if self.aborted is None:
+                            self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
+                        self.cond.notify_all()
+                elif kind == BYE:
+                    clean = True
+                    return
+        except (FrameError, OSError, ConnectionError, KeyError, ValueError, TypeError):
+            pass
+        finally:
+            with self.cond:
+                del self.members[rank]
+                if not clean and self.failed is None and not self._closing:
+                    self.failed = f"rank {rank} on host {host} left the run (process died or lost its connection)"
+                self.cond.notify_all()
+            conn.close()
+
+    def _get(self, conn: socket.socket, key: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while key not in self.data:
+                if self.aborted or self.failed:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            value = self.data.get(key)
+            aborted, failed = self.aborted, self.failed
+        if value is not None:
+            send_frame(conn, VALUE, {}, value)
+        elif aborted:
+            send_frame(conn, ERR, {"kind": "aborted", "message": aborted[0], "code": aborted[1]})
+        elif failed:
+            send_frame(conn, ERR, {"kind": "failed", "message": failed})
+        else:
+            send_frame(conn, ERR, {"kind": "timeout", "message": f"no answer for {key!r} within {timeout:g} s"})
+
+    def wait_for_others(self, own_rank: int, timeout: float) -> None:
+        """Rank 0 keeps serving until every other rank has said goodbye (or died)."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while any(r != own_rank for r in self.members) and time.monotonic() < deadline:
+                self.cond.wait(0.1)
+
+    def close(self) -> None:
+        self._closing = True
+        with contextlib.suppress(OSError):
+            self.listener.close()
+
+
+class StoreClient:
+    """One rank's connection to the store. Used only from the rank's main thread."""
+
+    def __init__(self, host: str, port: int, token: str, rank: int, size: int, my_host: str, timeout: float) -> None:
+        self.timeout = timeout
+        self.root = f"{host}:{port}"
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            try:
+                self.sock = socket.create_connection((host, port), timeout=min(5.0, timeout))
+                break
+            except OSError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise PeerError(f"rank {rank} on host {my_host}: cannot reach the rendezvous at {self.root} "
+                                    f"(rank 0) within {timeout:g} s: {exc}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(timeout + 5)
+        send_frame(self.sock, HELLO, {"token": token, "rank": rank, "size": size, "host": my_host})
+        try:
+            kind, obj, _ = read_frame(self.sock)
+        except (OSError, ConnectionError, FrameError):
+            kind = None
+        if kind != OK:
+            raise PeerError(f"rank {rank} on host {my_host}: the rendezvous at {self.root} refused this rank "
+                            "(another run on that port, or a different run token)")
+        self.local_address = self.sock.getsockname()[0]
+
+    def set(self, key: str, value: bytes) -> None:
+        self._send(SET, {"key": key}, value)
+
+    def get(self, key: str) -> bytes:
+        self._send(GET, {"key": key, "timeout": self.timeout})
+        try:
+            kind, obj, blob = read_frame(self.sock)
+        except (OSError, ConnectionError, FrameError) as exc:
+            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+        if kind == VALUE:
+            return blob
+        if obj.get("kind") == "aborted":
+            raise RunAborted(str(obj.get("message")), int(obj.get("code", 1)))
+        raise PeerError(str(obj.get("message")))
+
+    def abort(self, message: str, code: int) -> None:
+        with contextlib.suppress(PeerError):
+            self._send(ABORT, {"message": message, "code": code})
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            send_frame(self.sock, BYE, {})
+        self.sock.close()
+
+    def _send(self, kind: int, obj: dict, blob: bytes = b"") -> None:
+        try:
+            send_frame(self.sock, kind, obj, blob)
+        except OSError as exc:
+            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None

@@ -1,0 +1,166 @@
+"""Results files: a metadata row, then one row per measured point, each flushed as it is measured.
+
+- ``.jsonl``: one JSON object per line; ``{"type": "meta", ...}`` starts each run (runs append).
+- ``.csv``: a ``# commbench-meta {...}`` comment line, a header, then rows (the file is rewritten).
+
+Load into pandas: ``pd.read_json(path, lines=True).query("type == 'row'")`` or
+``pd.read_csv(path, comment="#")``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+from commbench import __version__
+from commbench.core.errors import UsageError
+
+META_PREFIX = "# commbench-meta "
+FORMATS = (".jsonl", ".json", ".csv")
+
+
+def check_output_path(path: str) -> Path:
+    """Fail early (exit 2) on an output file that cannot be written, before any rank starts."""
+    p = Path(path)
+    if p.suffix not in FORMATS:
+        raise UsageError(f"output file {path!r} must end in .jsonl or .csv")
+    if p.is_dir():
+        raise UsageError(f"output path {path!r} is a directory; name a file ending in .jsonl or .csv")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {path!r}: directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"cannot write {path!r}: permission denied; choose another --output path")
+    return p
+
+
+def versions(*packages: str) -> dict[str, str]:
+    out = {"commbench": __version__, "python": platform.python_version()}
+    for name in packages:
+        with contextlib.suppress(importlib_metadata.PackageNotFoundError):
+            out[name] = importlib_metadata.version(name)
+    return out
+
+
+def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequence[str]) -> dict:
+    return {
+        "type": "meta",
+        "bench": bench,
+        "start": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "hosts": list(hosts),
+        "platform": platform.platform(),
+        "versions": versions(*packages),
+        "options": options,
+    }
+
+
+class ResultsWriter:
+    """Appends rows as they are measured; a killed run keeps every completed row."""
+
+    def __init__(self, path: str | os.PathLike, meta: dict, columns: Sequence[str]) -> None:
+        self.path = Path(path)
+        self.csv = self.path.suffix == ".csv"
+        self.columns = list(columns)
+        if self.csv:
+            self.fh = open(self.path, "w", newline="")
+            self.fh.write(META_PREFIX + json.dumps(meta) + "\n")
+            self.writer = csv.DictWriter(self.fh, fieldnames=self.columns, extrasaction="ignore")
+            self.writer.writeheader()
+        else:
+            self.fh = open(self.path, "a")
+            self.fh.write(json.dumps(meta) + "\n")
+        self.fh.flush()
+
+    def row(self, row: dict) -> None:
+        if self.csv:
+            self.writer.writerow({k: _csv_value(v) for k, v in row.items()})
+        else:
+            self.fh.write(json.dumps({"type": "row", **row}) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _csv_value(v: object) -> object:
+    return repr(v) if isinstance(v, float) else v
+
+
+@dataclass
+class Run:
+    """One run read back from a results file."""
+
+    meta: dict
+    rows: list[dict] = field(default_factory=list)
+
+
+def read_runs(path: str | os.PathLike) -> list[Run]:
+    """Parse a results file; a line that does not parse is named with file and line (exit 2)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read results file {str(p)!r}: {exc.strerror}") from None
+    runs = list(_read_csv(p, text) if p.suffix == ".csv" else _read_jsonl(p, text))
+    if not runs:
+        raise UsageError(f"{p}: no commbench results in this file (no metadata row)")
+    return runs
+
+
+def _read_jsonl(p: Path, text: str) -> Iterator[Run]:
+    run = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{p}:{lineno}: not a JSON row ({exc.msg}); was the file cut short or edited?") from None
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "meta":
+            if run:
+                yield run
+            run = Run(obj)
+        elif kind == "row" and run is not None:
+            obj.pop("type")
+            run.rows.append(obj)
+        else:
+            raise UsageError(f"{p}:{lineno}: not a commbench row (expected a metadata row first)")
+    if run:
+        yield run
+
+
+def _read_csv(p: Path, text: str) -> Iterator[Run]:
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith(META_PREFIX):
+        raise UsageError(f"{p}:1: not a commbench CSV (the first line should start with {META_PREFIX.strip()!r})")
+    try:
+        meta = json.loads(lines[0][len(META_PREFIX):])
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{p}:1: bad metadata line ({exc.msg})") from None
+    run = Run(meta)
+    reader = csv.DictReader(lines[1:])
+    for lineno, row in enumerate(reader, 3):
+        if None in row or None in row.values():
+            raise UsageError(f"{p}:{lineno}: wrong number of fields")
+        run.rows.append({k: _parse_scalar(v) for k, v in row.items()})
+    yield run
+
+
+def _parse_scalar(v: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v

@@ -1,0 +1,102 @@
+"""The world: this rank, all ranks, their hosts, and collectives over the rendezvous store.
+
+Transports use the world to exchange their connection details (addresses, queue-pair info)
+and benchmarks use it to agree on iteration counts and gather results; none of this is on a
+timed path. Collective calls must be made by every rank in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from commbench.core.errors import UsageError
+from commbench.core.placement import Placement
+from commbench.core.rendezvous import StoreClient, StoreServer
+
+
+class World:
+    def __init__(self, placement: Placement, timeout: float) -> None:
+        self.placement = placement
+        self.rank = placement.rank
+        self.size = placement.size
+        self.timeout = timeout
+        self.host = socket.gethostname()
+        self._server: StoreServer | None = None
+        self._seq = 0
+        if self.rank == 0:
+            self._server = StoreServer(self._listener(), placement.token, self.size)
+        port = self._server.port if self._server else placement.root_port
+        self.store = StoreClient(placement.root_host, port, placement.token, self.rank, self.size,
+                                 self.host, timeout)
+        info = self.allgather_json("world", {"host": self.host, "addr": self.store.local_address})
+        self.hosts = [i["host"] for i in info]
+        self.addresses = [i["addr"] for i in info]
+
+    def _listener(self) -> socket.socket:
+        p = self.placement
+        if p.listen_fd is not None:
+            return socket.socket(fileno=p.listen_fd)
+        return bind_listener(p.root_host if p.root_host not in ("localhost",) else "127.0.0.1", p.root_port,
+                             "rendezvous")
+
+    def describe(self, rank: int) -> str:
+        """'rank 1 on host node7 (10.0.0.7)': how error messages name a peer."""
+        if rank < len(getattr(self, "hosts", ())):
+            return f"rank {rank} on host {self.hosts[rank]} ({self.addresses[rank]})"
+        return f"rank {rank}"
+
+    # -- collectives over the store --------------------------------------------------------
+    def _key(self, name: str) -> str:
+        self._seq += 1
+        return f"{self._seq}:{name}"
+
+    def allgather(self, name: str, value: bytes) -> list[bytes]:
+        key = self._key(name)
+        self.store.set(f"{key}/{self.rank}", value)
+        return [value if r == self.rank else self.store.get(f"{key}/{r}") for r in range(self.size)]
+
+    def allgather_json(self, name: str, obj: object) -> list:
+        return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
+
+    def bcast_json(self, name: str, obj: object = None, root: int = 0) -> object:
+        key = self._key(name)
+        if self.rank == root:
+            self.store.set(key, json.dumps(obj).encode())
+            return obj
+        return json.loads(self.store.get(key))
+
+    def gather_json(self, name: str, obj: object, root: int = 0) -> list | None:
+        key = self._key(name)
+        if self.rank != root:
+            self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())
+            return None
+        return [obj if r == root else json.loads(self.store.get(f"{key}/{r}")) for r in range(self.size)]
+
+    def barrier(self, name: str = "barrier") -> None:
+        self.allgather(name, b"")
+
+    def abort(self, message: str, code: int) -> None:
+        """Tell every other rank that this run is over; they exit with ``code`` without repeating it."""
+        self.store.abort(message, code)
+
+    def close(self) -> None:
+        if self._server:
+            self._server.wait_for_others(self.rank, self.timeout)
+        self.store.close()
+        if self._server:
+            self._server.close()
+
+
+def bind_listener(host: str, port: int, what: str) -> socket.socket:
+    """A listening TCP socket; a port that is taken is the user's to change (exit 2)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen for the {what} on {host}:{port}: {exc.strerror}; "
+                         "choose a free port with --port (or leave it out to pick one)") from None
+    sock.listen(128)
+    return sock

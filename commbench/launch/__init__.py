@@ -1,0 +1,1 @@
+"""Launchers: how ranks get started. ``local`` spawns them on this machine (the default)."""

@@ -1,0 +1,92 @@
+"""The local launcher: start N ranks of the same command on this machine, on loopback.
+
+The launcher binds the rendezvous socket itself and hands it to rank 0, so the port is never
+raced for; it makes the per-run token and passes everything through the environment, exactly
+as mpirun or srun would describe a rank. Exit status: 2 if any rank reported bad input, else
+the first failing rank's status. Ranks still alive ``timeout`` after the first failure are killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from commbench.core.placement import ENV_FD, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
+from commbench.core.world import bind_listener
+
+GRACE = 2.0
+
+
+def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1") -> int:
+    listener = bind_listener(host, port, "rendezvous")
+    root = f"{host}:{listener.getsockname()[1]}"
+    token = secrets.token_hex(16)
+    procs: list[subprocess.Popen] = []
+    base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token}
+    try:
+        for r in range(n):
+            env = {**base, ENV_RANK: str(r)}
+            fds: tuple[int, ...] = ()
+            if r == 0:
+                env[ENV_FD] = str(listener.fileno())
+                fds = (listener.fileno(),)
+            procs.append(subprocess.Popen([sys.executable, "-m", "commbench", *argv], env=env, pass_fds=fds))
+    finally:
+        listener.close()
+    return supervise(procs, timeout)
+
+
+def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
+    def forward(signum, _frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+    first_failure: float | None = None
+    try:
+        while any(p.returncode is None for p in procs):
+            if first_failure is None:
+                # sleep until some rank exits, without reaping it (Popen does that)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+            else:
+                time.sleep(0.05)
+            for p in procs:
+                p.poll()
+            if first_failure is None and any(p.returncode not in (None, 0) for p in procs):
+                first_failure = time.monotonic()
+            if first_failure is not None and time.monotonic() - first_failure > timeout + GRACE:
+                for r, p in enumerate(procs):
+                    if p.poll() is None:
+                        print(f"commbench: rank {r} (pid {p.pid}) still running {timeout:g} s after another rank "
+                              "failed; killing it", file=sys.stderr)
+                        p.kill()
+                        p.wait()
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(GRACE)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        return 130
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    codes = [p.returncode for p in procs]
+    for r, c in enumerate(codes):
+        if c is not None and c < 0:
+            print(f"commbench: rank {r} (pid {procs[r].pid}) was killed by {signal.Signals(-c).name}",
+                  file=sys.stderr)
+    if 2 in codes:
+        return 2
+    return next((c if c > 0 else 1 for c in codes if c != 0), 0)

@@ -1,0 +1,37 @@
+"""``commbench show FILE``: print a saved results file as the table the run printed."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from commbench.core.errors import UsageError
+from commbench.core.results import read_runs
+from commbench.core.table import header_line, row_line
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("show", help="print a results file (.jsonl or .csv) as the run's table")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=show)
+
+
+def render(path: str) -> list[str]:
+    from commbench import benchmarks
+
+    reg = benchmarks.registry()
+    lines: list[str] = []
+    for run in read_runs(path):
+        cls = reg.get(run.meta.get("bench"))
+        if cls is None:
+            raise UsageError(f"{path}: unknown benchmark {run.meta.get('bench')!r} in the metadata row")
+        bench = cls.__new__(cls)  # only its table layout is needed
+        columns = [bench.size_column(run.meta), *cls.columns]
+        lines += [*bench.header(run.meta), header_line(columns), *(row_line(columns, r) for r in run.rows)]
+    return lines
+
+
+def show(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    for path in args.files:
+        print("\n".join(render(path)))
+    return 0

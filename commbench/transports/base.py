@@ -1,0 +1,107 @@
+"""The one small transport interface every benchmark and emulator drives.
+
+A ``Transport`` is created on every rank with the world and the parsed options; ``connect``
+(a collective) returns one ``Link`` per peer. A link moves ``Message``s: ``send``, ``recv_into``
+preallocated buffers, ``call`` (request and reply) and ``serve`` (the answering side of calls).
+``progress`` runs sends and receives on several links at once (bidirectional bandwidth, rings).
+Benchmarks never know which transport they drive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar
+
+from commbench.core.errors import PeerError
+from commbench.core.message import Message
+from commbench.core.world import World
+
+
+class Link(ABC):
+    """A connection to one peer rank. Messages between two ranks arrive in the order sent."""
+
+    def __init__(self, peer: int, name: str) -> None:
+        self.peer = peer
+        self.name = name  # "rank 1 on host node7 (10.0.0.7)", for error messages
+
+    @abstractmethod
+    def send(self, msg: Message) -> None:
+        """Send one message; may return before the peer has it (as a TCP write or an eager MPI send)."""
+
+    @abstractmethod
+    def recv_into(self, msg: Message) -> None:
+        """Receive the next message from the peer into msg's buffers (sizes must agree)."""
+
+    def call(self, request: Message, reply: Message) -> None:
+        """Send a request and receive its reply."""
+        self.send(request)
+        self.recv_into(reply)
+
+    def serve(self, n: int, request: Message, respond: Callable[[], Message]) -> None:
+        """Answer n calls: receive each request into ``request`` and send back ``respond()``."""
+        for _ in range(n):
+            self.recv_into(request)
+            self.send(respond())
+
+    def close(self) -> None:
+        """Release the link; the transport's close() does the rest."""
+
+
+class Transport(ABC):
+    """One module per transport, each with one subclass of this naming itself in ``name``."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    supports_busy_poll: ClassVar[bool] = True
+
+    def __init__(self, world: World, args: argparse.Namespace) -> None:
+        self.world = world
+        self.args = args
+        self.timeout: float = args.timeout
+        self.busy: bool = args.poll == "busy"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Add this transport's own flags (in their own argument group)."""
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        """Raise UsageError naming what is missing (a module, a device) and the fix."""
+
+    def mode(self) -> str:
+        """Short description of the transport's mode for table headers and rows, e.g. 'raw/unary'."""
+        return "-"
+
+    @abstractmethod
+    def connect(self, peers: Iterable[int]) -> dict[int, Link]:
+        """Collective: connect to ``peers`` (every rank calls it; peer lists are symmetric)."""
+
+    def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
+        """Complete all sends and receives, in order per link, at the same time.
+
+        This default sends from a helper thread; transports with a better engine override it.
+        """
+        error: list[BaseException] = []
+
+        def sender() -> None:
+            try:
+                for link, msg in sends:
+                    link.send(msg)
+            except BaseException as exc:  # re-raised in the caller's thread
+                error.append(exc)
+
+        t = threading.Thread(target=sender, daemon=True)
+        t.start()
+        for link, msg in recvs:
+            link.recv_into(msg)
+        t.join(self.timeout)
+        if t.is_alive():
+            raise PeerError(f"sending did not finish within {self.timeout:g} s")
+        if error:
+            raise error[0]
+
+    def close(self) -> None:
+        """Tear down everything connect() built."""

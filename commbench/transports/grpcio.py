@@ -1,0 +1,360 @@
+"""gRPC (grpcio): serialized (protobuf) and non-serialized (raw bytes) modes, unary or streaming calls.
+
+Every rank runs a gRPC server and holds a channel to each peer, so links are symmetric:
+- ``send`` is a one-way ``Deliver`` call (a non-blocking unary future, or a write on a client
+  stream); the peer's server files it in the link's inbox, ordered by a sequence number.
+- ``call`` is an ``Exchange`` call whose response carries the reply; the answering rank's
+  ``serve`` runs its respond function in the handler thread, as TF-gRPC-Bench's echo server does.
+Method paths carry the run token (``/cb<token>/Exchange<rank>``): a client without it gets
+UNIMPLEMENTED and the run goes on. gRPC waits inside its C core, so there is no busy-poll mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # our own one-line errors; GRPC_VERBOSITY=debug to see gRPC's
+
+import contextlib
+from concurrent import futures  # noqa: E402
+
+import grpc  # noqa: E402
+
+from commbench.core.errors import PeerError, UsageError  # noqa: E402
+from commbench.core.message import Message  # noqa: E402
+from commbench.transports._net import data_port, local_endpoint  # noqa: E402
+from commbench.transports.base import Link, Transport  # noqa: E402
+
+SEQ = struct.Struct("<Q")
+STOP = object()
+MAX_IN_FLIGHT = 1024
+OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class RawCodec:
+    """Non-serialized: the buffers joined into one byte string, scattered back on arrival."""
+
+    name = "raw"
+
+    @staticmethod
+    def encode(msg: Message, seq: int | None = None) -> bytes:
+        if seq is None:
+            return b"".join(msg.views)
+        return b"".join((SEQ.pack(seq), *msg.views))
+
+    @staticmethod
+    def seq_of(data: bytes) -> int:
+        return SEQ.unpack_from(data)[0]
+
+    @staticmethod
+    def decode_into(data: bytes, msg: Message, with_seq: bool) -> bool:
+        offset = SEQ.size if with_seq else 0
+        if len(data) - offset != msg.nbytes:
+            return False
+        msg.copy_from(data, offset)
+        return True
+
+
+class ProtoCodec:
+    """Serialized: a protobuf ``Buffers`` message (repeated bytes), as TensorFlow's tensors travel."""
+
+    name = "proto"
+
+    def __init__(self) -> None:
+        from commbench.transports._proto import commbench_pb2
+
+        self.pb = commbench_pb2.Buffers
+
+    def encode(self, msg: Message, seq: int | None = None) -> bytes:
+        return self.pb(seq=seq or 0, buffers=[bytes(v) for v in msg.views]).SerializeToString()
+
+    def seq_of(self, data: bytes) -> int:
+        return self.pb.FromString(data).seq
+
+    def decode_into(self, data: bytes, msg: Message, with_seq: bool) -> bool:
+        bufs = self.pb.FromString(data).buffers
+        if len(bufs) != len(msg.sizes) or any(len(b) != s for b, s in zip(bufs, msg.sizes, strict=False)):
+            return False
+        for view, b in zip(msg.views, bufs, strict=False):
+            view[:] = b
+        return True
+
+
+class _Serving:
+    __slots__ = ("n", "done", "request", "respond", "error")
+
+    def __init__(self, n: int, request: Message, respond: Callable[[], Message]) -> None:
+        self.n, self.done, self.request, self.respond, self.error = n, 0, request, respond, None
+
+
+class GrpcLink(Link):
+    def __init__(self, transport: GrpcTransport, peer: int, name: str, channel: grpc.Channel) -> None:
+        super().__init__(peer, name)
+        self.t = transport
+        self.codec = transport.codec
+        self.timeout = transport.timeout
+        self.channel = channel
+        self.cond = threading.Condition()
+        self.inbox: dict[int, bytes] = {}
+        self.next_in = 0
+        self.next_out = 0
+        self.pending: deque[grpc.Future] = deque()
+        self.serving: _Serving | None = None
+        me = transport.world.rank
+        path = f"/{transport.service}"
+        enc = self.codec.encode
+        self._deliver = channel.unary_unary(f"{path}/Deliver{me}")
+        self._exchange = channel.unary_unary(f"{path}/Exchange{me}", request_serializer=enc)
+        self.stream = transport.call == "stream"
+        if self.stream:
+            self._dq: deque = deque()
+            self._dsem = threading.Semaphore(0)
+            self._dfuture = channel.stream_unary(f"{path}/DeliverStream{me}").future(self._drain(self._dq, self._dsem))
+            self._xq: deque = deque()
+            self._xsem = threading.Semaphore(0)
+            self._xresp = channel.stream_stream(f"{path}/ExchangeStream{me}", request_serializer=enc)(
+                self._drain(self._xq, self._xsem))
+
+    @staticmethod
+    def _drain(q: deque, sem: threading.Semaphore):
+        while True:
+            sem.acquire()
+            item = q.popleft()
+            if item is STOP:
+                return
+            yield item
+
+    def _error(self, exc: grpc.RpcError, doing: str) -> PeerError:
+        code = exc.code() if hasattr(exc, "code") else None
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return PeerError(f"timed out after {self.timeout:g} s {doing} {self.name} "
+                             "(hung or too slow; see --timeout)")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return PeerError(f"{self.name} is unreachable (the process died or aborted) while {doing} it")
+        return PeerError(f"gRPC error {code} {doing} {self.name}: {exc.details() if hasattr(exc, 'details') else exc}")
+
+    # -- one-way messages -----------------------------------------------------------------------
+    def send(self, msg: Message) -> None:
+        data = self.codec.encode(msg, self.next_out)
+        self.next_out += 1
+        if self.stream:
+            self._dq.append(data)
+            self._dsem.release()
+            return
+        pending = self.pending
+        pending.append(self._deliver.future(data, timeout=self.timeout))
+        while pending and (pending[0].done() or len(pending) > MAX_IN_FLIGHT):
+            self._reap(pending.popleft())
+
+    def _reap(self, fut: grpc.Future) -> None:
+        try:
+            fut.result()
+        except grpc.RpcError as exc:
+            raise self._error(exc, "sending to") from None
+
+    def flush(self) -> None:
+        while self.pending:
+            self._reap(self.pending.popleft())
+
+    def deliver(self, data: bytes) -> None:
+        """Server side of Deliver: file the message by its sequence number."""
+        seq = self.codec.seq_of(data)
+        with self.cond:
+            self.inbox[seq] = data
+            self.cond.notify_all()
+
+    def recv_into(self, msg: Message) -> None:
+        deadline = time.monotonic() + self.timeout
+        with self.cond:
+            while self.next_in not in self.inbox:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.t.peer_lost(self.peer):
+                    self.flush()
+                    what = "is unreachable (the process died or aborted)" if left > 0 else \
+                        f"sent nothing within {self.timeout:g} s (hung or too slow; see --timeout)"
+                    raise PeerError(f"{self.name} {what}")
+                self.cond.wait(min(left, 0.5))
+            data = self.inbox.pop(self.next_in)
+            self.next_in += 1
+        if not self.codec.decode_into(data, msg, True):
+            raise PeerError(f"{self.name} sent a message that does not fit the {msg.nbytes} B expected; "
+                            "do all ranks run the same command?")
+
+    # -- calls ----------------------------------------------------------------------------------
+    def call(self, request: Message, reply: Message) -> None:
+        try:
+            if self.stream:
+                self._xq.append(request)
+                self._xsem.release()
+                data = next(self._xresp)
+            else:
+                data = self._exchange(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self._error(exc, "calling") from None
+        if not self.codec.decode_into(data, reply, False):
+            raise PeerError(f"{self.name} replied with a message that does not fit the {reply.nbytes} B expected")
+
+    def serve(self, n: int, request: Message, respond: Callable[[], Message]) -> None:
+        st = _Serving(n, request, respond)
+        deadline = time.monotonic() + self.timeout
+        with self.cond:
+            self.serving = st
+            self.cond.notify_all()
+            while st.done < n and st.error is None:
+                if time.monotonic() > deadline or self.t.peer_lost(self.peer):
+                    self.serving = None
+                    raise PeerError(f"{self.name} stopped calling after {st.done} of {n} calls "
+                                    f"(died, hung, or slower than --timeout {self.timeout:g} s)")
+                self.cond.wait(0.5)
+                if st.done:
+                    deadline = time.monotonic() + self.timeout
+        if st.error:
+            raise st.error
+
+    def answer(self, data: bytes) -> bytes:
+        """Server side of Exchange: put the request into the served message, reply with respond()."""
+        deadline = time.monotonic() + self.timeout
+        with self.cond:
+            while self.serving is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerError(f"{self.name} called, but this rank did not serve within {self.timeout:g} s")
+                self.cond.wait(left)
+            st = self.serving
+        try:
+            if not self.codec.decode_into(data, st.request, False):
+                raise PeerError(f"{self.name} sent a request that does not fit the {st.request.nbytes} B expected")
+            reply = self.codec.encode(st.respond())
+        except Exception as exc:
+            with self.cond:
+                st.error = exc
+                self.serving = None
+                self.cond.notify_all()
+            raise
+        with self.cond:
+            st.done += 1
+            if st.done == st.n:
+                self.serving = None
+            self.cond.notify_all()
+        return reply
+
+    def close(self) -> None:
+        if self.stream:
+            self._dq.append(STOP)
+            self._dsem.release()
+            self._xq.append(STOP)
+            self._xsem.release()
+        with contextlib.suppress(PeerError):
+            self.flush()
+        self.channel.close()
+
+
+class GrpcTransport(Transport):
+    name = "grpc"
+    help = "gRPC via grpcio: --grpc-mode raw|proto, --grpc-call unary|stream"
+    supports_busy_poll = False
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("grpc transport")
+        g.add_argument("--grpc-mode", choices=("raw", "proto"), default="raw",
+                       help="raw: non-serialized bytes (generic handlers); proto: serialized protobuf (default raw)")
+        g.add_argument("--grpc-call", choices=("unary", "stream"), default="unary",
+                       help="one RPC per message, or messages on a long-lived stream (default unary)")
+
+    def __init__(self, world, args: argparse.Namespace) -> None:
+        super().__init__(world, args)
+        self.codec = ProtoCodec() if args.grpc_mode == "proto" else RawCodec()
+        self.call = args.grpc_call
+        self.service = f"cb{world.placement.token}"
+        self.links: dict[int, GrpcLink] = {}
+        self.server: grpc.Server | None = None
+        self._lost: set[int] = set()
+
+    def mode(self) -> str:
+        return f"{self.codec.name}/{self.call}"
+
+    def peer_lost(self, peer: int) -> bool:
+        return peer in self._lost
+
+    def connect(self, peers: Iterable[int]) -> dict[int, Link]:
+        world = self.world
+        peers = sorted(set(peers) - {world.rank})
+        host = local_endpoint(self.args, world)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4 * len(peers) + 4), options=OPTIONS)
+        self.server.add_generic_rpc_handlers((self._handlers(peers),))
+        want = data_port(self.args, world.rank)
+        try:
+            port = self.server.add_insecure_port(f"{host}:{want}")
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise UsageError(f"grpc transport of rank {world.rank} cannot listen on {host}:{want} (address in use?); "
+                             "choose a free port with --port (or leave it out to pick one)")
+        self.server.start()
+        addrs = world.allgather_json("grpc-addr", [host, port])
+        for p in peers:
+            ch = grpc.insecure_channel(f"{addrs[p][0]}:{addrs[p][1]}", options=OPTIONS)
+            try:
+                grpc.channel_ready_future(ch).result(timeout=self.timeout)
+            except grpc.FutureTimeoutError:
+                raise PeerError(f"cannot reach the gRPC server of {world.describe(p)} at "
+                                f"{addrs[p][0]}:{addrs[p][1]} within {self.timeout:g} s") from None
+            ch.subscribe(self._watch(p), try_to_connect=False)
+            self.links[p] = GrpcLink(self, p, world.describe(p), ch)
+        world.barrier("grpc-links")  # no peer calls before every rank has its links
+        return dict(self.links)
+
+    def _watch(self, peer: int) -> Callable[[grpc.ChannelConnectivity], None]:
+        def changed(state: grpc.ChannelConnectivity) -> None:
+            if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+                self._lost.add(peer)
+                link = self.links.get(peer)
+                if link:
+                    with link.cond:
+                        link.cond.notify_all()
+        return changed
+
+    def _handlers(self, peers: list[int]) -> grpc.GenericRpcHandler:
+        def link(p: int) -> GrpcLink:
+            return self.links[p]
+
+        def deliver(p):
+            return lambda data, ctx: (link(p).deliver(data), b"")[1]
+
+        def deliver_stream(p):
+            def run(it, ctx):
+                for data in it:
+                    link(p).deliver(data)
+                return b""
+            return run
+
+        def exchange(p):
+            return lambda data, ctx: link(p).answer(data)
+
+        def exchange_stream(p):
+            return lambda it, ctx: (link(p).answer(data) for data in it)
+
+        methods = {}
+        for p in peers:
+            methods[f"Deliver{p}"] = grpc.unary_unary_rpc_method_handler(deliver(p))
+            methods[f"Exchange{p}"] = grpc.unary_unary_rpc_method_handler(exchange(p))
+            methods[f"DeliverStream{p}"] = grpc.stream_unary_rpc_method_handler(deliver_stream(p))
+            methods[f"ExchangeStream{p}"] = grpc.stream_stream_rpc_method_handler(exchange_stream(p))
+        return grpc.method_handlers_generic_handler(self.service, methods)
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        if self.server:
+            self.server.stop(grace=1.0).wait(5)
