@@ -89,7 +89,8 @@ class SchemeSpec:
         for letter, size in self.sizes.items():
             CATEGORIES[letter].check(size)
         if self.scheme == "random" and len(set(self.categories)) < 2:
-            raise UsageError("the random scheme mixes at least two categories; give --categories with two or more of S,M,L")
+            raise UsageError("the random scheme mixes at least two categories; "
+                             "give --categories with two or more of S,M,L")
         if self.bias not in SKEW_SHARES:
             raise UsageError(f"unknown skew bias {self.bias!r}; choose large, medium or small")
 

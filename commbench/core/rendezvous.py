@@ -68,7 +68,8 @@ class StoreServer:
                 or not hmac.compare_digest(token.encode(), self.token.encode()):
             return self._refuse(conn, addr, "wrong run token")
         if not isinstance(rank, int) or not 0 <= rank < self.size or hello.get("size") != self.size:
-            return self._refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} do not fit this run of {self.size}")
+            return self._refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} "
+                                            f"do not fit this run of {self.size}")
         host = str(hello.get("host", addr[0]))[:200]
         with self.cond:
             if rank in self.members:
