@@ -39,7 +39,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         transport = transport_cls(world, args)
         links = transport.connect(bench.peers(world))
         ctx = Context(world, transport, links, args, loops, args.validate, args.seed, args.inject_corruption)
-        options = {k: v for k, v in vars(args).items() if k not in ("func",)}
+        options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
         options.update(mode=transport.mode(), ranks=world.size, loops=describe_loops(loops),
                        payload_spec=payload_spec)
         meta = run_metadata(bench.name, options, world.hosts, PACKAGES)

@@ -18,7 +18,7 @@ import time
 from commbench.core.errors import PeerError, RunAborted
 from commbench.core.framing import FrameError, read_frame, send_frame
 
-HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE = range(1, 9)
+HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS = range(1, 10)
 HELLO_TIMEOUT = 5.0
 
 
@@ -92,6 +92,9 @@ class StoreServer:
                         if self.aborted is None:
                             self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
                         self.cond.notify_all()
+                elif kind == STATUS:
+                    with self.cond:
+                        send_frame(conn, OK, {"failed": self.failed, "aborted": self.aborted})
                 elif kind == BYE:
                     clean = True
                     return
@@ -183,6 +186,18 @@ class StoreClient:
         if obj.get("kind") == "aborted":
             raise RunAborted(str(obj.get("message")), int(obj.get("code", 1)))
         raise PeerError(str(obj.get("message")))
+
+    def check(self) -> None:
+        """Raise if a rank died or aborted the run (cheap; for ranks waiting on a peer)."""
+        self._send(STATUS, {})
+        try:
+            kind, obj, _ = read_frame(self.sock)
+        except (OSError, ConnectionError, FrameError) as exc:
+            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+        if obj.get("aborted"):
+            raise RunAborted(str(obj["aborted"][0]), int(obj["aborted"][1]))
+        if obj.get("failed"):
+            raise PeerError(str(obj["failed"]))
 
     def abort(self, message: str, code: int) -> None:
         with contextlib.suppress(PeerError):

@@ -38,8 +38,14 @@ def check_output_path(path: str) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write {path!r}: directory {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UsageError(f"cannot write {path!r}: permission denied; choose another --output path")
+    existed = p.exists()
+    try:  # root passes every access() check, so really open it
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write {path!r}: {exc.strerror}; choose another --output path") from None
+    if not existed:
+        p.unlink()
     return p
 
 

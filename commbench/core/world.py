@@ -15,6 +15,9 @@ from commbench.core.placement import Placement
 from commbench.core.rendezvous import StoreClient, StoreServer
 
 
+ABORT_GRACE = 3.0
+
+
 class World:
     def __init__(self, placement: Placement, timeout: float) -> None:
         self.placement = placement
@@ -76,9 +79,18 @@ class World:
     def barrier(self, name: str = "barrier") -> None:
         self.allgather(name, b"")
 
+    def check_alive(self) -> None:
+        """Raise PeerError if any rank has died, RunAborted if one aborted: for loops waiting on a peer."""
+        self.store.check()
+
     def abort(self, message: str, code: int) -> None:
-        """Tell every other rank that this run is over; they exit with ``code`` without repeating it."""
+        """Tell every other rank that this run is over; they exit with ``code`` without repeating it.
+
+        Rank 0 serves the store, so it lingers (a few seconds at most) until the others have heard.
+        """
         self.store.abort(message, code)
+        if self._server:
+            self._server.wait_for_others(self.rank, min(self.timeout, ABORT_GRACE))
 
     def close(self) -> None:
         if self._server:

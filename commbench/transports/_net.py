@@ -21,6 +21,12 @@ def interface_address(name: str) -> str:
     raise UsageError(f"interface {name!r} has no IPv4 address; give one with 'ip addr add' or choose another --iface")
 
 
+def check_socket_args(args: argparse.Namespace) -> None:
+    """Checked once by the launcher, before any rank starts, so the user sees one line."""
+    if getattr(args, "iface", None):
+        interface_address(args.iface)
+
+
 def local_endpoint(args: argparse.Namespace, world: World) -> str:
     """--iface wins, then --bind, else the address this rank used to reach the rendezvous."""
     if getattr(args, "iface", None):

@@ -28,12 +28,13 @@ import grpc  # noqa: E402
 
 from commbench.core.errors import PeerError, UsageError  # noqa: E402
 from commbench.core.message import Message  # noqa: E402
-from commbench.transports._net import data_port, local_endpoint  # noqa: E402
+from commbench.transports._net import check_socket_args, data_port, local_endpoint  # noqa: E402
 from commbench.transports.base import Link, Transport  # noqa: E402
 
 SEQ = struct.Struct("<Q")
 STOP = object()
 MAX_IN_FLIGHT = 1024
+CHECK_EVERY = 0.5  # s: a rank waiting this long asks the rendezvous whether a rank died
 OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
@@ -183,7 +184,8 @@ class GrpcLink(Link):
                     what = "is unreachable (the process died or aborted)" if left > 0 else \
                         f"sent nothing within {self.timeout:g} s (hung or too slow; see --timeout)"
                     raise PeerError(f"{self.name} {what}")
-                self.cond.wait(min(left, 0.5))
+                if not self.cond.wait(min(left, CHECK_EVERY)):
+                    self.t.world.check_alive()
             data = self.inbox.pop(self.next_in)
             self.next_in += 1
         if not self.codec.decode_into(data, msg, True):
@@ -210,14 +212,16 @@ class GrpcLink(Link):
         with self.cond:
             self.serving = st
             self.cond.notify_all()
+            seen = 0
             while st.done < n and st.error is None:
                 if time.monotonic() > deadline or self.t.peer_lost(self.peer):
                     self.serving = None
                     raise PeerError(f"{self.name} stopped calling after {st.done} of {n} calls "
                                     f"(died, hung, or slower than --timeout {self.timeout:g} s)")
-                self.cond.wait(0.5)
-                if st.done:
-                    deadline = time.monotonic() + self.timeout
+                if not self.cond.wait(CHECK_EVERY):
+                    self.t.world.check_alive()
+                if st.done != seen:
+                    seen, deadline = st.done, time.monotonic() + self.timeout
         if st.error:
             raise st.error
 
@@ -280,6 +284,10 @@ class GrpcTransport(Transport):
         self.links: dict[int, GrpcLink] = {}
         self.server: grpc.Server | None = None
         self._lost: set[int] = set()
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        check_socket_args(args)
 
     def mode(self) -> str:
         return f"{self.codec.name}/{self.call}"

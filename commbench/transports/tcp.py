@@ -21,7 +21,7 @@ from commbench.core.errors import PeerError
 from commbench.core.framing import FrameError, read_frame, send_frame
 from commbench.core.message import Message
 from commbench.core.world import bind_listener
-from commbench.transports._net import data_port, local_endpoint
+from commbench.transports._net import check_socket_args, data_port, local_endpoint
 from commbench.transports.base import Link, Transport
 
 HDR = struct.Struct("<QI")
@@ -156,6 +156,10 @@ class TcpTransport(Transport):
         g = parser.add_argument_group("socket transports (tcp, grpc)")
         g.add_argument("--bind", metavar="ADDR", help="local address to listen on and advertise to peers")
         g.add_argument("--iface", metavar="NAME", help="use this network interface's IPv4 address")
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        check_socket_args(args)
 
     def mode(self) -> str:
         return "busy-poll" if self.busy else "blocking"

@@ -1,0 +1,60 @@
+"""Helpers: run commbench as a user does (a real process, the local launcher, real ranks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("COMMBENCH_", "SLURM_", "OMPI_", "PMI"))}
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def commbench(*args: str, timeout: float = 240, env: dict | None = None) -> Result:
+    p = subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True, text=True,
+                       timeout=timeout, env={**ENV, **(env or {})})
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def spawn(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "commbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, **kw)
+
+
+def free_port() -> int:
+    """A port that was free a moment ago, with its successors (rank data ports) free too."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 60000 and all(_free(port + k) for k in range(1, 6)):
+            return port
+    raise RuntimeError("no free port range")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def table_rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines() if line and not line.startswith("#")]
+
+
+@pytest.fixture
+def tmp_out(tmp_path):
+    return tmp_path

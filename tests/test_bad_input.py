@@ -1,0 +1,80 @@
+"""Bad input: one line on stderr naming the problem and the fix, exit status 2, no traceback."""
+
+import socket
+
+import pytest
+
+from conftest import commbench, free_port
+
+
+def one_line_exit_2(r, *needles):
+    assert r.code == 2, (r.code, r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert "Traceback" not in r.err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    assert r.out == ""
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["p2p-lateny"], ["invalid choice: 'p2p-lateny'", "p2p-latency"]),
+    (["p2p-latency", "-t", "carrier-pigeon"], ["unknown transport 'carrier-pigeon'", "grpc, tcp"]),
+    (["p2p-latency", "-m", "4X"], ["bad maximum size '4X'", "K, M or G"]),
+    (["p2p-latency", "-m", "4M:1K"], ["minimum 4194304 is larger than maximum 1024", "MIN <= MAX"]),
+    (["p2p-latency", "-m", "8,1Q"], ["bad message size '1Q'"]),
+    (["p2p-latency", "-i", "0"], ["-i/--iterations must be a positive number, not 0"]),
+    (["p2p-latency", "-i", "-5"], ["-i/--iterations must be a positive number, not -5"]),
+    (["p2p-latency", "-x", "-1"], ["-x/--warmup must be zero or more"]),
+    (["p2p-latency", "-i", "ten"], ["invalid int value: 'ten'"]),
+    (["p2p-latency", "--time", "0"], ["--time must be a positive number"]),
+    (["p2p-latency", "--payload", "skew", "--small-size", "2K"], ["small buffer size 2048 B is outside", "[1, 1023]"]),
+    (["p2p-latency", "--payload", "uniform", "--large-size", "20M"], ["large buffer size 20971520 B is outside"]),
+    (["p2p-latency", "--payload", "random", "--categories", "M"], ["at least two categories"]),
+    (["p2p-latency", "--payload", "fractal"], ["invalid choice: 'fractal'"]),
+    (["p2p-bandwidth", "-W", "0"], ["-W/--window must be at least 1"]),
+    (["p2p-latency", "--np", "3"], ["p2p-latency runs on 2 ranks here, not --np 3"]),
+    (["p2p-latency", "-t", "grpc", "--poll", "busy"], ["no busy-poll mode", "drop --poll busy"]),
+    (["p2p-latency", "--timeout", "0"], ["--timeout must be a positive number"]),
+    (["p2p-latency", "--port", "70000"], ["--port must be between 0 and 65535"]),
+    (["p2p-latency", "-o", "/nonexistent-dir/x.jsonl"], ["directory '/nonexistent-dir' does not exist"]),
+    (["p2p-latency", "-o", "/proc/commbench.jsonl"], ["cannot write '/proc/commbench.jsonl'", "--output"]),
+    (["p2p-latency", "-o", "/tmp"], ["must end in .jsonl or .csv"]),
+    (["p2p-latency", "-o", "results.txt"], ["must end in .jsonl or .csv"]),
+    (["p2p-latency", "--iface", "nosuch0"], ["no network interface 'nosuch0'", "lo"]),
+    (["show", "/nonexistent.jsonl"], ["cannot read results file"]),
+    ([], ["the following arguments are required: COMMAND"]),
+])
+def test_bad_input(args, needles):
+    one_line_exit_2(commbench(*args), *needles)
+
+
+def test_output_dir_is_a_directory(tmp_path):
+    d = tmp_path / "d.jsonl"
+    d.mkdir()
+    one_line_exit_2(commbench("p2p-latency", "-o", str(d)), "is a directory")
+
+
+def test_rendezvous_port_in_use():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        one_line_exit_2(commbench("p2p-latency", "-m", "8:8", "--port", str(port)),
+                        f"cannot listen for the rendezvous on 127.0.0.1:{port}", "--port")
+
+
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_data_port_in_use(transport):
+    port = free_port()
+    with socket.socket() as s:  # rank 0's data port is P + 1
+        s.bind(("127.0.0.1", port + 1))
+        s.listen()
+        one_line_exit_2(commbench("p2p-latency", "-t", transport, "-m", "8:8", "--port", str(port)),
+                        "rank 0", f"127.0.0.1:{port + 1}", "--port")
+
+
+def test_malformed_results_file(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"type": "meta", "bench": "p2p-latency"}\n{"type": "row", "size": 1\n')
+    one_line_exit_2(commbench("show", str(f)), f"{f}:2: not a JSON row")

@@ -1,0 +1,173 @@
+"""Faults: a dead or hung peer ends the run on every rank within --timeout, naming the rank and
+host, keeping every row measured so far; stray connections are refused and the run goes on."""
+
+import argparse
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+
+from commbench.core.framing import encode
+from commbench.core.placement import Placement
+from commbench.core.results import read_runs
+from commbench.core.world import World
+from commbench.transports.tcp import TcpTransport
+from conftest import commbench, free_port, spawn
+
+HOST = socket.gethostname()
+
+
+def rank_pids(launcher) -> dict[int, int]:
+    """The launcher's rank processes, by rank (read from their environment)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        ranks = {}
+        for child in psutil.Process(launcher.pid).children():
+            try:
+                ranks[int(child.environ()["COMMBENCH_RANK"])] = child.pid
+            except (KeyError, psutil.Error):
+                pass
+        if len(ranks) == 2:
+            return ranks
+        time.sleep(0.05)
+    raise AssertionError("ranks did not start")
+
+
+def wait_rows(path, n, launcher, limit=60):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count('"type": "row"') >= n:
+            return
+        assert launcher.poll() is None, launcher.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} rows after {limit} s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-call", "stream"]])
+@pytest.mark.parametrize("victim", [1, 0])
+def test_killed_peer(tmp_path, transport, victim):
+    out = tmp_path / "r.jsonl"
+    timeout = 8
+    launcher = spawn("p2p-latency", *transport, "-m", "0:4M", "-i", "400", "-x", "10", "--timeout", str(timeout),
+                     "-o", str(out))
+    pids = rank_pids(launcher)
+    wait_rows(out, 3, launcher)
+    psutil.Process(pids[victim]).send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    stdout, stderr = launcher.communicate(timeout=timeout + 30)
+    elapsed = time.monotonic() - t0
+    assert launcher.returncode != 0
+    assert elapsed < timeout + 3, elapsed
+    survivor = 1 - victim
+    assert f"rank {survivor} on host {HOST}: rank {victim} on host {HOST}" in stderr or \
+        f"rank {survivor} on host {HOST}: lost the rendezvous" in stderr, stderr
+    assert f"rank {victim} (pid {pids[victim]}) was killed by SIGKILL" in stderr
+    assert "Traceback" not in stderr
+    rows = read_runs(out)[0].rows
+    assert len(rows) >= 3
+    printed = [line for line in stdout.splitlines() if not line.startswith("#")]
+    assert len(printed) == len(rows)  # every printed row is in the file
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_hung_peer(tmp_path, transport):
+    out = tmp_path / "r.jsonl"
+    timeout = 3
+    launcher = spawn("p2p-latency", "-t", transport, "-m", "0:4M", "-i", "400", "-x", "10",
+                     "--timeout", str(timeout), "-o", str(out))
+    pids = rank_pids(launcher)
+    wait_rows(out, 2, launcher)
+    psutil.Process(pids[1]).send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    _, stderr = launcher.communicate(timeout=4 * timeout + 30)
+    elapsed = time.monotonic() - t0
+    assert launcher.returncode != 0
+    assert f"rank 0 on host {HOST}:" in stderr and f"rank 1 on host {HOST}" in stderr, stderr
+    assert "timed out after 3 s" in stderr or "sent nothing within 3 s" in stderr or "stopped calling" in stderr, stderr
+    assert "still running 3 s after another rank failed; killing it" in stderr
+    assert elapsed < 2 * timeout + 6, elapsed  # rank 0 within its timeout; the stopped rank killed after it
+    assert len(read_runs(out)[0].rows) >= 2
+
+
+def test_strays_at_the_rendezvous_are_refused():
+    port = free_port()
+    launcher = spawn("p2p-latency", "-m", "0:64K", "-i", "1500", "-x", "10", "--port", str(port))
+    time.sleep(0.3)
+    strays = []
+    for payload in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # garbage
+                    encode(1, {"token": "not-the-token", "rank": 1, "size": 2, "host": "evil"}),  # wrong token
+                    b"CBv1\x01\xff\xff\xff\x7f\x00\x00\x00\x00"):  # a frame claiming 2 GiB of JSON
+        for _ in range(50):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                break
+            except OSError:
+                time.sleep(0.05)
+        s.sendall(payload)
+        strays.append(s)
+    silent = socket.create_connection(("127.0.0.1", port), timeout=2)  # says nothing at all
+    stdout, stderr = launcher.communicate(timeout=120)
+    for s in (*strays, silent):
+        s.close()
+    assert launcher.returncode == 0, stderr
+    assert stderr.count("refused a connection") >= 3, stderr
+    assert "wrong run token" in stderr and "not a commbench peer" in stderr
+    assert len([line for line in stdout.splitlines() if not line.startswith("#")]) == 18  # 0 .. 64K
+
+
+def test_stray_at_a_data_port_is_refused():
+    """Two ranks in threads of this process; a stray hits rank 1's tcp port before rank 0 dials it."""
+    port = free_port()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    token = "t" * 32
+    args = argparse.Namespace(timeout=10.0, poll="blocking", port=port, bind=None, iface=None)
+    links, errors = {}, []
+
+    class SlowDial(TcpTransport):  # rank 0 dials late, so the stray is first in rank 1's accept queue
+        def _dial(self, addr, peer):
+            time.sleep(1.0)
+            return super()._dial(addr, peer)
+
+    def rank(r):
+        try:
+            p = Placement(r, 2, "127.0.0.1", port, token, "local", listener.fileno() if r == 0 else None)
+            w = World(p, 10.0)
+            t = (SlowDial if r == 0 else TcpTransport)(w, args)
+            links[r] = (w, t, t.connect([1 - r]))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    t0 = threading.Thread(target=rank, args=(0,))
+    t0.start()
+    t1 = threading.Thread(target=rank, args=(1,))
+    t1.start()
+    deadline = time.monotonic() + 10
+    while True:  # rank r's data port is port + 1 + r
+        try:
+            stray = socket.create_connection(("127.0.0.1", port + 2), timeout=1)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, errors
+            time.sleep(0.02)
+    stray.sendall(encode(1, {"token": "wrong", "rank": 1}))
+    t0.join(30)
+    t1.join(30)
+    assert not errors, errors
+    assert stray.recv(1) == b""  # the stray was closed
+    from commbench.core.message import Message
+
+    a, b = Message((5, 1000)), Message((5, 1000))
+    a.arrays[1][:] = 7
+    links[0][2][1].send(a)
+    links[1][2][0].recv_into(b)
+    assert (b.arrays[1] == 7).all()
+    for r in (1, 0):
+        links[r][1].close()
+        links[r][0].close()

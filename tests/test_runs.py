@@ -1,0 +1,112 @@
+"""Real multi-process runs through the local launcher: every byte arrives, #wrong is 0,
+a corrupted payload is counted, and the results file reads back as the printed table."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from commbench.core.results import read_runs
+from commbench.show import render
+from conftest import commbench, table_rows
+
+GRPC_MODES = [("raw", "unary"), ("raw", "stream"), ("proto", "unary"), ("proto", "stream")]
+
+
+def wrong_column(out: str) -> list[int]:
+    return [int(r[-1]) for r in table_rows(out)]
+
+
+@pytest.mark.parametrize("bench", ["p2p-latency", "p2p-bandwidth", "p2p-bibw"])
+@pytest.mark.parametrize("poll", ["blocking", "busy"])
+def test_tcp_validated(bench, poll):
+    r = commbench(bench, "-t", "tcp", "--poll", poll, "-m", "0,1,1K,100K,3M", "-i", "20", "-x", "2", "-W", "8",
+                  "--validate") if bench != "p2p-latency" else \
+        commbench(bench, "-t", "tcp", "--poll", poll, "-m", "0,1,1K,100K,3M", "-i", "50", "-x", "5", "--validate")
+    assert r.code == 0, r.err
+    rows = table_rows(r.out)
+    assert [row[0] for row in rows] == ["0", "1", "1024", "102400", "3145728"]
+    assert wrong_column(r.out) == [0] * 5
+    assert f"tcp ({'busy-poll' if poll == 'busy' else 'blocking'})" in r.out
+
+
+@pytest.mark.parametrize("mode,call", GRPC_MODES)
+def test_grpc_validated(mode, call):
+    lat = commbench("p2p-latency", "-t", "grpc", "--grpc-mode", mode, "--grpc-call", call,
+                    "-m", "0,7,64K,2M", "-i", "30", "-x", "3", "--validate")
+    assert lat.code == 0, lat.err
+    assert wrong_column(lat.out) == [0] * 4
+    assert f"grpc ({mode}/{call})" in lat.out
+    bw = commbench("p2p-bandwidth", "-t", "grpc", "--grpc-mode", mode, "--grpc-call", call,
+                   "-m", "1,64K,2M", "-i", "5", "-x", "1", "-W", "16", "--validate")
+    assert bw.code == 0, bw.err
+    assert wrong_column(bw.out) == [0] * 3
+
+
+@pytest.mark.parametrize("scheme", ["uniform", "random", "skew"])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc", "--grpc-mode", "proto"]])
+def test_payload_schemes_validated(scheme, transport):
+    r = commbench("p2p-latency", *transport, "--payload", scheme, "--buffers", "12", "-i", "20", "-x", "2",
+                  "--validate", "--seed", "3")
+    assert r.code == 0, r.err
+    assert f"# payload: {scheme} scheme, 12 buffers" in r.out
+    assert wrong_column(r.out) == [0]
+
+
+@pytest.mark.parametrize("args", [
+    ["p2p-latency", "-t", "tcp"],
+    ["p2p-latency", "-t", "grpc", "--grpc-mode", "proto"],
+    ["p2p-bandwidth", "-t", "tcp", "-W", "4"],
+    ["p2p-bandwidth", "-t", "grpc", "-W", "4"],
+])
+def test_corruption_is_counted_and_fails_the_run(args):
+    # every 5th message from the sending side carries one flipped byte: 20 iterations -> 4 wrong
+    r = commbench(*args, "-m", "1K:1K", "-i", "20", "-x", "0", "--validate", "--inject-corruption", "5")
+    assert r.code == 1, r.out + r.err
+    assert wrong_column(r.out) == [4 if args[0] == "p2p-latency" else 4 * 4]
+    assert "messages arrived wrong" in r.err
+
+
+def test_time_based_mode():
+    r = commbench("p2p-latency", "-m", "8", "--time", "0.5", "--warmup-time", "0.2")
+    assert r.code == 0, r.err
+    assert "time-based: 0.5 s measured after 0.2 s warm-up" in r.out
+    iters = int(table_rows(r.out)[0][1])
+    assert iters > 100  # on the order of 0.5 s / round trip
+
+
+def test_pairs_aggregate(tmp_out):
+    out = tmp_out / "mr.jsonl"
+    r = commbench("p2p-bandwidth", "--pairs", "2", "-m", "64K:64K", "-i", "5", "-x", "1", "-W", "8", "-o", str(out))
+    assert r.code == 0, r.err
+    (run,) = read_runs(out)
+    assert run.meta["options"]["ranks"] == 4 and run.rows[0]["pairs"] == 2 and run.rows[0]["mb_s"] > 0
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_results_file_reads_back_as_printed(tmp_out, suffix):
+    out = tmp_out / f"lat{suffix}"
+    r = commbench("p2p-latency", "-m", "0:1K", "-i", "50", "-x", "5", "-o", str(out))
+    assert r.code == 0, r.err
+    assert render(str(out)) == r.out.splitlines()
+    shown = commbench("show", str(out))
+    assert shown.code == 0 and shown.out == r.out
+    (run,) = read_runs(out)
+    assert run.meta["bench"] == "p2p-latency" and run.meta["versions"]["grpcio"]
+    assert run.meta["command"][1:] == ["p2p-latency", "-m", "0:1K", "-i", "50", "-x", "5", "-o", str(out)]
+    assert [row["size"] for row in run.rows] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    # the documented pandas one-liners
+    df = pd.read_csv(out, comment="#") if suffix == ".csv" else \
+        pd.read_json(out, lines=True).query("type == 'row'")
+    assert list(df["size"]) == [row["size"] for row in run.rows]
+    assert df["avg_us"].tolist() == pytest.approx([row["avg_us"] for row in run.rows])
+
+
+def test_jsonl_appends_runs(tmp_out):
+    out = tmp_out / "both.jsonl"
+    for t in ("tcp", "grpc"):
+        assert commbench("p2p-latency", "-t", t, "-m", "8:8", "-i", "10", "-x", "1", "-o", str(out)).code == 0
+    runs = read_runs(out)
+    assert [r.meta["options"]["transport"] for r in runs] == ["tcp", "grpc"]
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["meta", "row", "meta", "row"]
