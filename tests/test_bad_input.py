@@ -3,7 +3,6 @@
 import socket
 
 import pytest
-
 from conftest import commbench, free_port
 
 

@@ -2,6 +2,7 @@
 host, keeping every row measured so far; stray connections are refused and the run goes on."""
 
 import argparse
+import contextlib
 import signal
 import socket
 import threading
@@ -9,13 +10,13 @@ import time
 
 import psutil
 import pytest
+from conftest import free_port, spawn
 
 from commbench.core.framing import encode
 from commbench.core.placement import Placement
 from commbench.core.results import read_runs
 from commbench.core.world import World
 from commbench.transports.tcp import TcpTransport
-from conftest import commbench, free_port, spawn
 
 HOST = socket.gethostname()
 
@@ -26,10 +27,8 @@ def rank_pids(launcher) -> dict[int, int]:
     while time.monotonic() < deadline:
         ranks = {}
         for child in psutil.Process(launcher.pid).children():
-            try:
+            with contextlib.suppress(KeyError, psutil.Error):
                 ranks[int(child.environ()["COMMBENCH_RANK"])] = child.pid
-            except (KeyError, psutil.Error):
-                pass
         if len(ranks) == 2:
             return ranks
         time.sleep(0.05)

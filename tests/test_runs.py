@@ -5,10 +5,10 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import commbench, table_rows
 
 from commbench.core.results import read_runs
 from commbench.show import render
-from conftest import commbench, table_rows
 
 GRPC_MODES = [("raw", "unary"), ("raw", "stream"), ("proto", "unary"), ("proto", "stream")]
 

@@ -14,7 +14,6 @@ from commbench.core.errors import UsageError
 from commbench.core.placement import Placement
 from commbench.core.rendezvous import StoreClient, StoreServer
 
-
 ABORT_GRACE = 3.0
 
 

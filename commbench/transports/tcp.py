@@ -2,6 +2,9 @@
 
 Frame: a 12-byte header (payload bytes, buffer count) then the buffers back to back. The
 receiver knows the layout it expects and checks the header against it.
+Messages up to EAGER bytes are copied into one staging buffer and sent with a single send()
+(as MPI's eager path does): on these machines that is about 1 us cheaper per round trip than
+building an iovec. Larger messages go vectored, straight from and into the caller's buffers.
 Blocking mode uses plain blocking syscalls (SO_RCVTIMEO/SO_SNDTIMEO bound the wait); busy
 mode spins on MSG_DONTWAIT, as perftest does, trading a core for no wake-up latency.
 """
@@ -26,6 +29,8 @@ from commbench.transports.base import Link, Transport
 
 HDR = struct.Struct("<QI")
 IOV_MAX = 1024
+unpack_hdr = HDR.unpack_from
+EAGER = 4096  # messages up to this size travel through one contiguous staging buffer (one syscall, tiny copy)
 HELLO = 1
 HELLO_TIMEOUT = 5.0
 SPIN_CHECK = 0xFFF  # look at the clock every 4096 empty polls
@@ -75,8 +80,24 @@ class TcpLink(Link):
                                          HDR.size + msg.nbytes, hdr)
         return c  # type: ignore[return-value]
 
+    @staticmethod
+    def staged(msg: Message, key: str) -> tuple[bytearray, memoryview, list[tuple[memoryview, memoryview]], tuple]:
+        """A staging buffer (header + payload), its per-buffer slices and the expected header, for eager messages."""
+        c = msg.cache.get(key)
+        if c is None:
+            buf = bytearray(HDR.size + msg.nbytes)
+            HDR.pack_into(buf, 0, msg.nbytes, len(msg.sizes))
+            mv = memoryview(buf)
+            slots, off = [], HDR.size
+            for v in msg.views:
+                if len(v):
+                    slots.append((mv[off:off + len(v)], v))
+                off += len(v)
+            c = msg.cache[key] = (buf, mv, slots, (msg.nbytes, len(msg.sizes)))
+        return c  # type: ignore[return-value]
+
     def check_header(self, hdr: bytearray, msg: Message) -> None:
-        nbytes, nbufs = HDR.unpack(hdr)
+        nbytes, nbufs = HDR.unpack_from(hdr)
         if nbytes != msg.nbytes or nbufs != len(msg.sizes):
             raise PeerError(f"{self.name} sent a message of {nbytes} B in {nbufs} buffers where "
                             f"{msg.nbytes} B in {len(msg.sizes)} were expected; do all ranks run the same command?")
@@ -91,7 +112,23 @@ class TcpLink(Link):
 
     # -- blocking and busy-polling send / receive ------------------------------------------
     def send(self, msg: Message) -> None:
-        rest, total = self.send_iov(msg)
+        if msg.nbytes <= EAGER:
+            buf, mv, slots, _ = msg.cache.get("tcp.eager-out") or self.staged(msg, "tcp.eager-out")
+            for dst, src in slots:
+                dst[:] = src
+            try:
+                n = self.sock.send(buf, self.send_flags)
+            except BlockingIOError:
+                if not self.busy:
+                    raise self.timed_out("sending to") from None
+                n = 0
+            except OSError as exc:
+                raise self.lost(exc) from None
+            if n == len(buf):
+                return
+            rest, total = [mv[n:]], len(buf) - n
+        else:
+            rest, total = self.send_iov(msg)
         sent = 0
         spins = 0
         deadline = 0.0
@@ -116,7 +153,76 @@ class TcpLink(Link):
             rest = _advance(rest, n)
 
     def recv_into(self, msg: Message) -> None:
+        if msg.nbytes <= EAGER:
+            buf, mv, slots, _ = msg.cache.get("tcp.eager-in") or self.staged(msg, "tcp.eager-in")
+            try:
+                n = self.sock.recv_into(buf, len(buf), self.recv_flags)
+            except BlockingIOError:
+                if not self.busy:
+                    raise self.timed_out("waiting for") from None
+                n = -1
+            except OSError as exc:
+                raise self.lost(exc) from None
+            if n < len(buf):
+                if n == 0:
+                    raise self.lost()
+                n = max(n, 0)
+                self._recv_rest([mv[n:]], len(buf) - n)
+            self.check_header(buf, msg)
+            for src, dst in slots:
+                dst[:] = src
+            return
         rest, total, hdr = self.recv_iov(msg)
+        self._recv_rest(rest, total)
+        self.check_header(hdr, msg)
+
+    def call(self, request: Message, reply: Message) -> None:
+        if self.busy or request.nbytes > EAGER or reply.nbytes > EAGER:
+            self.send(request)
+            self.recv_into(reply)
+            return
+        # blocking eager round trip in one frame: the common case of a latency test
+        out, _, oslots, _ = request.cache.get("tcp.eager-out") or self.staged(request, "tcp.eager-out")
+        inb, _, islots, expect = reply.cache.get("tcp.eager-in") or self.staged(reply, "tcp.eager-in")
+        for dst, src in oslots:
+            dst[:] = src
+        sock = self.sock
+        try:
+            sent = sock.send(out)
+            got = sock.recv_into(inb, len(inb), socket.MSG_WAITALL)
+        except BlockingIOError:
+            raise self.timed_out("waiting for") from None
+        except OSError as exc:
+            raise self.lost(exc) from None
+        if sent != len(out) or got != len(inb):
+            raise self.lost() if got == 0 else self.timed_out("waiting for")
+        if unpack_hdr(inb) != expect:
+            self.check_header(inb, reply)
+        for src, dst in islots:
+            dst[:] = src
+
+    def serve(self, n: int, request: Message, respond) -> None:
+        if self.busy or request.nbytes > EAGER:
+            return super().serve(n, request, respond)
+        inb, _, islots, expect = request.cache.get("tcp.eager-in") or self.staged(request, "tcp.eager-in")
+        size = len(inb)
+        recv_into, send, flags = self.sock.recv_into, self.send, socket.MSG_WAITALL
+        for _ in range(n):
+            try:
+                got = recv_into(inb, size, flags)
+            except BlockingIOError:
+                raise self.timed_out("waiting for") from None
+            except OSError as exc:
+                raise self.lost(exc) from None
+            if got != size:
+                raise self.lost() if got == 0 else self.timed_out("waiting for")
+            if unpack_hdr(inb) != expect:
+                self.check_header(inb, request)
+            for src, dst in islots:
+                dst[:] = src
+            send(respond())
+
+    def _recv_rest(self, rest: list[memoryview], total: int) -> None:
         got = 0
         spins = 0
         deadline = 0.0
@@ -139,9 +245,8 @@ class TcpLink(Link):
                 raise self.lost()
             got += n
             if got == total:
-                break
+                return
             rest = _advance(rest, n)
-        self.check_header(hdr, msg)
 
     def close(self) -> None:
         self.sock.close()
