@@ -110,6 +110,18 @@ class TcpLink(Link):
         why = f": {exc.strerror or exc}" if exc else ""
         return PeerError(f"{self.name} closed the connection{why} (the process died or aborted)")
 
+    def would_block(self, spin: list, doing: str) -> None:
+        """EAGAIN: in blocking mode SO_RCVTIMEO/SO_SNDTIMEO ran out; busy mode spins, checking the
+        clock every SPIN_CHECK tries. ``spin`` is [tries, deadline] for one operation."""
+        if not self.busy:
+            raise self.timed_out(doing)
+        spin[0] += 1
+        if spin[0] & SPIN_CHECK == 0:
+            now = time.monotonic()
+            spin[1] = spin[1] or now + self.timeout
+            if now > spin[1]:
+                raise self.timed_out(doing)
+
     # -- blocking and busy-polling send / receive ------------------------------------------
     def send(self, msg: Message) -> None:
         if msg.nbytes <= EAGER:
@@ -130,20 +142,12 @@ class TcpLink(Link):
         else:
             rest, total = self.send_iov(msg)
         sent = 0
-        spins = 0
-        deadline = 0.0
+        spin = [0, 0.0]
         while True:
             try:
                 n = self.sock.sendmsg(rest if len(rest) <= IOV_MAX else rest[:IOV_MAX], (), self.send_flags)
             except BlockingIOError:
-                if not self.busy:
-                    raise self.timed_out("sending to") from None
-                spins += 1
-                if spins & SPIN_CHECK == 0:
-                    now = time.monotonic()
-                    deadline = deadline or now + self.timeout
-                    if now > deadline:
-                        raise self.timed_out("sending to") from None
+                self.would_block(spin, "sending to")
                 continue
             except OSError as exc:
                 raise self.lost(exc) from None
@@ -224,20 +228,12 @@ class TcpLink(Link):
 
     def _recv_rest(self, rest: list[memoryview], total: int) -> None:
         got = 0
-        spins = 0
-        deadline = 0.0
+        spin = [0, 0.0]
         while True:
             try:
                 n = self.sock.recvmsg_into(rest if len(rest) <= IOV_MAX else rest[:IOV_MAX], 0, self.recv_flags)[0]
             except BlockingIOError:
-                if not self.busy:
-                    raise self.timed_out("waiting for") from None
-                spins += 1
-                if spins & SPIN_CHECK == 0:
-                    now = time.monotonic()
-                    deadline = deadline or now + self.timeout
-                    if now > deadline:
-                        raise self.timed_out("waiting for") from None
+                self.would_block(spin, "waiting for")
                 continue
             except OSError as exc:
                 raise self.lost(exc) from None
