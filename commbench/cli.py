@@ -46,8 +46,9 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("--warmup-time", type=float, default=2.0, help="warm-up seconds with --time (default 2)")
     g = p.add_argument_group("how")
     g.add_argument("-t", "--transport", default="tcp", help=f"one of {', '.join(transports)} (default tcp)")
-    g.add_argument("--poll", choices=("blocking", "busy"), default="blocking",
-                   help="wait in the kernel (blocking, as sockperf) or spin (busy, as perftest) (default blocking)")
+    g.add_argument("--poll", choices=("blocking", "busy"),
+                   help="wait in the kernel (blocking, as sockperf) or spin (busy, as perftest); default: "
+                        "blocking where the transport has it (mpi: busy, MPI's progress engine)")
     g.add_argument("--validate", action="store_true", help="check every message's bytes; count #wrong")
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
@@ -106,9 +107,11 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     bench_cls = args.bench
     transport_cls = transports.get(args.transport)
-    if args.poll == "busy" and not transport_cls.supports_busy_poll:
-        raise UsageError(f"the {args.transport} transport waits inside its own library and has no busy-poll mode; "
-                         "drop --poll busy (or use tcp to compare modes)")
+    if args.poll is None:
+        args.poll = transport_cls.poll_modes[0]
+    if args.poll not in transport_cls.poll_modes:
+        raise UsageError(f"the {args.transport} transport waits inside its own library and has no {args.poll} "
+                         f"mode (it has: {', '.join(transport_cls.poll_modes)}); drop --poll {args.poll}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     if not 0 <= args.port <= 65535:
@@ -122,7 +125,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
         else:
             raise UsageError(f"{bench_cls.name} runs on {bench_cls.ranks(args)} ranks here, not --np {args.np}")
     nranks = bench_cls.ranks(args)
-    placement = detect()
+    placement = detect(port=args.port)
     if placement is None:
         if args.output:
             check_output_path(args.output)

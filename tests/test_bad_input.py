@@ -18,7 +18,7 @@ def one_line_exit_2(r, *needles):
 
 @pytest.mark.parametrize("args,needles", [
     (["p2p-lateny"], ["invalid choice: 'p2p-lateny'", "p2p-latency"]),
-    (["p2p-latency", "-t", "carrier-pigeon"], ["unknown transport 'carrier-pigeon'", "grpc, tcp"]),
+    (["p2p-latency", "-t", "carrier-pigeon"], ["unknown transport 'carrier-pigeon'", "grpc, mpi, tcp"]),
     (["p2p-latency", "-m", "4X"], ["bad maximum size '4X'", "K, M or G"]),
     (["p2p-latency", "-m", "4M:1K"], ["minimum 4194304 is larger than maximum 1024", "MIN <= MAX"]),
     (["p2p-latency", "-m", "8,1Q"], ["bad message size '1Q'"]),
@@ -33,7 +33,7 @@ def one_line_exit_2(r, *needles):
     (["p2p-latency", "--payload", "fractal"], ["invalid choice: 'fractal'"]),
     (["p2p-bandwidth", "-W", "0"], ["-W/--window must be at least 1"]),
     (["p2p-latency", "--np", "3"], ["p2p-latency runs on 2 ranks here, not --np 3"]),
-    (["p2p-latency", "-t", "grpc", "--poll", "busy"], ["no busy-poll mode", "drop --poll busy"]),
+    (["p2p-latency", "-t", "grpc", "--poll", "busy"], ["has no busy mode (it has: blocking)", "drop --poll busy"]),
     (["p2p-latency", "--timeout", "0"], ["--timeout must be a positive number"]),
     (["p2p-latency", "--port", "70000"], ["--port must be between 0 and 65535"]),
     (["p2p-latency", "-o", "/nonexistent-dir/x.jsonl"], ["directory '/nonexistent-dir' does not exist"]),

@@ -5,8 +5,6 @@ Rank 0 calls, rank 1 echoes. Each round trip is timed, so percentiles come with 
 
 from __future__ import annotations
 
-from functools import partial
-
 from commbench.benchmarks.base import WRONG, Benchmark, Checker, Context
 from commbench.core.harness import LATENCY_LOOPS, Summary, measure, timed_loop
 from commbench.core.message import Message
@@ -38,7 +36,7 @@ class P2PLatency(Benchmark):
         if world.rank == 0:
             reply = Message(payload.sizes)
             if check is None:
-                step = partial(link.call, msg, reply)
+                step = link.caller(msg, reply)
             else:
                 msg.fill(pattern)
 
@@ -50,8 +48,7 @@ class P2PLatency(Benchmark):
                 return timed_loop(step, n)
         else:
             if check is None:
-                def respond() -> Message:
-                    return msg  # echo from the buffers just received into
+                respond = msg  # echo from the buffers just received into
             else:
                 out = Message(payload.sizes)
                 out.fill(pattern)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 
 from commbench.benchmarks.base import Benchmark, Context
@@ -12,6 +14,7 @@ from commbench.core.payload import Payload
 from commbench.core.placement import Placement
 from commbench.core.results import ResultsWriter, run_metadata
 from commbench.core.table import header_line, row_line
+from commbench.core.watchdog import Watchdog
 from commbench.core.world import World
 from commbench.transports.base import Transport
 
@@ -28,14 +31,28 @@ def describe_loops(loops: Loops) -> str:
     return f"{it} iterations after {wu} warm-up"
 
 
+def check_same_command(world: World, args: argparse.Namespace) -> None:
+    """Every rank must measure the same thing: compare a digest of the options once, at start."""
+    opts = {k: v for k, v in sorted(vars(args).items()) if isinstance(v, (str, int, float, bool, type(None)))
+            and k not in ("output",)}
+    digest = hashlib.sha256(json.dumps(opts, sort_keys=True).encode()).hexdigest()
+    digests = world.allgather_json("options", digest)
+    if len(set(digests)) > 1:
+        odd = [r for r, d in enumerate(digests) if d != digests[0]]
+        raise UsageError(f"ranks {odd} were started with options different from rank 0's; "
+                         "start every rank with the same command")
+
+
 def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: type[Transport],
              args: argparse.Namespace, points: list[Payload], loops: Loops, payload_spec: str | None) -> int:
-    world = World(placement, args.timeout)
+    world = World(placement, args.timeout, getattr(args, "bind", None))
+    watchdog = Watchdog(world)
     bench = bench_cls(args)
     transport: Transport | None = None
     writer: ResultsWriter | None = None
     ok = False
     try:
+        check_same_command(world, args)
         transport = transport_cls(world, args)
         links = transport.connect(bench.peers(world))
         ctx = Context(world, transport, links, args, loops, args.validate, args.seed, args.inject_corruption)
@@ -61,6 +78,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
                 writer.row(row)
             wrong += row.get("wrong", 0)
         world.barrier("done")
+        watchdog.stop()
         ok = True
         if wrong:
             print(f"commbench: {wrong} messages arrived wrong (see #wrong); the transport corrupted data",
@@ -78,6 +96,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
         raise
     finally:
+        watchdog.stopped.set()  # the main thread reports its own error
         if writer:
             writer.close()
         if transport:

@@ -18,7 +18,7 @@ import time
 from commbench.core.errors import PeerError, RunAborted
 from commbench.core.framing import FrameError, read_frame, send_frame
 
-HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS = range(1, 10)
+HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT = range(1, 11)
 HELLO_TIMEOUT = 5.0
 
 
@@ -32,6 +32,7 @@ class StoreServer:
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
         self.members: dict[int, str] = {}  # rank -> host, while connected
+        self.beats: dict[int, tuple[float, str]] = {}  # rank -> (last heartbeat, host), from watchdogs
         self.failed: str | None = None
         self.aborted: tuple[str, int] | None = None
         self.refused = 0
@@ -71,6 +72,8 @@ class StoreServer:
             return self._refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} "
                                             f"do not fit this run of {self.size}")
         host = str(hello.get("host", addr[0]))[:200]
+        if hello.get("role") == "watchdog":
+            return self._serve_watchdog(conn, rank, host)
         with self.cond:
             if rank in self.members:
                 return self._refuse(conn, addr, f"rank {rank} is already connected")
@@ -93,8 +96,7 @@ class StoreServer:
                             self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
                         self.cond.notify_all()
                 elif kind == STATUS:
-                    with self.cond:
-                        send_frame(conn, OK, {"failed": self.failed, "aborted": self.aborted})
+                    send_frame(conn, OK, self._status())
                 elif kind == BYE:
                     clean = True
                     return
@@ -106,6 +108,33 @@ class StoreServer:
                 if not clean and self.failed is None and not self._closing:
                     self.failed = f"rank {rank} on host {host} left the run (process died or lost its connection)"
                 self.cond.notify_all()
+            conn.close()
+
+    def _status(self, stale_after: float | None = None) -> dict:
+        with self.cond:
+            now = time.monotonic()
+            stale = [[r, h, round(now - t, 1)] for r, (t, h) in sorted(self.beats.items())
+                     if stale_after is not None and now - t > stale_after]
+            return {"failed": self.failed, "aborted": self.aborted, "stale": stale}
+
+    def _serve_watchdog(self, conn: socket.socket, rank: int, host: str) -> None:
+        """A rank's watchdog: heartbeats in, run status out. Its connection is not a member's."""
+        conn.settimeout(None)
+        try:
+            send_frame(conn, OK, {"size": self.size})
+            while True:
+                kind, obj, _ = read_frame(conn)
+                if kind == BEAT:
+                    with self.cond:
+                        self.beats[rank] = (time.monotonic(), host)
+                    send_frame(conn, OK, self._status(float(obj.get("stale_after", 60))))
+                elif kind == BYE:
+                    with self.cond:
+                        self.beats.pop(rank, None)
+                    return
+        except (FrameError, OSError, ConnectionError, ValueError, TypeError):
+            pass
+        finally:
             conn.close()
 
     def _get(self, conn: socket.socket, key: str, timeout: float) -> None:
@@ -142,17 +171,29 @@ class StoreServer:
             self.listener.close()
 
 
+def _connect_any(hosts: list[str], port: int, timeout: float) -> socket.socket:
+    error: OSError = OSError("no address")
+    for h in hosts:
+        try:
+            return socket.create_connection((h, port), timeout=timeout if len(hosts) == 1 else 1.0)
+        except OSError as exc:
+            error = exc
+    raise error
+
+
 class StoreClient:
     """One rank's connection to the store. Used only from the rank's main thread."""
 
-    def __init__(self, host: str, port: int, token: str, rank: int, size: int, my_host: str, timeout: float) -> None:
+    def __init__(self, host: str, port: int, token: str, rank: int, size: int, my_host: str, timeout: float,
+                 role: str = "rank") -> None:
         self.timeout = timeout
         self.root = f"{host}:{port}"
         deadline = time.monotonic() + timeout
         delay = 0.01
+        candidates = host.split(",")  # the MPI bootstrap sends every address rank 0 has
         while True:
             try:
-                self.sock = socket.create_connection((host, port), timeout=min(5.0, timeout))
+                self.sock = _connect_any(candidates, port, min(5.0, timeout))
                 break
             except OSError as exc:
                 if time.monotonic() + delay > deadline:
@@ -162,7 +203,7 @@ class StoreClient:
                 delay = min(delay * 2, 0.5)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(timeout + 5)
-        send_frame(self.sock, HELLO, {"token": token, "rank": rank, "size": size, "host": my_host})
+        send_frame(self.sock, HELLO, {"token": token, "rank": rank, "size": size, "host": my_host, "role": role})
         try:
             kind, obj, _ = read_frame(self.sock)
         except (OSError, ConnectionError, FrameError):
@@ -198,6 +239,14 @@ class StoreClient:
             raise RunAborted(str(obj["aborted"][0]), int(obj["aborted"][1]))
         if obj.get("failed"):
             raise PeerError(str(obj["failed"]))
+
+    def beat(self, stale_after: float) -> dict:
+        """Watchdog connection: report this rank alive; get the run's status back."""
+        self._send(BEAT, {"stale_after": stale_after})
+        try:
+            return read_frame(self.sock)[1]
+        except (OSError, ConnectionError, FrameError) as exc:
+            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
 
     def abort(self, message: str, code: int) -> None:
         with contextlib.suppress(PeerError):

@@ -7,6 +7,7 @@ timed path. Collective calls must be made by every rank in the same order.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 
@@ -18,18 +19,27 @@ ABORT_GRACE = 3.0
 
 
 class World:
-    def __init__(self, placement: Placement, timeout: float) -> None:
+    def __init__(self, placement: Placement, timeout: float, bind: str | None = None) -> None:
+        if placement.mpi_bootstrap:
+            from commbench.core.mpi_env import bootstrap
+
+            hosts, port, token, fd = bootstrap(placement.rank, placement.size, placement.launcher,
+                                               placement.root_port, bind)
+            placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
         self.placement = placement
         self.rank = placement.rank
         self.size = placement.size
         self.timeout = timeout
-        self.host = socket.gethostname()
+        self.bind = bind
+        self.host = placement.host_name
         self._server: StoreServer | None = None
         self._seq = 0
         if self.rank == 0:
             self._server = StoreServer(self._listener(), placement.token, self.size)
         port = self._server.port if self._server else placement.root_port
-        self.store = StoreClient(placement.root_host, port, placement.token, self.rank, self.size,
+        host = placement.root_host  # rank 0 too: the local end of this connection is the address peers get
+        self.root_address = (host, port)
+        self.store = StoreClient(host, port, placement.token, self.rank, self.size,
                                  self.host, timeout)
         info = self.allgather_json("world", {"host": self.host, "addr": self.store.local_address})
         self.hosts = [i["host"] for i in info]
@@ -39,8 +49,7 @@ class World:
         p = self.placement
         if p.listen_fd is not None:
             return socket.socket(fileno=p.listen_fd)
-        return bind_listener(p.root_host if p.root_host not in ("localhost",) else "127.0.0.1", p.root_port,
-                             "rendezvous")
+        return bind_listener(self.bind or "0.0.0.0", p.root_port, "rendezvous")
 
     def describe(self, rank: int) -> str:
         """'rank 1 on host node7 (10.0.0.7)': how error messages name a peer."""

@@ -13,6 +13,7 @@ import argparse
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import ClassVar
 
 from commbench.core.errors import PeerError
@@ -40,11 +41,17 @@ class Link(ABC):
         self.send(request)
         self.recv_into(reply)
 
-    def serve(self, n: int, request: Message, respond: Callable[[], Message]) -> None:
-        """Answer n calls: receive each request into ``request`` and send back ``respond()``."""
+    def caller(self, request: Message, reply: Message) -> Callable[[], None]:
+        """The fastest zero-argument callable doing one ``call(request, reply)``: what timed loops run.
+        Transports may return a C-level callable here so that no Python frame sits in the timed path."""
+        return partial(self.call, request, reply)
+
+    def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
+        """Answer n calls: receive each request into ``request`` and send back ``respond``, a fixed
+        reply message (echo, ack) or a function returning one (checks, updates)."""
         for _ in range(n):
             self.recv_into(request)
-            self.send(respond())
+            self.send(respond if isinstance(respond, Message) else respond())
 
     def close(self) -> None:
         """Release the link; the transport's close() does the rest."""
@@ -55,7 +62,7 @@ class Transport(ABC):
 
     name: ClassVar[str]
     help: ClassVar[str]
-    supports_busy_poll: ClassVar[bool] = True
+    poll_modes: ClassVar[tuple[str, ...]] = ("blocking", "busy")  # the first is the default
 
     def __init__(self, world: World, args: argparse.Namespace) -> None:
         self.world = world

@@ -94,7 +94,7 @@ class ProtoCodec:
 class _Serving:
     __slots__ = ("n", "done", "request", "respond", "error")
 
-    def __init__(self, n: int, request: Message, respond: Callable[[], Message]) -> None:
+    def __init__(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
         self.n, self.done, self.request, self.respond, self.error = n, 0, request, respond, None
 
 
@@ -206,7 +206,7 @@ class GrpcLink(Link):
         if not self.codec.decode_into(data, reply, False):
             raise PeerError(f"{self.name} replied with a message that does not fit the {reply.nbytes} B expected")
 
-    def serve(self, n: int, request: Message, respond: Callable[[], Message]) -> None:
+    def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
         st = _Serving(n, request, respond)
         deadline = time.monotonic() + self.timeout
         with self.cond:
@@ -238,7 +238,7 @@ class GrpcLink(Link):
         try:
             if not self.codec.decode_into(data, st.request, False):
                 raise PeerError(f"{self.name} sent a request that does not fit the {st.request.nbytes} B expected")
-            reply = self.codec.encode(st.respond())
+            reply = self.codec.encode(st.respond if isinstance(st.respond, Message) else st.respond())
         except Exception as exc:
             with self.cond:
                 st.error = exc
@@ -266,7 +266,7 @@ class GrpcLink(Link):
 class GrpcTransport(Transport):
     name = "grpc"
     help = "gRPC via grpcio: --grpc-mode raw|proto, --grpc-call unary|stream"
-    supports_busy_poll = False
+    poll_modes = ("blocking",)
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:

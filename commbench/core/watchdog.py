@@ -1,0 +1,66 @@
+"""A rank's watchdog: the guarantee that no rank outlives a dead or stopped peer by more than its timeout.
+
+Transports notice most failures themselves (a closed socket, a failed RPC) and say so. A rank
+blocked inside a C call (MPI_Recv, a gRPC stream) cannot; this thread, on its own rendezvous
+connection, heartbeats every half second and learns the run's status. If a rank has died (and
+the main thread has not reported it within GRACE s) or a rank's heartbeat is older than the
+timeout (a stopped or hung process), it prints one line naming that rank and host and ends this
+process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from commbench.core.errors import CommbenchError
+from commbench.core.rendezvous import StoreClient
+
+INTERVAL = 0.5
+GRACE = 2.0
+
+
+class Watchdog:
+    def __init__(self, world) -> None:
+        p = world.placement
+        self.world = world
+        self.timeout = world.timeout
+        self.stopped = threading.Event()
+        self.client = StoreClient(world.root_address[0], world.root_address[1], p.token, world.rank, world.size,
+                                  world.host, world.timeout, role="watchdog")
+        self.thread = threading.Thread(target=self._run, name="commbench-watchdog", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        me = f"rank {self.world.rank} on host {self.world.host}"
+        failed_since = None
+        while not self.stopped.wait(INTERVAL):
+            try:
+                status = self.client.beat(self.timeout)
+            except CommbenchError as exc:
+                return self._die(f"{me}: {exc}")
+            if status.get("aborted"):
+                failed_since = failed_since or time.monotonic()
+                if time.monotonic() - failed_since > GRACE:
+                    os._exit(int(status["aborted"][1]))
+            elif status.get("failed"):
+                failed_since = failed_since or time.monotonic()
+                if time.monotonic() - failed_since > GRACE:
+                    return self._die(f"{me}: {status['failed']}")
+            for rank, host, age in status.get("stale", []):
+                if rank != self.world.rank:
+                    return self._die(f"{me}: rank {rank} on host {host} stopped responding "
+                                     f"(no heartbeat for {age:g} s; hung or stopped; see --timeout)")
+
+    def _die(self, message: str) -> None:
+        if self.stopped.is_set():
+            return
+        print(f"commbench: {message}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(2 * INTERVAL + 1)
+        self.client.close()
