@@ -12,9 +12,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "${1:-}" = "--dev" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    # Reference tools for bench/ (sockperf, iperf3) and iproute2 for emulated hosts.
+    # Reference tools for bench/ (sockperf, iperf3), iproute2 for emulated hosts, and a Slurm
+    # cluster for the srun tests (launchers/slurm-cluster.sh).
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 psmisc \
+      slurm-wlm munge libpmix2 libpmix-dev >/dev/null
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else

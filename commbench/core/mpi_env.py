@@ -28,7 +28,8 @@ def encode_buffers(obj: object, *_: object) -> bytes:
     return b"".join((head, *views))
 
 
-def decode_buffers(data: object, *_: object) -> list[memoryview]:
+def decode_buffers(data: object, *_: object) -> list[bytes]:
+    """The inverse of encode_buffers. Returns copies: mpi4py frees ``data`` when this returns."""
     view = memoryview(data).cast("B")
     if len(view) < _COUNT.size:
         raise ValueError("short MPI object message")
@@ -41,7 +42,7 @@ def decode_buffers(data: object, *_: object) -> list[memoryview]:
         raise ValueError("MPI object message sizes do not add up")
     out = []
     for s in sizes:
-        out.append(view[off:off + s])
+        out.append(bytes(view[off:off + s]))
         off += s
     return out
 

@@ -4,7 +4,7 @@ Transports notice most failures themselves (a closed socket, a failed RPC) and s
 blocked inside a C call (MPI_Recv, a gRPC stream) cannot; this thread, on its own rendezvous
 connection, heartbeats every half second and learns the run's status. If a rank has died (and
 the main thread has not reported it within GRACE s) or a rank's heartbeat is older than the
-timeout (a stopped or hung process), it prints one line naming that rank and host and ends this
+timeout plus GRACE (a stopped or hung process), it prints one line naming that rank and host and ends this
 process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound).
 """
 
@@ -30,6 +30,7 @@ class Watchdog:
         self.stopped = threading.Event()
         self.client = StoreClient(world.root_address[0], world.root_address[1], p.token, world.rank, world.size,
                                   world.host, world.timeout, role="watchdog")
+        self.client.beat(self.timeout)  # registered before any data moves, so a rank stopped early is seen too
         self.thread = threading.Thread(target=self._run, name="commbench-watchdog", daemon=True)
         self.thread.start()
 
@@ -38,7 +39,7 @@ class Watchdog:
         failed_since = None
         while not self.stopped.wait(INTERVAL):
             try:
-                status = self.client.beat(self.timeout)
+                status = self.client.beat(self.timeout + GRACE)  # a transport's own timeout speaks first
             except CommbenchError as exc:
                 return self._die(f"{me}: {exc}")
             if status.get("aborted"):

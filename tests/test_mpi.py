@@ -1,0 +1,127 @@
+"""The mpi transport and mpirun launch, with the pip Open MPI wheel, as root too."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ENV, Result, table_rows
+
+from commbench import cli
+from commbench.core.mpi_env import decode_buffers, encode_buffers
+
+pytest.importorskip("mpi4py")
+BIN = Path(sys.executable).parent
+MPI_ENV = {**ENV, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OPAL_PREFIX": str(BIN.parent), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def mpiexec(n: int, *args: str, timeout: float = 180) -> Result:
+    import subprocess
+
+    p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(n), str(BIN / "commbench"), *args],
+                       capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("mode", ["buffer", "pickle"])
+@pytest.mark.parametrize("bench", ["p2p-latency", "p2p-bandwidth", "p2p-bibw"])
+def test_mpi_transport_validated(mode, bench):
+    extra = [] if bench == "p2p-latency" else ["-W", "8"]
+    r = mpiexec(2, bench, "-t", "mpi", "--mpi-mode", mode, "-m", "0,1,4K,1M", "-i", "20", "-x", "2",
+                "--validate", *extra)
+    assert r.code == 0, r.err
+    assert [row[0] for row in table_rows(r.out)] == ["0", "1", "4096", "1048576"]
+    assert all(row[-1] == "0" for row in table_rows(r.out))
+    assert f"mpi ({'object' if mode == 'pickle' else 'buffer'}, MPI progress (busy-poll))" in r.out
+
+
+def test_mpi_iovec_payload_and_corruption():
+    ok = mpiexec(2, "p2p-latency", "-t", "mpi", "--payload", "skew", "--buffers", "7", "-i", "20", "--validate")
+    assert ok.code == 0, ok.err
+    bad = mpiexec(2, "p2p-latency", "-t", "mpi", "-m", "1K:1K", "-i", "20", "-x", "0", "--validate",
+                  "--inject-corruption", "4")
+    assert bad.code == 1 and table_rows(bad.out)[0][-1] == "5", bad.out + bad.err
+
+
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_other_transports_under_mpiexec(transport):
+    """Under mpirun no hosts are named: rank 0 sends the rendezvous address through MPI."""
+    r = mpiexec(2, "p2p-latency", "-t", transport, "-m", "8,64K", "-i", "50", "--validate")
+    assert r.code == 0, r.err
+    assert len(table_rows(r.out)) == 2 and "ranks: 2" in r.out
+
+
+def test_mpiexec_wrong_rank_count():
+    r = mpiexec(3, "p2p-latency", "-t", "mpi", "-m", "8:8")
+    assert r.code != 0
+    assert "p2p-latency needs 2 ranks but the launcher started 3" in r.err
+
+
+def test_pairs_under_mpiexec():
+    r = mpiexec(4, "p2p-bandwidth", "-t", "mpi", "--pairs", "2", "-m", "64K:64K", "-i", "5", "-W", "8")
+    assert r.code == 0, r.err
+    assert table_rows(r.out)[0][3] == "2"
+
+
+def test_codec_never_unpickles():
+    data = encode_buffers([b"ab", memoryview(b"cde"), bytearray(b"")])
+    assert [bytes(b) for b in decode_buffers(data)] == [b"ab", b"cde", b""]
+    import pickle
+
+    with pytest.raises(ValueError):  # a pickle stream is not a commbench message
+        decode_buffers(pickle.dumps([b"ab"]))
+    with pytest.raises(TypeError):
+        encode_buffers({"not": "buffers"})
+
+
+def test_mpi_without_mpi4py(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    import commbench.core.mpi_env as me
+
+    monkeypatch.setattr(me, "_MPI", None)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    for k in list(os.environ):
+        if k.startswith(("OMPI_", "PMI", "SLURM_", "COMMBENCH_")):
+            monkeypatch.delenv(k)
+    assert cli.main(["p2p-latency", "-t", "mpi"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'commbench[mpi]'" in err[0]
+
+
+@pytest.mark.slow
+def test_stopped_peer_inside_mpi_recv():
+    """Rank 0 blocks in MPI_Recv, where no Python runs; its watchdog gives up on the stopped rank 1."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    p = subprocess.Popen([str(BIN / "mpiexec"), "-n", "2", str(BIN / "commbench"), "p2p-latency", "-t", "mpi",
+                          "-m", "0:4M", "-i", "100000", "--timeout", "4"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=MPI_ENV)
+    victim = None
+    deadline = time.monotonic() + 30
+    while victim is None and time.monotonic() < deadline:
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("OMPI_COMM_WORLD_RANK") == "1" and "p2p-latency" in proc.cmdline() \
+                        and proc.environ().get("OPAL_PREFIX") == MPI_ENV["OPAL_PREFIX"]:
+                    victim = proc
+            except psutil.Error:
+                pass
+        time.sleep(0.2)
+    assert victim is not None
+    time.sleep(1.0)
+    victim.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        victim.kill()
+        p.kill()
+    elapsed = time.monotonic() - t0
+    assert p.returncode != 0
+    assert "rank 0 on host" in err and "rank 1 on host" in err and "stopped responding" in err, err
+    assert elapsed < 4 + 2 + 6, elapsed  # timeout + the watchdog's grace + start-up

@@ -1,0 +1,107 @@
+"""A real Slurm cluster on this machine (launchers/slurm-cluster.sh): srun launches, MPI under srun,
+the singleton mistake, a dead rank ending the step, and two nodes meeting through the node list."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ENV, table_rows
+
+from commbench.core.results import read_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="starts munged, slurmctld and slurmd: needs root")]
+
+
+def cluster(tmp_path_factory, nodes: int):
+    d = tmp_path_factory.mktemp(f"slurm{nodes}")
+    up = subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "up", str(d), str(nodes)],
+                        capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    return d
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    d = cluster(tmp_path_factory, 1)
+    yield {**ENV, "SLURM_CONF": str(d / "slurm.conf"), "PMIX_MCA_psec": "native", "OPAL_PREFIX": str(BIN.parent)}
+    subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down", str(d)], timeout=60)
+
+
+def srun(env, *args, timeout=180):
+    return subprocess.run(["srun", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_srun_tcp(slurm, tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = srun(slurm, "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8,4K", "-i", "200", "--validate",
+             "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert [row[0] for row in table_rows(r.stdout)] == ["8", "4096"]
+    assert r.stdout.count("# commbench p2p-latency") == 1  # rank 0 alone prints
+    (run,) = read_runs(out)
+    assert run.meta["options"]["ranks"] == 2 and [x["wrong"] for x in run.rows] == [0, 0]
+
+
+def test_srun_mpi_pmix(slurm):
+    r = srun(slurm, "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", "mpi", "-m", "8,4K",
+             "-i", "200", "--validate")
+    assert r.returncode == 0, r.stderr
+    assert "mpi (buffer, MPI progress (busy-poll))" in r.stdout
+    assert [row[-1] for row in table_rows(r.stdout)] == ["0", "0"]
+
+
+def test_srun_wrong_mpi_plugin_is_an_error(slurm):
+    r = srun(slurm, "-n", "2", "--mpi=none", str(BIN / "commbench"), "p2p-latency", "-t", "mpi", "-m", "8:8")
+    assert r.returncode != 0
+    assert "MPI sees 1 rank(s) but srun started 2" in r.stderr and "--mpi=pmix" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_srun_dead_rank_ends_the_step(slurm, tmp_path):
+    out = tmp_path / "r.jsonl"
+    p = subprocess.Popen(["srun", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "0:4M", "-i", "3000",
+                          "--timeout", "10", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=slurm)
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().count('"row"') >= 3):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    victim = None
+    for pid in os.listdir("/proc"):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if b"SLURM_PROCID=1" in env and b"p2p-latency" in cmd and f"SLURM_CONF={slurm['SLURM_CONF']}".encode() in env:
+            victim = int(pid)
+    assert victim
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    assert time.monotonic() - t0 < 10
+    assert "rank 0 on host" in err and "rank 1 on host" in err, err
+    assert len(read_runs(out)[0].rows) >= 3
+
+
+def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
+    subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down",
+                    str(Path(slurm["SLURM_CONF"]).parent)], timeout=60)
+    d = cluster(tmp_path_factory, 2)
+    try:
+        env = {**slurm, "SLURM_CONF": str(d / "slurm.conf")}
+        r = srun(env, "-N", "2", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8,64K", "-i", "200",
+                 "--validate")
+        assert r.returncode == 0, r.stderr
+        assert "hosts: n1, n2" in r.stdout  # one rank on each node
+        assert [row[-1] for row in table_rows(r.stdout)] == ["0", "0"]
+    finally:
+        subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down", str(d)], timeout=60)
