@@ -19,7 +19,7 @@ US = "{:.2f}"
 class P2PLatency(Benchmark):
     name = "p2p-latency"
     help = "ping-pong between two ranks; one-way latency = round trip / 2 (as osu_latency)"
-    units = "microseconds (us) one-way; avg = total time / (2 x iterations); percentiles over round trips / 2"
+    units = "microseconds (us) one-way = round trip / 2; each round trip timed around the call; percentiles over them"
     columns = [Column("iterations", "Iters", 8, "{:d}"), Column("avg_us", "Avg(us)", 10, US),
                Column("min_us", "Min", 9, US), Column("p50_us", "p50", 9, US), Column("p99_us", "p99", 9, US),
                Column("p999_us", "p99.9", 9, US), Column("max_us", "Max", 10, US),
