@@ -37,6 +37,14 @@ class Message:
             view[:] = src[offset:offset + size]
             offset += size
 
+    def assign(self, bufs) -> bool:
+        """Copy a received list of buffers in; False (nothing copied) if its layout is not this message's."""
+        if len(bufs) != len(self.sizes) or any(len(b) != s for b, s in zip(bufs, self.sizes, strict=True)):
+            return False
+        for view, b in zip(self.views, bufs, strict=True):
+            view[:] = b
+        return True
+
     def fill(self, pattern: Pattern) -> None:
         for arr, expected in zip(self.arrays, pattern.arrays, strict=False):
             arr[:] = expected

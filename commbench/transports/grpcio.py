@@ -83,12 +83,7 @@ class ProtoCodec:
         return self.pb.FromString(data).seq
 
     def decode_into(self, data: bytes, msg: Message, with_seq: bool) -> bool:
-        bufs = self.pb.FromString(data).buffers
-        if len(bufs) != len(msg.sizes) or any(len(b) != s for b, s in zip(bufs, msg.sizes, strict=False)):
-            return False
-        for view, b in zip(msg.views, bufs, strict=False):
-            view[:] = b
-        return True
+        return msg.assign(self.pb.FromString(data).buffers)
 
 
 class _Serving:

@@ -111,10 +111,8 @@ class MpiLink(Link):
                             "do all ranks run the same command?")
 
     def unpack(self, bufs: list, msg: Message) -> None:
-        if len(bufs) != len(msg.sizes) or any(len(b) != s for b, s in zip(bufs, msg.sizes, strict=True)):
+        if not msg.assign(bufs):
             raise PeerError(f"{self.name} sent buffers that do not fit the {msg.nbytes} B expected")
-        for view, b in zip(msg.views, bufs, strict=True):
-            view[:] = b
 
 
 class MpiTransport(Transport):
