@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from commbench import __version__
 from commbench.core.errors import CommbenchError, RunAborted, UsageError
 from commbench.core.harness import Loops
-from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
+from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, category_of, sweep_payloads
 from commbench.core.sizes import parse_range, parse_size
 
 DEFAULT_TIMEOUT = 60.0
@@ -29,8 +29,10 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g = p.add_argument_group("what to send")
     g.add_argument("-m", "--message-size", default="0:4M", metavar="MIN:MAX",
                    help="sizes to sweep, powers of two (OSU's -m), or a list like 8,1K,1M (default 0:4M)")
-    g.add_argument("--payload", choices=SCHEMES, metavar="SCHEME",
-                   help="TF-gRPC-Bench payload scheme instead of a sweep: uniform, random or skew")
+    g.add_argument("--payload", metavar="SPEC",
+                   help="instead of a sweep: a TF-gRPC-Bench scheme (uniform, random, skew), a model's gradient "
+                        "tensors (resnet50, vgg16, ...: commbench payloads list), or SCHEME:MODEL (sizes drawn "
+                        "from the model's tensors)")
     g.add_argument("--buffers", type=int, default=10, help="buffers per payload (default 10)")
     g.add_argument("--categories", default="S,M,L", help="buffer categories to draw from: S, M, L (default S,M,L)")
     g.add_argument("--small-size", default="10", help="Small buffer size, [1 B, 1 KiB) (default 10)")
@@ -74,21 +76,38 @@ def build_parser() -> Parser:
         add_common(p, tr)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls)
-    from commbench import compare, show
+    from commbench import compare, payloads_cli, show
 
     compare.add_parser(sub, tr)
     show.add_parser(sub)
+    payloads_cli.add_parser(sub)
     return parser
 
 
 def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
     """The points to measure, and the payload description for the header (None for a sweep)."""
+    if args.payload and args.payload.partition(":")[0] not in SCHEMES:
+        from commbench.profiles.store import load
+
+        prof = load(args.payload)
+        mb = prof.nbytes / 1e6
+        payload = Payload(f"{prof.name}[{len(prof.tensors)}]={mb:.1f}MB", tuple(t.nbytes for t in prof.tensors),
+                          "model")
+        return [payload], (f"gradient tensors of {prof.name}: {len(prof.tensors)} buffers, {mb:.2f} MB "
+                           f"({prof.meta.get('source', 'profile')})")
     if args.payload:
-        spec = SchemeSpec(args.payload, args.buffers, tuple(c.strip().upper() for c in args.categories.split(",")),
+        scheme, _, model = args.payload.partition(":")
+        pool = None
+        if model:
+            from commbench.profiles.store import load
+
+            prof = load(model)
+            pool = {c: tuple(t.nbytes for t in prof.tensors if category_of(t.nbytes).letter == c) for c in "SML"}
+        spec = SchemeSpec(scheme, args.buffers, tuple(c.strip().upper() for c in args.categories.split(",")),
                           {"S": parse_size(args.small_size, "--small-size"),
                            "M": parse_size(args.medium_size, "--medium-size"),
                            "L": parse_size(args.large_size, "--large-size")},
-                          args.skew_bias, args.seed)
+                          args.skew_bias, args.seed, pool, model)
         payload = spec.draw()
         cats = ",".join(CATEGORIES[c].name for c in dict.fromkeys(spec.categories))
         return [payload], (f"{spec.scheme} scheme, {spec.buffers} buffers from {cats}"

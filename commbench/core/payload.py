@@ -77,6 +77,9 @@ class SchemeSpec:
     sizes: dict[str, int] = field(default_factory=lambda: {c.letter: c.default for c in (SMALL, MEDIUM, LARGE)})
     bias: str = "large"
     seed: int = 1
+    # sizes to draw from per category (a model's tensor sizes, for SCHEME:MODEL); None: the fixed sizes/ranges
+    pool: dict[str, tuple[int, ...]] | None = None
+    source: str = ""
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -88,7 +91,7 @@ class SchemeSpec:
                 raise UsageError(f"unknown buffer category {letter!r}; use S, M and L (e.g. --categories S,L)")
         for letter, size in self.sizes.items():
             CATEGORIES[letter].check(size)
-        if self.scheme == "random" and len(set(self.categories)) < 2:
+        if self.scheme == "random" and len(set(self.categories)) < 2 and self.pool is None:
             raise UsageError("the random scheme mixes at least two categories; "
                              "give --categories with two or more of S,M,L")
         if self.bias not in SKEW_SHARES:
@@ -97,21 +100,26 @@ class SchemeSpec:
     def draw(self) -> Payload:
         """The payload for this spec: the same list on every rank for the same seed."""
         rng = np.random.default_rng(self.seed)
-        cats = list(dict.fromkeys(self.categories))
+        cats = [c for c in dict.fromkeys(self.categories) if self.pool is None or self.pool.get(c)]
+        if not cats:
+            raise UsageError(f"{self.source or 'the profile'} has no tensors in categories {','.join(self.categories)}")
         if self.scheme == "uniform":
             letters = [cats[i % len(cats)] for i in range(self.buffers)]
-            sizes = [self.sizes[c] for c in letters]
         elif self.scheme == "random":
             letters = [cats[i] for i in rng.integers(0, len(cats), self.buffers)]
-            sizes = [int(rng.integers(CATEGORIES[c].lo, CATEGORIES[c].hi + 1)) for c in letters]
         else:  # skew
             shares = SKEW_SHARES[self.bias]
             order = [c for c in shares if c in cats]
             p = np.array([shares[c] for c in order])
             letters = [order[i] for i in rng.choice(len(order), size=self.buffers, p=p / p.sum())]
+        if self.pool is not None:  # a model's own tensor sizes, drawn uniformly within each category
+            sizes = [int(self.pool[c][rng.integers(0, len(self.pool[c]))]) for c in letters]
+        elif self.scheme == "random":
+            sizes = [int(rng.integers(CATEGORIES[c].lo, CATEGORIES[c].hi + 1)) for c in letters]
+        else:
             sizes = [self.sizes[c] for c in letters]
         counts = "/".join(f"{c}{letters.count(c)}" for c in "SML" if letters.count(c))
-        label = f"{self.scheme}[{counts}]={format_size(sum(sizes))}"
+        label = f"{self.scheme}{':' + self.source if self.source else ''}[{counts}]={format_size(sum(sizes))}"
         return Payload(label, tuple(sizes), self.scheme)
 
 

@@ -1,0 +1,139 @@
+"""Profiles on disk: ``payloads/<name>.csv`` with a commented header, then one row per trainable tensor.
+
+    # model: resnet50
+    # framework: tensorflow 2.21.0, keras 3.15.1
+    # parameters: 25583592
+    # source: keras.applications.ResNet50(weights=None)
+    name,shape,dtype,bytes
+    conv1_conv/kernel,7x7x3x64,float32,37632
+
+Reading needs no TensorFlow. A malformed file is named with its line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+from commbench.core.errors import UsageError
+from commbench.core.payload import category_of
+
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
+COLUMNS = ["name", "shape", "dtype", "bytes"]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    meta: dict[str, str]
+    tensors: tuple[Tensor, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def parameters(self) -> int:
+        return sum(prod(t.shape) for t in self.tensors)
+
+    def histogram(self) -> dict[str, tuple[int, int]]:
+        """Small / Medium / Large (TF-gRPC-Bench's categories): (tensor count, bytes)."""
+        out = {c: [0, 0] for c in "SML"}
+        for t in self.tensors:
+            c = category_of(t.nbytes).letter
+            out[c][0] += 1
+            out[c][1] += t.nbytes
+        return {c: (n, b) for c, (n, b) in out.items()}
+
+
+def search_path() -> list[Path]:
+    """Where profiles are looked for: $COMMBENCH_PAYLOADS, then the repository's payloads/."""
+    dirs = [Path(p) for p in os.environ.get("COMMBENCH_PAYLOADS", "").split(os.pathsep) if p]
+    return [*dirs, Path(__file__).resolve().parents[2] / "payloads"]
+
+
+def known() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in search_path():
+        for f in sorted(d.glob("*.csv")) if d.is_dir() else ():
+            found.setdefault(f.stem, f)
+    return found
+
+
+def load(name_or_path: str) -> Profile:
+    """A profile by name (``resnet50``) or by path to a CSV."""
+    p = Path(name_or_path)
+    if not (p.suffix == ".csv" and p.exists()):
+        profiles = known()
+        if name_or_path not in profiles:
+            raise UsageError(f"unknown model or profile {name_or_path!r}; known: {', '.join(profiles) or 'none'} "
+                             "(or give a CSV path; make one with 'commbench payloads profile')")
+        p = profiles[name_or_path]
+    return parse(p)
+
+
+def parse(path: Path) -> Profile:
+    meta: dict[str, str] = {}
+    tensors: list[Tensor] = []
+    header_seen = False
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read profile {str(path)!r}: {exc.strerror}") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            key, sep, value = line[1:].partition(":")
+            if sep:
+                meta[key.strip()] = value.strip()
+            continue
+        fields = next(csv.reader([line]))
+        if not header_seen:
+            if fields != COLUMNS:
+                raise UsageError(f"{path}:{lineno}: expected the header {','.join(COLUMNS)}, found {line!r}")
+            header_seen = True
+            continue
+        tensors.append(_tensor(path, lineno, fields))
+    if not tensors:
+        raise UsageError(f"{path}: no tensors in this profile")
+    return Profile(meta.get("model", path.stem), meta, tuple(tensors))
+
+
+def _tensor(path: Path, lineno: int, fields: list[str]) -> Tensor:
+    where = f"{path}:{lineno}"
+    if len(fields) != 4:
+        raise UsageError(f"{where}: expected 4 fields (name,shape,dtype,bytes), found {len(fields)}")
+    name, shape_text, dtype, nbytes_text = fields
+    try:
+        shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else ()
+        nbytes = int(nbytes_text)
+    except ValueError:
+        raise UsageError(f"{where}: shape {shape_text!r} and bytes {nbytes_text!r} must be integers "
+                         "(shape as 3x3x64x64)") from None
+    if dtype not in ITEMSIZE:
+        raise UsageError(f"{where}: unknown dtype {dtype!r}; one of {', '.join(ITEMSIZE)}")
+    if any(d < 0 for d in shape) or nbytes != prod(shape) * ITEMSIZE[dtype]:
+        raise UsageError(f"{where}: {nbytes} bytes do not match shape {shape_text} of {dtype}")
+    return Tensor(name, shape, dtype, nbytes)
+
+
+def write(path: Path, profile_meta: dict[str, str], tensors: list[Tensor]) -> None:
+    with open(path, "w", newline="") as fh:
+        for k, v in profile_meta.items():
+            fh.write(f"# {k}: {v}\n")
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for t in tensors:
+            w.writerow([t.name, "x".join(str(d) for d in t.shape), t.dtype, t.nbytes])
