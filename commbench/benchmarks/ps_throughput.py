@@ -1,0 +1,103 @@
+"""Parameter-server throughput (TF-gRPC-Bench's PS benchmark, with real updates): W workers x P shards,
+fully connected. Ranks 0 .. W-1 are workers (rank 0 reports), ranks W .. W+P-1 are shards.
+
+RPC/s and MB/s add up over workers (each worker's count over its own time, as osu_mbw_mr);
+steps/s is per worker; push and pull latencies are per RPC, over all workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from commbench.benchmarks.base import WRONG, Benchmark, Context
+from commbench.core.errors import UsageError
+from commbench.core.harness import LoopDefaults, measure, timed_loop, untimed_loop
+from commbench.core.payload import Payload
+from commbench.core.table import Column
+from commbench.core.world import World
+from commbench.emulators.placement import POLICIES, place, shard_bytes
+from commbench.emulators.ps import Shard, Worker, expected_value
+
+PS_LOOPS = LoopDefaults((100, 10), (10, 2))
+MS = "{:.2f}"
+
+
+class PSThroughput(Benchmark):
+    name = "ps-throughput"
+    help = "parameter-server emulator: workers push gradients to and pull variables from PS shards"
+    units = ("steps/s per worker; RPC/s and MB/s (10^6 B/s) summed over workers; push/pull latency in ms "
+             "per RPC; Shard MB = bytes each shard holds")
+    columns = [Column("workers", "W", 3, "{:d}"), Column("ps", "P", 3, "{:d}"),
+               Column("iterations", "Steps", 6, "{:d}"),
+               Column("steps_s", "Steps/s", 9, MS), Column("rpc_s", "RPC/s", 9, "{:.1f}"),
+               Column("mb_s", "MB/s", 10, MS), Column("push_p50_ms", "Push p50", 9, MS),
+               Column("push_p99_ms", "p99", 8, MS), Column("pull_p50_ms", "Pull p50", 9, MS),
+               Column("pull_p99_ms", "p99", 8, MS), Column("shard_mb", "Shard MB", -16), WRONG]
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--workers", type=int, default=2, help="worker ranks (default 2)")
+        parser.add_argument("--ps", type=int, default=1, help="parameter-server shards (default 1)")
+        parser.add_argument("--placement", choices=POLICIES, default="round-robin",
+                            help="variables on shards: round-robin (TF default) or greedy by bytes")
+        parser.set_defaults(payload="skew")
+
+    @classmethod
+    def ranks(cls, args: argparse.Namespace) -> int:
+        if args.workers < 1:
+            raise UsageError(f"--workers must be at least 1, not {args.workers}")
+        if args.ps < 1:
+            raise UsageError(f"--ps must be at least 1, not {args.ps}")
+        return args.workers + args.ps
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.nw, self.np_ = args.workers, args.ps
+
+    def peers(self, world: World) -> list[int]:
+        workers, shards = range(self.nw), range(self.nw, self.nw + self.np_)
+        return list(shards) if world.rank < self.nw else list(workers)
+
+    def run_point(self, ctx: Context, payload: Payload) -> dict | None:
+        world, nw, np_ = ctx.world, self.nw, self.np_
+        owners = place(payload.sizes, np_, self.args.placement)
+        per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
+                     for s in range(np_)}
+        if world.rank < nw:
+            worker = Worker(world.rank, nw, per_shard, ctx.links, ctx.validate)
+
+            def run(n: int):
+                worker.start(n)
+                return timed_loop(worker.step, n)
+        else:
+            shard = Shard(per_shard[world.rank], list(range(nw)), ctx.links)
+
+            def run(n: int):
+                untimed_loop(shard.step, n)
+
+        samples = measure(world, ctx.loops, PS_LOOPS, payload.nbytes, run)
+        if world.rank < nw:
+            mine = {"t": int(samples.sum()), "n": len(samples), "push": worker.push_ns, "pull": worker.pull_ns,
+                    "wrong": worker.wrong}
+        else:
+            mine = {"wrong": shard.wrong(), "steps": shard.steps,
+                    "value": float(shard.var_f[0][0]) if shard.var_f and len(shard.var_f[0]) else None}
+        got = world.gather_json("ps", mine)
+        if world.rank != 0:
+            return None
+        workers, shards = got[:nw], got[nw:]
+        per_step_rpcs, per_step_bytes = 2 * np_, 2 * payload.nbytes
+        push = np.asarray([x for w in workers for x in w["push"]], dtype=np.float64) / 1e6
+        pull = np.asarray([x for w in workers for x in w["pull"]], dtype=np.float64) / 1e6
+        return {"workers": nw, "ps": np_, "iterations": len(samples),
+                "steps_s": float(np.mean([w["n"] / (w["t"] / 1e9) for w in workers])),
+                "rpc_s": sum(per_step_rpcs * w["n"] / (w["t"] / 1e9) for w in workers),
+                "mb_s": sum(per_step_bytes * w["n"] / (w["t"] / 1e9) for w in workers) / 1e6,
+                "push_p50_ms": float(np.percentile(push, 50)), "push_p99_ms": float(np.percentile(push, 99)),
+                "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": float(np.percentile(pull, 99)),
+                "shard_mb": "/".join(f"{b / 1e6:.1f}" for b in shard_bytes(payload.sizes, owners, np_)),
+                "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
+                "expected_value": expected_value(shards[0]["steps"], nw),
+                "wrong": sum(w["wrong"] for w in workers) + sum(s["wrong"] for s in shards)}

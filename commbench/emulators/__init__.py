@@ -1,0 +1,1 @@
+"""Emulators of how TensorFlow trains in parallel: parameter servers (ps.py)."""

@@ -1,0 +1,116 @@
+"""The parameter-server emulator's two roles, over any transport.
+
+Every step (sync mode, as TensorFlow's SyncReplicasOptimizer): each worker pushes its gradients
+for each shard's variables (a call, acked on receipt), each shard adds the W pushes up and really
+applies ``var -= lr * sum / W`` with numpy, then each worker pulls the updated variables. Workers
+push to and pull from the shards in shard order, and shards serve workers in worker order, so no
+rank ever waits on a rank that waits on it, whatever the transport.
+
+Worker w's gradient is the constant (w + 1) / 1024 and lr = 0.5, so every value is exact in
+float32: after k steps every variable is -k (W + 1) / 4096, which workers (``--validate``) and the
+test check bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from commbench.core.message import Message
+from commbench.transports.base import Link
+
+LR = 0.5
+CONTROL = (8,)  # pull requests and push acks
+
+
+def floats(msg: Message) -> list[np.ndarray]:
+    """The float32 view of each buffer (a buffer's last size % 4 bytes carry no variable)."""
+    return [a[: len(a) // 4 * 4].view(np.float32) for a in msg.arrays]
+
+
+def gradient_value(worker: int) -> float:
+    return (worker + 1) / 1024
+
+
+def expected_value(steps: int, workers: int) -> float:
+    return -steps * (workers + 1) / 4096
+
+
+class Shard:
+    def __init__(self, sizes: list[int], workers: list[int], links: dict[int, Link]) -> None:
+        self.workers = workers
+        self.links = links
+        self.vars = Message(sizes)
+        self.grad = Message(sizes)
+        self.var_f, self.grad_f = floats(self.vars), floats(self.grad)
+        self.acc = [np.zeros_like(v) for v in self.var_f]
+        self.ack, self.req = Message(CONTROL), Message(CONTROL)
+        self.steps = 0
+        self.bytes_in = self.bytes_out = 0
+
+    def accumulate(self) -> Message:
+        for acc, g in zip(self.acc, self.grad_f, strict=True):
+            np.add(acc, g, out=acc)
+        return self.ack
+
+    def step(self) -> None:
+        for w in self.workers:
+            self.links[w].serve(1, self.grad, self.accumulate)
+        scale = np.float32(LR / len(self.workers))
+        for var, acc in zip(self.var_f, self.acc, strict=True):
+            var -= acc * scale
+            acc.fill(0)
+        self.steps += 1
+        for w in self.workers:
+            self.links[w].serve(1, self.req, self.vars)
+        n = len(self.workers)
+        self.bytes_in += n * (self.grad.nbytes + self.req.nbytes)
+        self.bytes_out += n * (self.vars.nbytes + self.ack.nbytes)
+
+    def wrong(self) -> int:
+        """Variables whose value is not what the pushed updates imply."""
+        want = np.float32(expected_value(self.steps, len(self.workers)))
+        return sum(int(np.count_nonzero(v != want)) for v in self.var_f)
+
+
+class Worker:
+    def __init__(self, rank: int, nworkers: int, shard_sizes: dict[int, list[int]], links: dict[int, Link],
+                 validate: bool) -> None:
+        self.shards = sorted(shard_sizes)
+        self.links = links
+        self.nworkers = nworkers
+        self.grads = {s: Message(sz) for s, sz in shard_sizes.items()}
+        for m in self.grads.values():
+            for f in floats(m):
+                f.fill(gradient_value(rank))
+        self.vars = {s: Message(sz) for s, sz in shard_sizes.items()}
+        self.ack, self.req = Message(CONTROL), Message(CONTROL)
+        self.validate = validate
+        self.steps = 0
+        self.wrong = 0
+        self.push_ns: list[int] = []
+        self.pull_ns: list[int] = []
+
+    def start(self, n: int) -> None:
+        """Preallocate this run's per-RPC timings."""
+        self.push_ns = [0] * (n * len(self.shards))
+        self.pull_ns = [0] * (n * len(self.shards))
+        self.slot = 0
+
+    def step(self) -> None:
+        clock, links, slot = time.perf_counter_ns, self.links, self.slot
+        for i, s in enumerate(self.shards):
+            t = clock()
+            links[s].call(self.grads[s], self.ack)
+            self.push_ns[slot + i] = clock() - t
+        for i, s in enumerate(self.shards):
+            t = clock()
+            links[s].call(self.req, self.vars[s])
+            self.pull_ns[slot + i] = clock() - t
+        self.slot = slot + len(self.shards)
+        self.steps += 1
+        if self.validate:
+            want = np.float32(expected_value(self.steps, self.nworkers))
+            for m in self.vars.values():
+                self.wrong += any(bool(np.any(f != want)) for f in floats(m))

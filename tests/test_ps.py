@@ -1,0 +1,69 @@
+"""The parameter-server emulator: TensorFlow-like placement, real updates, any transport."""
+
+import pytest
+from conftest import commbench, table_rows
+
+from commbench.core.errors import UsageError
+from commbench.core.results import read_runs
+from commbench.emulators.placement import place, shard_bytes
+from commbench.profiles import store
+
+
+def test_round_robin_and_greedy_placement_on_resnet50():
+    sizes = [t.nbytes for t in store.load("resnet50").tensors]
+    rr = place(sizes, 2, "round-robin")
+    assert rr[:4] == [0, 1, 0, 1]
+    # ResNet-50 alternates kernels and biases (and BN gammas/betas), so round-robin loads one shard
+    assert shard_bytes(sizes, rr, 2) == [sum(sizes[0::2]), sum(sizes[1::2])]
+    assert sum(sizes[1::2]) < 0.003 * sum(sizes)
+    greedy = shard_bytes(sizes, place(sizes, 2, "greedy"), 2)
+    assert sum(greedy) == sum(sizes) and abs(greedy[0] - greedy[1]) <= max(sizes)
+
+
+def test_greedy_by_hand():
+    # each variable on the least loaded shard so far, ties to the lower shard
+    assert place([10, 10, 5, 30, 1], 3, "greedy") == [0, 1, 2, 2, 0]
+    assert shard_bytes([10, 10, 5, 30, 1], [0, 1, 2, 2, 0], 3) == [11, 10, 35]
+
+
+@pytest.mark.parametrize("n,p", [(0, 1), (5, 0), (3, 4)])
+def test_placement_rejects(n, p):
+    with pytest.raises(UsageError):
+        place([4] * n, p)
+
+
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-mode", "proto"]])
+@pytest.mark.parametrize("placement", ["round-robin", "greedy"])
+def test_ps_updates_are_real(tmp_path, transport, placement):
+    out = tmp_path / "ps.jsonl"
+    r = commbench("ps-throughput", *transport, "--workers", "2", "--ps", "2", "--payload", "mobilenet_v2",
+                  "--placement", placement, "-i", "7", "-x", "2", "--validate", "-o", str(out))
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["shard_steps"] == [9, 9]  # warm-up and timed steps both updated the variables
+    assert row["final_value"] == row["expected_value"] == -9 * 3 / 4096  # -k (W + 1) / 4096, bit for bit
+    assert row["wrong"] == 0 and row["rpc_s"] > 0 and row["mb_s"] > 0
+    assert row["workers"] == 2 and row["ps"] == 2
+
+
+def test_must_show_resnet50_2x2():
+    r = commbench("ps-throughput", "--workers", "2", "--ps", "2", "--payload", "resnet50", "-i", "5", "-x", "1")
+    assert r.code == 0, r.err
+    row = table_rows(r.out)[0]
+    assert row[0].startswith("resnet50[214]") and row[1:4] == ["2", "2", "5"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--ps", "0"], "--ps must be at least 1, not 0"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--ps", "3", "--payload", "small_cnn", "--workers", "1"], None),
+    (["--ps", "11", "--workers", "1", "--payload", "small_cnn"], "more shards than the payload has variables (10)"),
+    (["--payload", "nosuchnet"], "unknown model or profile 'nosuchnet'"),
+])
+def test_ps_bad_input(args, needle):
+    r = commbench("ps-throughput", "-i", "2", "-x", "0", *args)
+    if needle is None:
+        assert r.code == 0, r.err
+        return
+    assert r.code == 2, (r.out, r.err)
+    assert needle in r.err and "Traceback" not in r.err
