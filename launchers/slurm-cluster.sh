@@ -50,7 +50,9 @@ if ! pgrep -x munged >/dev/null; then
 fi
 
 host=$(hostname -s)
-cpus=$(nproc)
+# Advertise at least 8 CPUs a node (config_overrides lets slurmd accept that) so that studies with
+# more ranks than this machine's cores, e.g. 2 workers + 2 PS shards, can be tried on it.
+cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
 mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
 mem=$(( mem / nodes ))
 {
@@ -68,6 +70,7 @@ mem=$(( mem / nodes ))
   echo "JobAcctGatherType=jobacct_gather/none"
   echo "JobCompType=jobcomp/none"
   echo "ReturnToService=2"
+  echo "SlurmdParameters=config_overrides"
   echo "StateSaveLocation=$dir/state"
   echo "SlurmdSpoolDir=$dir/spool/%n"
   echo "SlurmctldPidFile=$dir/slurmctld.pid"

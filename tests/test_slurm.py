@@ -92,6 +92,22 @@ def test_srun_dead_rank_ends_the_step(slurm, tmp_path):
     assert len(read_runs(out)[0].rows) >= 3
 
 
+def test_ps_recipe_under_sbatch(slurm, tmp_path):
+    """slurm/ps-throughput.sbatch, submitted for real: 2 workers + 2 shards, both placements."""
+    job = subprocess.run(["sbatch", "--wait", "-n", "4", "-o", str(tmp_path / "out.txt"),
+                          f"--export=ALL,COMMBENCH={BIN / 'commbench'},TRANSPORTS=tcp,EXTRA=-i 3 -x 1 --validate",
+                          str(ROOT / "slurm" / "ps-throughput.sbatch")],
+                         capture_output=True, text=True, env=slurm, cwd=tmp_path, timeout=600)
+    out = (tmp_path / "out.txt").read_text()
+    assert job.returncode == 0, job.stderr + out
+    files = sorted(tmp_path.glob("commbench-ps-*/*.jsonl"))
+    assert [f.name for f in files] == ["ps_tcp_greedy.jsonl", "ps_tcp_round-robin.jsonl"]
+    for f in files:
+        (row,) = read_runs(f)[0].rows
+        assert row["workers"] == 2 and row["ps"] == 2 and row["wrong"] == 0
+
+
+# runs last: it replaces the module's one-node cluster with two fake nodes
 def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
     subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down",
                     str(Path(slurm["SLURM_CONF"]).parent)], timeout=60)
