@@ -137,7 +137,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     transport_cls.check_usable(args)
     loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time)
-    points, spec = plan_points(args)
+    points, spec = bench_cls.plan_points(args) or plan_points(args)
     if args.np is not None and args.np != bench_cls.ranks(args):
         if bench_cls.name.startswith("p2p-b") and args.np >= 2 and args.np % 2 == 0:
             args.pairs = args.np // 2

@@ -125,3 +125,12 @@ def test_stopped_peer_inside_mpi_recv():
     assert p.returncode != 0
     assert "rank 0 on host" in err and "rank 1 on host" in err and "stopped responding" in err, err
     assert elapsed < 4 + 2 + 6, elapsed  # timeout + the watchdog's grace + start-up
+
+
+@pytest.mark.parametrize("algorithm", ["native", "ring", "recursive-doubling"])
+def test_allreduce_over_mpi(algorithm):
+    r = mpiexec(4, "allreduce", "-t", "mpi", "-a", algorithm, "-b", "4", "-e", "1M", "-f", "32", "-i", "5",
+                "--validate")
+    assert r.code == 0, r.err
+    rows = table_rows(r.out)
+    assert [row[1] for row in rows] == ["1", "32", "1024", "32768"] and all(row[-1] == "0" for row in rows)

@@ -58,6 +58,11 @@ class Benchmark(ABC):
     def ranks(cls, args: argparse.Namespace) -> int:
         return 2
 
+    @classmethod
+    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
+        """The points to measure, if this benchmark plans its own (None: the common -m / --payload)."""
+        return None
+
     @abstractmethod
     def peers(self, world: World) -> list[int]:
         """The ranks this rank exchanges messages with."""

@@ -24,6 +24,19 @@ class Message:
         # Per-transport precomputed state (framing headers, iovec lists), keyed by transport.
         self.cache: dict[str, object] = {}
 
+    @classmethod
+    def over(cls, arrays: Sequence[np.ndarray]) -> Message:
+        """A message whose buffers are existing arrays (e.g. chunks of one tensor), not copies."""
+        msg = cls.__new__(cls)
+        msg.arrays = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
+        if any(m.base is None and a.size for m, a in zip(msg.arrays, arrays, strict=True)):
+            raise ValueError("Message.over needs contiguous arrays (views, not copies)")
+        msg.sizes = tuple(len(a) for a in msg.arrays)
+        msg.views = [memoryview(a) for a in msg.arrays]
+        msg.nbytes = sum(msg.sizes)
+        msg.cache = {}
+        return msg
+
     def __len__(self) -> int:
         return len(self.sizes)
 

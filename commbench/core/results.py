@@ -88,6 +88,8 @@ class ResultsWriter:
         self.fh.flush()
 
     def row(self, row: dict) -> None:
+        if "type" in row:
+            raise ValueError("'type' marks JSONL records; name the column something else")
         if self.csv:
             self.writer.writerow({k: _csv_value(v) for k, v in row.items()})
         else:

@@ -1,0 +1,144 @@
+"""All-reduce algorithms over any transport: float32 sum, out of place (input -> output), as
+nccl-tests measures. Every algorithm is a plan built once per buffer (messages over chunks of the
+output, scratch space) and a ``run`` that moves data with links' send / recv_into and the
+transport's ``progress`` (simultaneous send and receive); the reductions are numpy additions.
+
+- ring: reduce-scatter then all-gather around the ring, n - 1 steps each (bandwidth-optimal);
+- recursive-doubling: log2(p) exchanges of the whole buffer with rank ^ 2^k; ranks beyond the
+  largest power of two p fold their data into a partner first and get the result back last;
+- tree: reduce up a binary tree (children 2r + 1, 2r + 2) to rank 0, then broadcast down;
+- reduce-bcast: every rank sends to rank 0, which adds and sends the sum back to all;
+- native: MPI_Allreduce (mpi transport only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commbench.core.errors import UsageError
+from commbench.core.message import Message
+from commbench.transports.base import Link, Transport
+
+ALGORITHMS = ("ring", "recursive-doubling", "tree", "reduce-bcast", "native")
+
+
+def bus_factor(n: int) -> float:
+    """nccl-tests: busbw = algbw * 2 (n - 1) / n for all-reduce."""
+    return 2 * (n - 1) / n
+
+
+class AllReduce:
+    """One buffer's all-reduce on this rank: ``run()`` reduces ``inp`` into ``out``."""
+
+    def __init__(self, algorithm: str, rank: int, size: int, links: dict[int, Link], transport: Transport,
+                 count: int) -> None:
+        if algorithm not in ALGORITHMS:
+            raise UsageError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        if algorithm == "native" and transport.name != "mpi":
+            raise UsageError("--algorithm native is MPI_Allreduce: use it with -t mpi")
+        self.rank, self.size, self.links, self.t = rank, size, links, transport
+        self.inp = np.zeros(count, np.float32)
+        self.out = np.zeros(count, np.float32)
+        self.run = getattr(self, "_plan_" + algorithm.replace("-", "_"))()
+
+    # -- ring ------------------------------------------------------------------------------------
+    def _plan_ring(self):
+        n, r = self.size, self.rank
+        if n == 1:
+            return self._copy_only
+        bounds = np.linspace(0, len(self.out), n + 1).astype(int)
+        chunks = [self.out[bounds[i]:bounds[i + 1]] for i in range(n)]
+        scratch = [np.zeros_like(c) for c in chunks]
+        send = [Message.over([c]) for c in chunks]
+        recv_scratch = [Message.over([s]) for s in scratch]
+        right, left = self.links[(r + 1) % n], self.links[(r - 1) % n]
+        progress, out, inp = self.t.progress, self.out, self.inp
+
+        def run() -> None:
+            np.copyto(out, inp)
+            for k in range(n - 1):  # reduce-scatter: after it, chunk (r + 1) % n is complete here
+                s, d = (r - k) % n, (r - k - 1) % n
+                progress([(right, send[s])], [(left, recv_scratch[d])])
+                np.add(chunks[d], scratch[d], out=chunks[d])
+            for k in range(n - 1):  # all-gather
+                s, d = (r + 1 - k) % n, (r - k) % n
+                progress([(right, send[s])], [(left, send[d])])
+        return run
+
+    # -- recursive doubling ------------------------------------------------------------------------
+    def _plan_recursive_doubling(self):
+        n, r = self.size, self.rank
+        p = 1 << (n.bit_length() - 1)  # largest power of two <= n
+        whole, scratch = Message.over([self.out]), np.zeros_like(self.out)
+        recv = Message.over([scratch])
+        progress, out, inp, links = self.t.progress, self.out, self.inp, self.links
+        partners = [] if r >= p else [r ^ (1 << k) for k in range(p.bit_length() - 1)]
+
+        def run() -> None:
+            np.copyto(out, inp)
+            if r >= p:  # fold into a partner below p, get the result back at the end
+                links[r - p].send(whole)
+                links[r - p].recv_into(whole)
+                return
+            if r + p < n:
+                links[r + p].recv_into(recv)
+                np.add(out, scratch, out=out)
+            for q in partners:
+                progress([(links[q], whole)], [(links[q], recv)])
+                np.add(out, scratch, out=out)
+            if r + p < n:
+                links[r + p].send(whole)
+        return run
+
+    # -- binary tree -----------------------------------------------------------------------------
+    def _plan_tree(self):
+        n, r = self.size, self.rank
+        children = [c for c in (2 * r + 1, 2 * r + 2) if c < n]
+        parent = (r - 1) // 2 if r else None
+        whole, scratch = Message.over([self.out]), np.zeros_like(self.out)
+        recv = Message.over([scratch])
+        out, inp, links = self.out, self.inp, self.links
+
+        def run() -> None:
+            np.copyto(out, inp)
+            for c in children:
+                links[c].recv_into(recv)
+                np.add(out, scratch, out=out)
+            if parent is not None:
+                links[parent].send(whole)
+                links[parent].recv_into(whole)
+            for c in children:
+                links[c].send(whole)
+        return run
+
+    # -- reduce to root, broadcast ---------------------------------------------------------------
+    def _plan_reduce_bcast(self):
+        n, r = self.size, self.rank
+        whole, scratch = Message.over([self.out]), np.zeros_like(self.out)
+        recv = Message.over([scratch])
+        out, inp, links = self.out, self.inp, self.links
+
+        def run() -> None:
+            np.copyto(out, inp)
+            if r:
+                links[0].send(whole)
+                links[0].recv_into(whole)
+                return
+            for q in range(1, n):
+                links[q].recv_into(recv)
+                np.add(out, scratch, out=out)
+            for q in range(1, n):
+                links[q].send(whole)
+        return run
+
+    # -- MPI_Allreduce ---------------------------------------------------------------------------
+    def _plan_native(self):
+        MPI = self.t.MPI  # type: ignore[attr-defined]
+        comm, inp, out = self.t.comm, [self.inp, MPI.FLOAT], [self.out, MPI.FLOAT]  # type: ignore[attr-defined]
+
+        def run() -> None:
+            comm.Allreduce(inp, out, op=MPI.SUM)
+        return run
+
+    def _copy_only(self) -> None:
+        np.copyto(self.out, self.inp)
