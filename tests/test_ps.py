@@ -67,3 +67,16 @@ def test_ps_bad_input(args, needle):
         return
     assert r.code == 2, (r.out, r.err)
     assert needle in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"]])
+def test_async_mode_applies_every_push(tmp_path, transport):
+    out = tmp_path / "ps.jsonl"
+    r = commbench("ps-throughput", *transport, "--mode", "async", "--workers", "3", "--ps", "2", "--payload",
+                  "mobilenet_v2", "--placement", "greedy", "-i", "6", "-x", "1", "--validate", "-o", str(out))
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["mode"] == "async" and row["shard_steps"] == [7, 7]
+    # every push applied on arrival, no averaging: -k W (W + 1) / 4096 whatever the order
+    assert row["final_value"] == row["expected_value"] == -7 * 3 * 4 / 4096
+    assert row["wrong"] == 0

@@ -42,6 +42,9 @@ class PSThroughput(Benchmark):
         parser.add_argument("--ps", type=int, default=1, help="parameter-server shards (default 1)")
         parser.add_argument("--placement", choices=POLICIES, default="round-robin",
                             help="variables on shards: round-robin (TF default) or greedy by bytes")
+        parser.add_argument("--mode", choices=("sync", "async"), default="sync",
+                            help="sync: shards average all workers' pushes each step (default); async: every "
+                                 "push applied on arrival, no barrier")
         parser.set_defaults(payload="skew")
 
     @classmethod
@@ -66,16 +69,19 @@ class PSThroughput(Benchmark):
         per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
                      for s in range(np_)}
         if world.rank < nw:
-            worker = Worker(world.rank, nw, per_shard, ctx.links, ctx.validate)
+            worker = Worker(world.rank, nw, per_shard, ctx.links, ctx.validate, self.args.mode == "async")
 
             def run(n: int):
                 worker.start(n)
                 return timed_loop(worker.step, n)
         else:
-            shard = Shard(per_shard[world.rank], list(range(nw)), ctx.links)
+            shard = Shard(per_shard[world.rank], list(range(nw)), ctx.links, self.args.mode == "async")
 
             def run(n: int):
-                untimed_loop(shard.step, n)
+                if shard.asynchronous:
+                    shard.run_async(n)
+                else:
+                    untimed_loop(shard.step, n)
 
         samples = measure(world, ctx.loops, PS_LOOPS, payload.nbytes, run)
         if world.rank < nw:
@@ -99,5 +105,6 @@ class PSThroughput(Benchmark):
                 "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": float(np.percentile(pull, 99)),
                 "shard_mb": "/".join(f"{b / 1e6:.1f}" for b in shard_bytes(payload.sizes, owners, np_)),
                 "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
-                "expected_value": expected_value(shards[0]["steps"], nw),
+                "expected_value": expected_value(shards[0]["steps"], nw, self.args.mode == "async"),
+                "mode": self.args.mode,
                 "wrong": sum(w["wrong"] for w in workers) + sum(s["wrong"] for s in shards)}

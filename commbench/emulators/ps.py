@@ -6,13 +6,18 @@ applies ``var -= lr * sum / W`` with numpy, then each worker pulls the updated v
 push to and pull from the shards in shard order, and shards serve workers in worker order, so no
 rank ever waits on a rank that waits on it, whatever the transport.
 
+Async mode (as TensorFlow's default asynchronous training): each shard serves each worker from a
+thread of its own and applies every push on arrival, ``var -= lr * grad``; workers push and pull
+without waiting for each other (pulls may read a variable while another worker's update lands).
+
 Worker w's gradient is the constant (w + 1) / 1024 and lr = 0.5, so every value is exact in
-float32: after k steps every variable is -k (W + 1) / 4096, which workers (``--validate``) and the
-test check bit for bit.
+float32: after k steps every variable is -k (W + 1) / 4096 in sync mode (workers check each pull
+with ``--validate``) and -k W (W + 1) / 4096 in async mode, whatever the order (shards check).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -33,12 +38,15 @@ def gradient_value(worker: int) -> float:
     return (worker + 1) / 1024
 
 
-def expected_value(steps: int, workers: int) -> float:
-    return -steps * (workers + 1) / 4096
+def expected_value(steps: int, workers: int, asynchronous: bool = False) -> float:
+    return -steps * (workers + 1) / 4096 * (workers if asynchronous else 1)
 
 
 class Shard:
-    def __init__(self, sizes: list[int], workers: list[int], links: dict[int, Link]) -> None:
+    def __init__(self, sizes: list[int], workers: list[int], links: dict[int, Link],
+                 asynchronous: bool = False) -> None:
+        self.asynchronous = asynchronous
+        self.lock = threading.Lock()
         self.workers = workers
         self.links = links
         self.vars = Message(sizes)
@@ -68,15 +76,49 @@ class Shard:
         self.bytes_in += n * (self.grad.nbytes + self.req.nbytes)
         self.bytes_out += n * (self.vars.nbytes + self.ack.nbytes)
 
+    def run_async(self, n: int) -> None:
+        """n steps of every worker, each worker served by its own thread, updates applied on arrival."""
+        errors: list[BaseException] = []
+
+        def serve(w: int) -> None:
+            grad = Message(self.grad.sizes)
+            grad_f = floats(grad)
+            ack, req = Message(CONTROL), Message(CONTROL)
+
+            def apply() -> Message:
+                with self.lock:
+                    for var, g in zip(self.var_f, grad_f, strict=True):
+                        var -= g * np.float32(LR)
+                return ack
+            try:
+                for _ in range(n):
+                    self.links[w].serve(1, grad, apply)
+                    self.links[w].serve(1, req, self.vars)
+            except BaseException as exc:  # re-raised by the shard's main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        self.steps += n
+        k = len(self.workers) * n
+        self.bytes_in += k * (self.grad.nbytes + self.req.nbytes)
+        self.bytes_out += k * (self.vars.nbytes + self.ack.nbytes)
+
     def wrong(self) -> int:
         """Variables whose value is not what the pushed updates imply."""
-        want = np.float32(expected_value(self.steps, len(self.workers)))
+        want = np.float32(expected_value(self.steps, len(self.workers), self.asynchronous))
         return sum(int(np.count_nonzero(v != want)) for v in self.var_f)
 
 
 class Worker:
     def __init__(self, rank: int, nworkers: int, shard_sizes: dict[int, list[int]], links: dict[int, Link],
-                 validate: bool) -> None:
+                 validate: bool, asynchronous: bool = False) -> None:
+        self.asynchronous = asynchronous
         self.shards = sorted(shard_sizes)
         self.links = links
         self.nworkers = nworkers
@@ -99,6 +141,8 @@ class Worker:
         self.slot = 0
 
     def step(self) -> None:
+        if self.asynchronous:
+            return self.step_async()
         clock, links, slot = time.perf_counter_ns, self.links, self.slot
         for i, s in enumerate(self.shards):
             t = clock()
@@ -110,7 +154,20 @@ class Worker:
             self.pull_ns[slot + i] = clock() - t
         self.slot = slot + len(self.shards)
         self.steps += 1
-        if self.validate:
+        if self.validate:  # sync: every pull must show exactly this step's value
             want = np.float32(expected_value(self.steps, self.nworkers))
             for m in self.vars.values():
                 self.wrong += any(bool(np.any(f != want)) for f in floats(m))
+
+    def step_async(self) -> None:
+        """Push to a shard and pull from it at once, shard after shard; no step barrier among workers."""
+        clock, links, slot = time.perf_counter_ns, self.links, self.slot
+        for i, s in enumerate(self.shards):
+            t = clock()
+            links[s].call(self.grads[s], self.ack)
+            t2 = clock()
+            links[s].call(self.req, self.vars[s])
+            self.push_ns[slot + i] = t2 - t
+            self.pull_ns[slot + i] = clock() - t2
+        self.slot = slot + len(self.shards)
+        self.steps += 1
