@@ -34,6 +34,9 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
                         "tensors (resnet50, vgg16, ...: commbench payloads list), or SCHEME:MODEL (sizes drawn "
                         "from the model's tensors)")
     g.add_argument("--buffers", type=int, default=10, help="buffers per payload (default 10)")
+    g.add_argument("--tensors-per-message", type=int, metavar="K",
+                   help="with --payload MODEL: messages of K consecutive tensors, each measured as a point "
+                        "(default: the whole model in one message)")
     g.add_argument("--categories", default="S,M,L", help="buffer categories to draw from: S, M, L (default S,M,L)")
     g.add_argument("--small-size", default="10", help="Small buffer size, [1 B, 1 KiB) (default 10)")
     g.add_argument("--medium-size", default="10K", help="Medium buffer size, [1 KiB, 1 MiB) (default 10K)")
@@ -91,10 +94,17 @@ def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
 
         prof = load(args.payload)
         mb = prof.nbytes / 1e6
-        payload = Payload(f"{prof.name}[{len(prof.tensors)}]={mb:.1f}MB", tuple(t.nbytes for t in prof.tensors),
-                          "model")
-        return [payload], (f"gradient tensors of {prof.name}: {len(prof.tensors)} buffers, {mb:.2f} MB "
-                           f"({prof.meta.get('source', 'profile')})")
+        sizes = tuple(t.nbytes for t in prof.tensors)
+        spec = (f"gradient tensors of {prof.name}: {len(prof.tensors)} buffers, {mb:.2f} MB "
+                f"({prof.meta.get('source', 'profile')})")
+        k = args.tensors_per_message
+        if k is None:
+            return [Payload(f"{prof.name}[{len(sizes)}]={mb:.1f}MB", sizes, "model")], spec
+        if k < 1:
+            raise UsageError(f"--tensors-per-message must be at least 1, not {k}")
+        return ([Payload(f"{prof.name}[{i}:{min(i + k, len(sizes))}]={sum(sizes[i:i + k]) / 1e6:.2f}MB",
+                         sizes[i:i + k], "model") for i in range(0, len(sizes), k)],
+                spec + f", {k} tensors a message")
     if args.payload:
         scheme, _, model = args.payload.partition(":")
         pool = None

@@ -110,3 +110,16 @@ def test_model_payload_over_the_wire_validated():
     s = commbench("p2p-bandwidth", "-t", "grpc", "--payload", "skew:resnet50", "-i", "3", "-W", "4", "--validate")
     assert s.code == 0, s.err
     assert table_rows(s.out)[0][-1] == "0"
+
+
+def test_tensors_per_message_splits_the_model():
+    r = commbench("p2p-latency", "--payload", "resnet50", "--tensors-per-message", "64", "-i", "2", "-x", "0",
+                  "--validate")
+    assert r.code == 0, r.err
+    rows = table_rows(r.out)
+    assert [row[0].split("=")[0] for row in rows] == ["resnet50[0:64]", "resnet50[64:128]", "resnet50[128:192]",
+                                                      "resnet50[192:214]"]
+    sizes = [t.nbytes for t in store.load("resnet50").tensors]
+    assert rows[3][0].endswith(f"={sum(sizes[192:]) / 1e6:.2f}MB") and all(row[-1] == "0" for row in rows)
+    bad = commbench("p2p-latency", "--payload", "resnet50", "--tensors-per-message", "0")
+    assert bad.code == 2 and "--tensors-per-message must be at least 1" in bad.err
