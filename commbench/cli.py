@@ -79,11 +79,12 @@ def build_parser() -> Parser:
         add_common(p, tr)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls)
-    from commbench import compare, payloads_cli, show
+    from commbench import compare, devices, payloads_cli, show
 
     compare.add_parser(sub, tr)
     show.add_parser(sub)
     payloads_cli.add_parser(sub)
+    devices.add_parser(sub)
     return parser
 
 

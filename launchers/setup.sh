@@ -16,10 +16,18 @@ if [ "${1:-}" = "--dev" ]; then
     # cluster for the srun tests (launchers/slurm-cluster.sh).
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 psmisc \
-      slurm-wlm munge libpmix2 libpmix-dev >/dev/null
+      slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs >/dev/null
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
   .venv/bin/python -m pip install -q -e '.[mpi]'
 fi
+# pyverbs must match the host's rdma-core, so it comes from the distribution (python3-pyverbs, or
+# MLNX OFED), not PyPI: link it into the venv when it is there and the Python minor versions agree.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+for d in /usr/lib/python3/dist-packages/pyverbs /usr/lib64/python3*/site-packages/pyverbs; do
+  if [ -d "$d" ] && ls "$d"/*cpython-"$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"* >/dev/null 2>&1; then
+    ln -sfn "$d" "$site/pyverbs"; break
+  fi
+done
 echo "commbench installed in $(pwd)/.venv: $(.venv/bin/commbench --version)"

@@ -1,0 +1,110 @@
+"""IPoIB: the tcp or grpc data path over an InfiniBand network interface's IP address.
+
+An interface is IPoIB when ``/sys/class/net/NAME/type`` is 32 (ARPHRD_INFINIBAND). ``--iface``
+chooses one; by default the first found. ``--over tcp|grpc`` picks the data path. The sysfs root
+is a parameter so that discovery can be tested against a fake tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from commbench.core.errors import UsageError
+from commbench.core.message import Message
+from commbench.transports.base import Link, Transport
+
+ARPHRD = {1: "ether", 32: "infiniband", 772: "loopback", 768: "ipip", 776: "sit", 65534: "none"}
+INFINIBAND = 32
+
+
+def sysfs_root() -> str:
+    """/sys, or $COMMBENCH_SYSFS (tests point it at a fake tree)."""
+    return os.environ.get("COMMBENCH_SYSFS", "/sys")
+
+
+def interfaces(sysfs: str | Path | None = None) -> dict[str, dict]:
+    """Every network interface: link type, state, speed (Mb/s, None if unknown) and MTU, from sysfs."""
+    out: dict[str, dict] = {}
+    root = Path(sysfs or sysfs_root()) / "class" / "net"
+    for d in sorted(root.iterdir()) if root.is_dir() else ():
+        def read(name: str, d: Path = d) -> str | None:
+            try:
+                return (d / name).read_text().strip()
+            except OSError:
+                return None
+        kind = read("type")
+        speed = read("speed")
+        out[d.name] = {"type": int(kind) if kind and kind.isdigit() else None,
+                       "link": ARPHRD.get(int(kind), kind) if kind and kind.isdigit() else kind,
+                       "state": read("operstate"), "mtu": int(read("mtu") or 0) or None,
+                       "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None}
+    return out
+
+
+def ipoib_interfaces(sysfs: str | Path | None = None) -> list[str]:
+    return [name for name, info in interfaces(sysfs).items() if info["type"] == INFINIBAND]
+
+
+def choose(iface: str | None, sysfs: str | Path | None = None) -> str:
+    """The IPoIB interface to use, or a one-line error naming what exists."""
+    sysfs = sysfs or sysfs_root()
+    found = ipoib_interfaces(sysfs)
+    if iface:
+        if iface not in found:
+            raise UsageError(f"{iface!r} is not an IPoIB interface; IPoIB interfaces here: "
+                             f"{', '.join(found) or 'none'}")
+        return iface
+    if not found:
+        existing = ", ".join(f"{n} ({i['link']})" for n, i in interfaces(sysfs).items())
+        raise UsageError(f"no IPoIB interface found (none with type 32 in {sysfs}/class/net); interfaces here: "
+                         f"{existing or 'none'}; usable transports here: tcp, grpc" +
+                         (", mpi" if _has_mpi() else ""))
+    return found[0]
+
+
+def _has_mpi() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+class IpoibTransport(Transport):
+    name = "ipoib"
+    help = "tcp or grpc over an IPoIB interface (--over tcp|grpc, --iface ib0)"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("ipoib transport")
+        g.add_argument("--over", choices=("tcp", "grpc"), default="tcp", help="data path over IPoIB (default tcp)")
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        choose(getattr(args, "iface", None))
+
+    @classmethod
+    def inner_class(cls, over: str) -> type[Transport]:
+        from commbench.transports.grpcio import GrpcTransport
+        from commbench.transports.tcp import TcpTransport
+
+        return GrpcTransport if over == "grpc" else TcpTransport
+
+    def __init__(self, world, args: argparse.Namespace) -> None:
+        super().__init__(world, args)
+        inner_args = argparse.Namespace(**{**vars(args), "iface": choose(getattr(args, "iface", None))})
+        self.inner = self.inner_class(args.over)(world, inner_args)
+        self.iface = inner_args.iface
+
+    def mode(self) -> str:
+        return f"{self.args.over} over {self.iface}, {self.inner.mode()}"
+
+    def connect(self, peers: Iterable[int]) -> dict[int, Link]:
+        return self.inner.connect(peers)
+
+    def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
+        self.inner.progress(sends, recvs)
+
+    def close(self) -> None:
+        self.inner.close()

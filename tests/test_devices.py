@@ -1,0 +1,76 @@
+"""IPoIB discovery against fake sysfs trees, the ipoib transport end to end, `commbench devices`,
+and the real pyverbs' behaviour on a host without RDMA hardware."""
+
+import json
+import os
+
+import pytest
+from conftest import commbench, table_rows
+
+from commbench.core.errors import UsageError
+from commbench.transports.ipoib import choose, interfaces, ipoib_interfaces
+
+
+def fake_sysfs(root, nets: dict[str, int]):
+    for name, kind in nets.items():
+        d = root / "class" / "net" / name
+        d.mkdir(parents=True)
+        (d / "type").write_text(f"{kind}\n")
+        (d / "operstate").write_text("up\n")
+        (d / "mtu").write_text("2044\n" if kind == 32 else "1500\n")
+        (d / "speed").write_text("100000\n" if kind == 32 else "-1\n")
+    return root
+
+
+def test_discovery_in_a_fake_tree(tmp_path):
+    root = fake_sysfs(tmp_path, {"eth0": 1, "ib0": 32, "ib1": 32, "lo": 772})
+    assert ipoib_interfaces(root) == ["ib0", "ib1"]
+    assert interfaces(root)["ib0"] == {"type": 32, "link": "infiniband", "state": "up", "mtu": 2044,
+                                       "speed_mbps": 100000}
+    assert interfaces(root)["eth0"]["speed_mbps"] is None
+    assert choose(None, root) == "ib0" and choose("ib1", root) == "ib1"
+    with pytest.raises(UsageError, match=r"'eth0' is not an IPoIB interface; IPoIB interfaces here: ib0, ib1"):
+        choose("eth0", root)
+
+
+def test_no_ipoib_names_what_exists(tmp_path):
+    root = fake_sysfs(tmp_path, {"eth0": 1, "lo": 772})
+    with pytest.raises(UsageError, match=r"no IPoIB interface found .* eth0 \(ether\), lo \(loopback\)"):
+        choose(None, root)
+    r = commbench("p2p-latency", "-t", "ipoib", env={"COMMBENCH_SYSFS": str(root)})
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "usable transports here: tcp, grpc" in r.err
+
+
+@pytest.mark.parametrize("over", ["tcp", "grpc"])
+def test_ipoib_data_path_end_to_end(tmp_path, over):
+    """A fake tree that calls lo an InfiniBand interface: the whole ipoib path runs over 127.0.0.1."""
+    root = fake_sysfs(tmp_path, {"eth0": 1, "lo": 32})
+    r = commbench("p2p-latency", "-t", "ipoib", "--over", over, "-m", "8,64K", "-i", "50", "--validate",
+                  env={"COMMBENCH_SYSFS": str(root)})
+    assert r.code == 0, r.err
+    assert f"ipoib ({over} over lo," in r.out
+    assert [row[-1] for row in table_rows(r.out)] == ["0", "0"]
+
+
+def test_devices_json_here():
+    r = commbench("devices", "--json")
+    assert r.code == 0, r.err
+    rep = json.loads(r.out)
+    assert rep["transports"]["tcp"] == "usable" and rep["transports"]["grpc"] == "usable"
+    assert "lo" in rep["interfaces"] and "127.0.0.1" in rep["interfaces"]["lo"]["ipv4"]
+    assert rep["libraries"]["grpcio"]
+    if not rep["rdma"]:
+        assert rep["rdma_reason"]
+    text = commbench("devices")
+    assert text.code == 0 and "transports:" in text.out and "RDMA devices:" in text.out
+
+
+def test_real_pyverbs_without_a_device():
+    """The distribution's pyverbs is the real one; with no device it raises its own error."""
+    device = pytest.importorskip("pyverbs.device", reason="python3-pyverbs not installed (launchers/setup.sh --dev)")
+    from pyverbs.pyverbs_error import PyverbsError
+
+    if os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband"):
+        pytest.skip("this host has RDMA devices")
+    with pytest.raises(PyverbsError, match="Failed to get devices list"):
+        device.get_device_list()
