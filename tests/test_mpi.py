@@ -94,12 +94,14 @@ def test_stopped_peer_inside_mpi_recv():
     """Rank 0 blocks in MPI_Recv, where no Python runs; its watchdog gives up on the stopped rank 1."""
     import signal
     import subprocess
+    import tempfile
     import time
 
     import psutil
 
+    out = Path(tempfile.mkdtemp()) / "r.jsonl"
     p = subprocess.Popen([str(BIN / "mpiexec"), "-n", "2", str(BIN / "commbench"), "p2p-latency", "-t", "mpi",
-                          "-m", "0:4M", "-i", "100000", "--timeout", "4"], stdout=subprocess.PIPE,
+                          "-m", "0:4M", "-i", "100000", "--timeout", "4", "-o", str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=MPI_ENV)
     victim = None
     deadline = time.monotonic() + 30
@@ -113,7 +115,9 @@ def test_stopped_peer_inside_mpi_recv():
                 pass
         time.sleep(0.2)
     assert victim is not None
-    time.sleep(1.0)
+    while not (out.exists() and '"row"' in out.read_text()):  # measuring, so rank 0 sits in MPI calls
+        assert time.monotonic() < deadline + 30 and p.poll() is None
+        time.sleep(0.05)
     victim.send_signal(signal.SIGSTOP)
     t0 = time.monotonic()
     try:
@@ -142,3 +146,26 @@ def test_ps_async_over_mpi_threads():
                 "--payload", "mobilenet_v2", "-i", "5", "--validate")
     assert r.code == 0, r.err
     assert table_rows(r.out)[0][-1] == "0"
+
+
+def test_bootstrap_gives_up_on_a_late_rank():
+    """Rank 1 starts 30 s late: rank 0, inside MPI_Init/MPI_Bcast, gives up after --timeout."""
+    import subprocess
+    import time
+
+    script = (f'[ "$OMPI_COMM_WORLD_RANK" = 1 ] && sleep 30; '
+              f'exec {BIN / "commbench"} p2p-latency -t tcp -m 8:8 --timeout 3')
+    t0 = time.monotonic()
+    p = subprocess.Popen([str(BIN / "mpiexec"), "-n", "2", "sh", "-c", script], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=MPI_ENV)
+    try:
+        line = ""
+        while "MPI bootstrap" not in line:  # rank 0's line, timed as it arrives (mpiexec outlives it)
+            line = p.stderr.readline()
+            assert line, "stderr closed without rank 0's message"
+        elapsed = time.monotonic() - t0
+    finally:
+        p.kill()
+        p.wait()
+    assert "rank 0 on host" in line and "did not finish within 3 s" in line, line
+    assert elapsed < 20, elapsed

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shlex
 import socket
+import subprocess
 
 from commbench.core.errors import UsageError
 from commbench.core.placement import Placement
@@ -18,13 +21,28 @@ from commbench.core.rendezvous import StoreClient, StoreServer
 ABORT_GRACE = 3.0
 
 
+def _bootstrap_guard(rank: int, timeout: float) -> subprocess.Popen:
+    """A process that, after ``timeout`` s, says why and kills this rank (unless killed first)."""
+    msg = (f"commbench: rank {rank} on host {socket.gethostname()}: the MPI bootstrap did not finish within "
+           f"{timeout:g} s (a rank hung or died before the run started; see --timeout)")
+    return subprocess.Popen(["sh", "-c", f"sleep {timeout:g} && echo {shlex.quote(msg)} >&2 && kill -9 {os.getpid()}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+
 class World:
     def __init__(self, placement: Placement, timeout: float, bind: str | None = None) -> None:
         if placement.mpi_bootstrap:
             from commbench.core.mpi_env import bootstrap
 
-            hosts, port, token, fd = bootstrap(placement.rank, placement.size, placement.launcher,
-                                               placement.root_port, bind)
+            # MPI_Init (which holds the GIL) and MPI_Bcast cannot time out and no watchdog exists yet:
+            # a guard process ends this rank if a peer hangs or dies before the run has started
+            guard = _bootstrap_guard(placement.rank, timeout)
+            try:
+                hosts, port, token, fd = bootstrap(placement.rank, placement.size, placement.launcher,
+                                                   placement.root_port, bind)
+            finally:
+                guard.kill()
+                guard.wait()
             placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
         self.placement = placement
         self.rank = placement.rank
