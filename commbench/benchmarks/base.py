@@ -46,6 +46,7 @@ class Benchmark(ABC):
     help: ClassVar[str]
     units: ClassVar[str]
     columns: ClassVar[list[Column]]
+    loop_source: ClassVar[str] = "OSU"  # whose default iteration counts the benchmark uses
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args

@@ -27,6 +27,7 @@ MS = "{:.2f}"
 class PSThroughput(Benchmark):
     name = "ps-throughput"
     help = "parameter-server emulator: workers push gradients to and pull variables from PS shards"
+    loop_source = "commbench's PS"  # 100 steps / 10 warm-up up to 8 KiB, 10 / 2 above
     units = ("steps/s per worker; RPC/s and MB/s (10^6 B/s) summed over workers; push/pull latency in ms "
              "per RPC; Shard MB = bytes each shard holds")
     columns = [Column("workers", "W", 3, "{:d}"), Column("ps", "P", 3, "{:d}"),

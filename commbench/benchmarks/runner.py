@@ -21,13 +21,13 @@ from commbench.transports.base import Transport
 PACKAGES = ("numpy", "grpcio", "protobuf", "mpi4py", "tensorflow-cpu")
 
 
-def describe_loops(loops: Loops) -> str:
+def describe_loops(loops: Loops, source: str = "OSU") -> str:
     if loops.time is not None:
         return f"time-based: {loops.time:g} s measured after {loops.warmup_time:g} s warm-up"
     if loops.iterations is None and loops.warmup is None:
-        return "OSU defaults by size (small <= 8 KiB / large)"
-    it = loops.iterations if loops.iterations is not None else "OSU default"
-    wu = loops.warmup if loops.warmup is not None else "OSU default"
+        return f"{source} defaults by size (small <= 8 KiB / large)"
+    it = loops.iterations if loops.iterations is not None else f"{source} default"
+    wu = loops.warmup if loops.warmup is not None else f"{source} default"
     return f"{it} iterations after {wu} warm-up"
 
 
@@ -57,7 +57,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         links = transport.connect(bench.peers(world))
         ctx = Context(world, transport, links, args, loops, args.validate, args.seed, args.inject_corruption)
         options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
-        options.update(mode=transport.mode(), ranks=world.size, loops=describe_loops(loops),
+        options.update(mode=transport.mode(), ranks=world.size, loops=describe_loops(loops, bench.loop_source),
                        payload_spec=payload_spec)
         meta = run_metadata(bench.name, options, world.hosts, PACKAGES)
         columns = [bench.size_column(meta), *bench.columns]
