@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 
@@ -26,7 +27,7 @@ def _bootstrap_guard(rank: int, timeout: float) -> subprocess.Popen:
     msg = (f"commbench: rank {rank} on host {socket.gethostname()}: the MPI bootstrap did not finish within "
            f"{timeout:g} s (a rank hung or died before the run started; see --timeout)")
     return subprocess.Popen(["sh", "-c", f"sleep {timeout:g} && echo {shlex.quote(msg)} >&2 && kill -9 {os.getpid()}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
 class World:
@@ -40,8 +41,8 @@ class World:
             try:
                 hosts, port, token, fd = bootstrap(placement.rank, placement.size, placement.launcher,
                                                    placement.root_port, bind)
-            finally:
-                guard.kill()
+            finally:  # the whole group: a surviving `sleep` would hold the launcher's stderr pipe open
+                os.killpg(guard.pid, signal.SIGKILL)
                 guard.wait()
             placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
         self.placement = placement
