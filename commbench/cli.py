@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from commbench import __version__
 from commbench.core.errors import CommbenchError, RunAborted, UsageError
 from commbench.core.harness import Loops
-from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, category_of, sweep_payloads
+from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.sizes import parse_range, parse_size
 
 DEFAULT_TIMEOUT = 60.0
@@ -113,7 +113,7 @@ def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
             from commbench.profiles.store import load
 
             prof = load(model)
-            pool = {c: tuple(t.nbytes for t in prof.tensors if category_of(t.nbytes).letter == c) for c in "SML"}
+            pool = prof.sizes_by_category()
         spec = SchemeSpec(scheme, args.buffers, tuple(c.strip().upper() for c in args.categories.split(",")),
                           {"S": parse_size(args.small_size, "--small-size"),
                            "M": parse_size(args.medium_size, "--medium-size"),

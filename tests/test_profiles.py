@@ -89,7 +89,7 @@ def test_unknown_profile_lists_known():
 
 def test_scheme_over_model_sizes():
     p = store.load("resnet50")
-    pool = {c: tuple(t.nbytes for t in p.tensors if category_of(t.nbytes).letter == c) for c in "SML"}
+    pool = p.sizes_by_category()
     all_sizes = {t.nbytes for t in p.tensors}
     draws = [SchemeSpec("skew", seed=s, pool=pool, source="resnet50").draw() for s in range(500)]
     sizes = [x for d in draws for x in d.sizes]
@@ -97,7 +97,7 @@ def test_scheme_over_model_sizes():
     large = sum(category_of(x).letter == "L" for x in sizes) / len(sizes)
     assert abs(large - 0.6) < 0.03
     bert = store.load("bert_base")  # no Small tensors: skew draws from M and L only
-    bpool = {c: tuple(t.nbytes for t in bert.tensors if category_of(t.nbytes).letter == c) for c in "SML"}
+    bpool = bert.sizes_by_category()
     d = SchemeSpec("skew", seed=1, pool=bpool).draw()
     assert all(category_of(x).letter in "ML" for x in d.sizes)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from commbench.core.harness import Loops
@@ -35,7 +35,6 @@ class Context:
     validate: bool
     seed: int
     corrupt_every: int = 0  # test hook: flip a byte in every Nth outgoing message (validation tests)
-    scratch: dict = field(default_factory=dict)
 
     def pattern(self, payload: Payload) -> Pattern | None:
         return Pattern(payload.sizes, self.seed) if self.validate else None

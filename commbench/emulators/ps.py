@@ -55,7 +55,6 @@ class Shard:
         self.acc = [np.zeros_like(v) for v in self.var_f]
         self.ack, self.req = Message(CONTROL), Message(CONTROL)
         self.steps = 0
-        self.bytes_in = self.bytes_out = 0
 
     def accumulate(self) -> Message:
         for acc, g in zip(self.acc, self.grad_f, strict=True):
@@ -72,9 +71,6 @@ class Shard:
         self.steps += 1
         for w in self.workers:
             self.links[w].serve(1, self.req, self.vars)
-        n = len(self.workers)
-        self.bytes_in += n * (self.grad.nbytes + self.req.nbytes)
-        self.bytes_out += n * (self.vars.nbytes + self.ack.nbytes)
 
     def run_async(self, n: int) -> None:
         """n steps of every worker, each worker served by its own thread, updates applied on arrival."""
@@ -105,9 +101,6 @@ class Shard:
         if errors:
             raise errors[0]
         self.steps += n
-        k = len(self.workers) * n
-        self.bytes_in += k * (self.grad.nbytes + self.req.nbytes)
-        self.bytes_out += k * (self.vars.nbytes + self.ack.nbytes)
 
     def wrong(self) -> int:
         """Variables whose value is not what the pushed updates imply."""

@@ -47,6 +47,10 @@ class Profile:
     def parameters(self) -> int:
         return sum(prod(t.shape) for t in self.tensors)
 
+    def sizes_by_category(self) -> dict[str, tuple[int, ...]]:
+        """Tensor sizes per Small / Medium / Large category: what SCHEME:MODEL payloads draw from."""
+        return {c: tuple(t.nbytes for t in self.tensors if category_of(t.nbytes).letter == c) for c in "SML"}
+
     def histogram(self) -> dict[str, tuple[int, int]]:
         """Small / Medium / Large (TF-gRPC-Bench's categories): (tensor count, bytes)."""
         out = {c: [0, 0] for c in "SML"}

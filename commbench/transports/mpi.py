@@ -131,8 +131,9 @@ class MpiTransport(Transport):
     def check_usable(cls, args: argparse.Namespace) -> None:
         import importlib.util
 
-        if importlib.util.find_spec("mpi4py") is None:
-            raise_missing()
+        if importlib.util.find_spec("mpi4py") is None:  # look, do not import: that would start MPI here
+            mpi()  # raises the one-line UsageError naming pip install 'commbench[mpi]'
+
 
     def __init__(self, world, args: argparse.Namespace) -> None:
         super().__init__(world, args)
@@ -166,6 +167,3 @@ class MpiTransport(Transport):
         except MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with peers: {exc}") from None
 
-
-def raise_missing() -> None:
-    mpi()  # raises the one-line UsageError naming pip install 'commbench[mpi]'
