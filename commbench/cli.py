@@ -52,8 +52,9 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g = p.add_argument_group("how")
     g.add_argument("-t", "--transport", default="tcp", help=f"one of {', '.join(transports)} (default tcp)")
     g.add_argument("--poll", choices=("blocking", "busy"),
-                   help="wait in the kernel (blocking, as sockperf) or spin (busy, as perftest); default: "
-                        "blocking where the transport has it (mpi: busy, MPI's progress engine)")
+                   help="wait in the kernel (blocking, as sockperf; verbs: completion events) or spin (busy, as "
+                        "perftest); default: blocking where the transport has it (mpi: busy, MPI's progress "
+                        "engine; verbs: busy)")
     g.add_argument("--validate", action="store_true", help="check every message's bytes; count #wrong")
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
@@ -149,6 +150,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     transport_cls.check_usable(args)
     loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time)
     points, spec = bench_cls.plan_points(args) or plan_points(args)
+    args.largest_message = max((p.nbytes for p in points), default=0)  # sizes pools registered once (verbs)
     if args.np is not None and args.np != bench_cls.ranks(args):
         if bench_cls.name.startswith("p2p-b") and args.np >= 2 and args.np % 2 == 0:
             args.pairs = args.np // 2

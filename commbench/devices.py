@@ -25,6 +25,8 @@ def rdma_devices() -> tuple[list[dict], str | None]:
         devs = get_device_list()
     except PyverbsError as exc:
         return [], f"no RDMA device: {exc} (no InfiniBand/RoCE hardware or kernel support here)"
+    from commbench.transports._verbs_plan import LINK_LAYERS, MTU_BYTES, PORT_STATES, ZERO_GID
+
     out = []
     for dev in devs:
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
@@ -32,17 +34,39 @@ def rdma_devices() -> tuple[list[dict], str | None]:
         try:
             with Context(name=name) as ctx:
                 attr = ctx.query_device()
-                info["max_sge"] = attr.max_sge
+                info["max_sge"], info["max_mr_size"] = attr.max_sge, attr.max_mr_size
                 for port in range(1, attr.phys_port_cnt + 1):
                     p = ctx.query_port(port)
-                    info["ports"].append({"port": port, "state": int(p.state), "active_mtu": int(p.active_mtu),
-                                          "link_layer": int(p.link_layer), "lid": int(p.lid)})
+                    gids = {}
+                    for i in range(min(int(p.gid_tbl_len), 16)):
+                        try:
+                            g = ctx.query_gid(port, i).gid
+                        except PyverbsError:
+                            continue
+                        if g != ZERO_GID:
+                            gids[i] = g
+                    info["ports"].append({
+                        "port": port, "state": PORT_STATES.get(int(p.state), str(p.state)),
+                        "link_layer": LINK_LAYERS.get(int(p.link_layer), str(p.link_layer)),
+                        "active_mtu": MTU_BYTES.get(int(p.active_mtu)), "lid": int(p.lid),
+                        "rate_gbps": port_rate(int(p.active_speed), int(p.active_width)), "gids": gids})
         except PyverbsError as exc:
             info["error"] = str(exc)
         out.append(info)
     if not out:
         return [], "no RDMA device"
     return out, None
+
+
+SPEED_GBPS = {1: 2.5, 2: 5.0, 4: 10.0, 8: 10.3125, 16: 14.0625, 32: 25.78125, 64: 53.125, 128: 106.25}  # per lane
+WIDTH_LANES = {1: 1, 2: 4, 4: 8, 8: 12, 16: 2}
+
+
+def port_rate(speed: int, width: int) -> float | None:
+    """Signalling rate of a port in Gb/s from ibv_port_attr's active_speed and active_width codes."""
+    if speed not in SPEED_GBPS or width not in WIDTH_LANES:
+        return None
+    return round(SPEED_GBPS[speed] * WIDTH_LANES[width], 2)
 
 
 def library_versions() -> dict[str, str | None]:
@@ -55,18 +79,10 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def transports_status(rdma_reason: str | None) -> dict[str, str]:
+def transports_status() -> dict[str, str]:
     from commbench import transports
-    from commbench.core.errors import CommbenchError
 
-    status = {}
-    for name, cls in transports.registry().items():
-        try:
-            cls.check_usable(argparse.Namespace(iface=None, bind=None, over="tcp", transport=name))
-            status[name] = "usable"
-        except CommbenchError as exc:
-            status[name] = f"not usable: {exc}"
-    return status
+    return {name: "usable" if why is None else f"not usable: {why}" for name, why in transports.statuses().items()}
 
 
 def report() -> dict:
@@ -79,7 +95,7 @@ def report() -> dict:
     nets = {name: {**info, "ipv4": [a.address for a in addrs.get(name, []) if a.family == socket.AF_INET]}
             for name, info in interfaces().items()}
     return {"host": socket.gethostname(), "rdma": devs, "rdma_reason": why, "interfaces": nets,
-            "libraries": library_versions(), "transports": transports_status(why)}
+            "libraries": library_versions(), "transports": transports_status()}
 
 
 def add_parser(sub) -> None:
@@ -98,9 +114,11 @@ def devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not r["rdma"]:
         print(f"  none: {r['rdma_reason']}")
     for d in r["rdma"]:
-        ports = "; ".join(f"port {p['port']} state {p['state']} mtu {p['active_mtu']} link layer {p['link_layer']}"
-                          for p in d["ports"])
-        print(f"  {d['name']}: {ports or d.get('error', '')}")
+        print(f"  {d['name']}: {d.get('error', '')}")
+        for p in d["ports"]:
+            print(f"    port {p['port']}: {p['state']}, {p['link_layer']}, {p['rate_gbps'] or '?'} Gb/s, "
+                  f"mtu {p['active_mtu']}, lid {p['lid']}; GIDs: "
+                  + (", ".join(f"[{i}] {g}" for i, g in p["gids"].items()) or "none"))
     print("network interfaces:")
     for name, i in r["interfaces"].items():
         speed = f"{i['speed_mbps']} Mb/s" if i["speed_mbps"] else "speed unknown"

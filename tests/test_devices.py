@@ -38,7 +38,7 @@ def test_no_ipoib_names_what_exists(tmp_path):
     with pytest.raises(UsageError, match=r"no IPoIB interface found .* eth0 \(ether\), lo \(loopback\)"):
         choose(None, root)
     r = commbench("p2p-latency", "-t", "ipoib", env={"COMMBENCH_SYSFS": str(root)})
-    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "usable transports here: tcp, grpc" in r.err
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "usable transports here: grpc, mpi, tcp" in r.err
 
 
 @pytest.mark.parametrize("over", ["tcp", "grpc"])
@@ -74,3 +74,11 @@ def test_real_pyverbs_without_a_device():
         pytest.skip("this host has RDMA devices")
     with pytest.raises(PyverbsError, match="Failed to get devices list"):
         device.get_device_list()
+
+
+def test_port_rate_from_speed_and_width_codes():
+    from commbench.devices import port_rate
+
+    assert port_rate(32, 2) == 103.12  # EDR 4x: 25.78125 Gb/s per lane x 4
+    assert port_rate(64, 2) == 212.5  # HDR 4x
+    assert port_rate(1, 1) == 2.5 and port_rate(3, 2) is None

@@ -64,6 +64,16 @@ def test_srun_wrong_mpi_plugin_is_an_error(slurm):
     assert "Traceback" not in r.stderr
 
 
+def test_srun_verbs_without_a_device_is_one_line_per_rank(slurm):
+    t0 = time.monotonic()
+    r = srun(slurm, "-n", "2", str(BIN / "commbench"), "p2p-latency", "--transport", "verbs", timeout=60)
+    assert r.returncode == 2 and time.monotonic() - t0 < 30
+    lines = [line for line in r.stderr.strip().splitlines() if not line.startswith("srun: ")]  # srun's own
+    assert len(lines) == 2, r.stderr  # one per rank, nothing else
+    assert all(line.startswith("commbench: no RDMA device found") and "usable transports here: " in line
+               for line in lines), r.stderr
+
+
 def test_srun_dead_rank_ends_the_step(slurm, tmp_path):
     out = tmp_path / "r.jsonl"
     p = subprocess.Popen(["srun", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "0:4M", "-i", "3000",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import threading
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import ClassVar
@@ -55,6 +56,14 @@ class Link(ABC):
 
     def close(self) -> None:
         """Release the link; the transport's close() does the rest."""
+
+
+def queues(pairs: Sequence[tuple[Link, Message]]) -> dict:
+    """(link, message) pairs as one FIFO of messages per link, in order: what progress() engines work from."""
+    out: dict[Link, deque[Message]] = {}
+    for link, msg in pairs:
+        out.setdefault(link, deque()).append(msg)
+    return out
 
 
 class Transport(ABC):

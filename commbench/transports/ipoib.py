@@ -59,16 +59,12 @@ def choose(iface: str | None, sysfs: str | Path | None = None) -> str:
         return iface
     if not found:
         existing = ", ".join(f"{n} ({i['link']})" for n, i in interfaces(sysfs).items())
+        from commbench.transports import usable_transports
+
         raise UsageError(f"no IPoIB interface found (none with type 32 in {sysfs}/class/net); interfaces here: "
-                         f"{existing or 'none'}; usable transports here: tcp, grpc" +
-                         (", mpi" if _has_mpi() else ""))
+                         f"{existing or 'none'}; usable transports here: "
+                         f"{', '.join(usable_transports(exclude='ipoib')) or 'none'}")
     return found[0]
-
-
-def _has_mpi() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("mpi4py") is not None
 
 
 class IpoibTransport(Transport):

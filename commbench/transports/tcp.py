@@ -25,7 +25,7 @@ from commbench.core.framing import FrameError, read_frame, send_frame
 from commbench.core.message import Message
 from commbench.core.world import bind_listener
 from commbench.transports._net import check_socket_args, data_port, local_endpoint
-from commbench.transports.base import Link, Transport
+from commbench.transports.base import Link, Transport, queues
 
 HDR = struct.Struct("<QI")
 IOV_MAX = 1024
@@ -332,12 +332,8 @@ class TcpTransport(Transport):
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Sends and receives on several sockets at once, driven by poll() (or spinning when busy)."""
-        outq: dict[TcpLink, deque[Message]] = {}
-        inq: dict[TcpLink, deque[Message]] = {}
-        for link, msg in sends:
-            outq.setdefault(link, deque()).append(msg)  # type: ignore[arg-type]
-        for link, msg in recvs:
-            inq.setdefault(link, deque()).append(msg)  # type: ignore[arg-type]
+        outq: dict[TcpLink, deque[Message]] = queues(sends)
+        inq: dict[TcpLink, deque[Message]] = queues(recvs)
         cur_out: dict[TcpLink, list] = {}  # link -> [rest iov, bytes left]
         cur_in: dict[TcpLink, list] = {}  # link -> [rest iov, bytes left, header, msg]
         poller = select.poll()

@@ -1,0 +1,496 @@
+"""RDMA verbs through pyverbs (rdma-core): one RC queue pair per peer.
+
+Set-up (per link): a QP in INIT, a receive pool registered once and sized from the largest message
+of the run (``_verbs_plan.plan_pool``), its receives posted, then queue-pair info (LID, GID, QPN,
+PSN, rkey, address, slot size, depth) exchanged through the run's token-checked rendezvous and
+validated (``QpInfo.parse``), the QP moved to RTR/RTS, and a barrier so that nobody sends to a QP
+that is not ready.
+
+Data paths (``--verbs-op``):
+- ``send``: SEND with immediate (the length) into the peer's pre-posted receive slots;
+- ``write``: RDMA WRITE with immediate straight into the peer's slot (``sent % depth``), which
+  consumes a posted receive only as a notification.
+Either way the receiver copies the slot into the caller's buffers and re-posts it; credits
+(``Credits``) returned in batches as small SEND-with-immediate messages keep a sender from
+overrunning the pool. The sending side is zero-copy: the message's buffers become one
+scatter/gather entry each (registered once, on first use, in a cache that keeps them alive), up to
+the device's ``max_sge``; more buffers are packed into a registered staging slot; small messages
+go inline. A sent message's buffers are in use until the next receive, call or progress on that
+link returns (MPI_Isend completed by the next wait); that is when send completions are reaped.
+
+Completions: busy polling (default, as perftest) or completion events (``--poll blocking``: the CQ
+is armed and the process sleeps in ibv_get_cq_event; an interval timer interrupts that wait so
+that --timeout still holds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from types import SimpleNamespace
+
+import numpy as np
+
+from commbench.core.errors import PeerError, UsageError
+from commbench.core.message import Message
+from commbench.transports._verbs_plan import (
+    Conn,
+    ConnState,
+    Credits,
+    QpInfo,
+    imm_credit,
+    parse_imm,
+    path_mtu,
+    plan_pool,
+    port_problem,
+    sge_plan,
+)
+from commbench.transports.base import Link, Transport, queues
+
+DEFAULT_LARGEST = 4 << 20  # receive slot size when the run did not say (-m's largest size)
+MAX_INLINE = 64  # bytes requested as inline data; retried with 0 if the device refuses
+SPIN_CHECK = 0x3FF  # look at the clock every 1024 empty polls
+WC_ERRORS = {12: "the peer stopped acknowledging (transport retries exhausted): it died or its port went down",
+             13: "the peer had no receive posted (RNR retries exhausted)",
+             5: "the queue pair was flushed after an earlier error",
+             10: "the peer refused the remote access (rkey/address)",
+             4: "local protection error (a buffer that is not registered)"}
+
+
+def load_api() -> SimpleNamespace:
+    """The pyverbs modules this transport uses, or a one-line UsageError on how to get them."""
+    try:
+        import pyverbs.enums as enums
+        from pyverbs import addr, cq, device, mr, pd, qp, wr
+        from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+    except ImportError as exc:
+        raise UsageError(f"pyverbs is not importable ({exc}): install the distribution's python3-pyverbs "
+                         "(rdma-core) and re-run launchers/setup.sh, which links it into .venv; "
+                         f"usable transports here: {usable_here()}") from None
+    return SimpleNamespace(addr=addr, cq=cq, device=device, mr=mr, pd=pd, qp=qp, wr=wr, e=enums,
+                           Error=PyverbsError, RDMAError=PyverbsRDMAError)
+
+
+def usable_here() -> str:
+    from commbench.transports import usable_transports  # the package, not a sibling transport
+
+    return ", ".join(usable_transports(exclude="verbs")) or "none"
+
+
+def _name(dev) -> str:
+    n = dev.name
+    return n.decode() if isinstance(n, bytes) else str(n)
+
+
+def open_port(api: SimpleNamespace, dev: str | None, port: int, gid_index: int):
+    """(context, device name, port attributes, GID string, device attributes) after every check."""
+    try:
+        devs = api.device.get_device_list()
+    except api.Error as exc:
+        devs, why = [], str(exc)
+    else:
+        why = "the device list is empty"
+    names = [_name(d) for d in devs]
+    if not names:
+        raise UsageError(f"no RDMA device found (pyverbs: {why}); usable transports here: {usable_here()}")
+    if dev is None:
+        dev = names[0]
+    elif dev not in names:
+        raise UsageError(f"--ib-dev {dev}: no such RDMA device; devices here: {', '.join(names)}")
+    try:
+        ctx = api.device.Context(name=dev)
+        dattr = ctx.query_device()
+        if not 1 <= port <= dattr.phys_port_cnt:
+            ctx.close()
+            raise UsageError(f"--ib-port {port}: {dev} has ports 1..{dattr.phys_port_cnt}")
+        pattr = ctx.query_port(port)
+        gid = None
+        if gid_index < pattr.gid_tbl_len:
+            gid = ctx.query_gid(port, gid_index).gid
+    except api.Error as exc:
+        raise UsageError(f"cannot open port {port} of RDMA device {dev}: {exc}") from None
+    problem = port_problem(dev, port, int(pattr.state), int(pattr.link_layer), int(pattr.lid), gid)
+    if gid_index >= pattr.gid_tbl_len:
+        problem = f"--gid-index {gid_index}: port {port} of {dev} has {pattr.gid_tbl_len} GIDs"
+    if problem:
+        ctx.close()
+        raise UsageError(problem)
+    return ctx, dev, pattr, gid, dattr
+
+
+class Registry:
+    """Memory registered once per backing array (the root of a numpy view chain), kept alive with it."""
+
+    def __init__(self, api: SimpleNamespace, pd) -> None:
+        self.api, self.pd = api, pd
+        self.mrs: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
+
+    def lkey(self, arr: np.ndarray) -> int:
+        root = arr
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        start, size = root.ctypes.data, root.nbytes
+        a = arr.ctypes.data
+        if not (start <= a and a + arr.nbytes <= start + size):  # not a plain view: register the array itself
+            root, start, size = arr, a, arr.nbytes
+        hit = self.mrs.get((start, size))
+        if hit is None:
+            e = self.api.e
+            mr = self.api.mr.MR(self.pd, size, e.IBV_ACCESS_LOCAL_WRITE, address=start)
+            hit = self.mrs[(start, size)] = (mr, root)
+        return hit[0].lkey
+
+
+def _region(mr, size: int) -> np.ndarray:
+    """A numpy view of a pyverbs MR's own buffer."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(mr.buf))
+
+
+class VerbsLink(Link):
+    def __init__(self, t: VerbsTransport, peer: int, name: str) -> None:
+        super().__init__(peer, name)
+        api, e, plan = t.api, t.api.e, t.plan
+        self.t, self.api, self.plan = t, api, plan
+        self.state = ConnState(name)
+        self.timeout, self.events = t.timeout, t.events
+        self.sq_size = plan.depth + 8
+        self.scq = api.cq.CQ(t.ctx, self.sq_size, None, None, 0)
+        self.channel = api.cq.CompChannel(t.ctx) if self.events else None
+        self.rcq = api.cq.CQ(t.ctx, plan.recvs + 8, None, self.channel, 0)
+        self.qp = self._create_qp()
+        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        self.recv_mr = api.mr.MR(t.pd, plan.region, access)
+        self.recv_mem = _region(self.recv_mr, plan.region)
+        self.ctrl_mr = api.mr.MR(t.pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+        self.rwrs = [api.wr.RecvWR(wr_id=i, num_sge=1, sg=[api.wr.SGE(*self._recv_sge(i), self.recv_mr.lkey)])
+                     for i in range(plan.recvs)]
+        for w in self.rwrs:
+            self.qp.post_recv(w)
+        self.psn = random.getrandbits(24)
+        self.local = QpInfo(rank=t.world.rank, lid=int(t.port_attr.lid), gid=t.gid, qpn=self.qp.qp_num,
+                            psn=self.psn, rkey=self.recv_mr.rkey, addr=self.recv_mr.buf, slot=plan.slot,
+                            depth=plan.depth, mtu=int(t.port_attr.active_mtu),
+                            link_layer=int(t.port_attr.link_layer), op=t.op)
+        self.remote: QpInfo | None = None
+        self.credits: Credits | None = None
+        self.stash: deque[tuple[int, int]] = deque()  # data completions seen while waiting for credits
+        self.received = 0  # data messages consumed (write mode: the next slot is received % depth)
+        self.unreaped = 0  # signaled sends not yet polled from the send CQ
+        self.staging: np.ndarray | None = None
+        self.staging_mr = None
+        self.credit_wr = api.wr.SendWR(wr_id=1 << 40, opcode=e.IBV_WR_SEND_WITH_IMM, num_sge=1,
+                                       sg=[api.wr.SGE(self.ctrl_mr.buf, 4, self.ctrl_mr.lkey)],
+                                       send_flags=e.IBV_SEND_SIGNALED)
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _create_qp(self):
+        api, e, t = self.api, self.api.e, self.t
+        attr = api.qp.QPAttr(port_num=t.port)
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        for inline in (MAX_INLINE, 0):
+            cap = api.qp.QPCap(max_send_wr=self.sq_size, max_recv_wr=self.plan.recvs,
+                               max_send_sge=t.max_sge, max_recv_sge=1, max_inline_data=inline)
+            init = api.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.rcq, cap=cap, sq_sig_all=1)
+            try:
+                qp = api.qp.QP(t.pd, init, attr)
+            except api.Error:
+                if inline == 0:
+                    raise
+                continue
+            self.max_inline = inline
+            return qp
+        raise AssertionError("unreachable")
+
+    def _recv_sge(self, i: int) -> tuple[int, int]:
+        """Where receive i lands: its slot (send), or a small control area after the slots (write)."""
+        p = self.plan
+        if p.op == "send":
+            return self.recv_mr.buf + i * p.slot, p.slot
+        return self.recv_mr.buf + p.depth * p.slot + i * 64, 64
+
+    def to_rts(self, remote: QpInfo) -> None:
+        api, e, t = self.api, self.api.e, self.t
+        attr = api.qp.QPAttr(port_num=t.port)
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        attr.path_mtu = path_mtu(self.local.mtu, remote.mtu)
+        attr.dest_qp_num, attr.rq_psn, attr.sq_psn = remote.qpn, remote.psn, self.psn
+        attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
+        attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
+        roce = remote.link_layer != e.IBV_LINK_LAYER_INFINIBAND
+        gr = api.addr.GlobalRoute(dgid=api.addr.GID(remote.gid), sgid_index=t.gid_index)
+        attr.ah_attr = api.addr.AHAttr(port_num=t.port, is_global=1 if roce else 0, gr=gr, dlid=remote.lid)
+        self.qp.to_rts(attr)
+        self.remote = remote
+        self.credits = Credits(remote.depth, self.plan.depth)
+
+    # -- completions ----------------------------------------------------------------------------
+    def _poll(self, cq, block: bool):
+        """One completion from cq (None if not blocking and none is there); a failed one is a PeerError."""
+        n, wcs = cq.poll(1)
+        if not n:
+            if not block:
+                return None
+            deadline, spins = time.monotonic() + self.timeout, 0
+            while not n:
+                if self.events and cq is self.rcq:
+                    cq.req_notify()  # arm, then look once more: a completion may have slipped in before
+                    n, wcs = cq.poll(1)
+                    if n:
+                        break
+                    self._sleep_on(cq, deadline)
+                n, wcs = cq.poll(1)
+                spins += 1
+                if not n and (spins & SPIN_CHECK) == 0 and time.monotonic() > deadline:
+                    what = "message" if cq is self.rcq else "send completion"
+                    raise self.state.fail(f"no {what} within {self.timeout:g} s")
+        wc = wcs[0]
+        if wc.status != 0:
+            raise self.state.fail(f"work completion failed with status {wc.status} "
+                                  f"({WC_ERRORS.get(wc.status, 'see ibv_wc_status_str')})")
+        return wc
+
+    def _sleep_on(self, cq, deadline: float) -> None:
+        """Sleep in ibv_get_cq_event on an armed CQ; SIGALRM every 0.2 s makes its read() return
+        EINTR (pyverbs holds the GIL there, so nothing else in this process runs) and the deadline holds."""
+        try:
+            old = signal.signal(signal.SIGALRM, lambda *_: None)
+        except ValueError:  # not the main thread: sleep without the timer (the watchdog still acts)
+            old = None
+        else:
+            signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
+        try:
+            while True:
+                try:
+                    self.channel.get_cq_event(cq)
+                    cq.ack_events(1)
+                    return
+                except self.api.RDMAError as exc:
+                    if time.monotonic() > deadline:
+                        return  # the caller's poll loop reports the timeout
+                    if getattr(exc, "error_code", errno.EINTR) != errno.EINTR:
+                        raise
+        finally:
+            if old is not None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+
+    def _recv_wc(self, block: bool) -> tuple[int, int] | None:
+        """The next data message (receive index, length): one kept earlier, else from the CQ."""
+        if self.stash:
+            return self.stash.popleft()
+        return self._poll_rcq(block)
+
+    def _poll_rcq(self, block: bool, for_credit: bool = False) -> tuple[int, int] | None:
+        """The next data completion from the receive CQ, taking credit returns on the way (and
+        returning None after one when ``for_credit``)."""
+        while True:
+            wc = self._poll(self.rcq, block)
+            if wc is None:
+                return None
+            credit, value = parse_imm(wc.imm_data)
+            if not credit:
+                return wc.wr_id, value
+            self.qp.post_recv(self.rwrs[wc.wr_id])
+            self.credits.granted(value)
+            if for_credit:
+                return None
+
+    def _reap(self, all_: bool) -> None:
+        """Poll send completions: all of them (buffers free again), or just enough to keep the SQ open."""
+        while self.unreaped and (all_ or self.unreaped >= self.sq_size - 1):
+            self._poll(self.scq, True)
+            self.unreaped -= 1
+
+    def _wait_credit(self) -> None:
+        while self.credits.available <= 0:
+            got = self._poll_rcq(True, for_credit=True)  # data arriving meanwhile is kept for recv_into
+            if got is not None:
+                self.stash.append(got)
+
+    # -- data path ------------------------------------------------------------------------------
+    def _send_wr(self, msg: Message):
+        c = msg.cache.get("verbs")
+        if c is None:
+            api, e, t = self.api, self.api.e, self.t
+            how = sge_plan(msg.sizes, t.max_sge, self.max_inline)
+            flags = e.IBV_SEND_SIGNALED | (e.IBV_SEND_INLINE if how == "inline" else 0)
+            op = e.IBV_WR_SEND_WITH_IMM if t.op == "send" else e.IBV_WR_RDMA_WRITE_WITH_IMM
+            if how == "pack":
+                c = (how, op, flags)
+            else:
+                sg = [api.wr.SGE(a.ctypes.data, len(a), 0 if how == "inline" else t.registry.lkey(a))
+                      for a in msg.arrays if len(a)]
+                c = (how, api.wr.SendWR(wr_id=0, opcode=op, num_sge=len(sg), sg=sg, imm_data=msg.nbytes,
+                                        send_flags=flags))
+            msg.cache["verbs"] = c
+        return c
+
+    def _pack(self, msg: Message, slot: int, op: int, flags: int):
+        p = self.remote
+        if self.staging is None:
+            self.staging_mr = self.api.mr.MR(self.t.pd, p.depth * self.plan.slot, self.api.e.IBV_ACCESS_LOCAL_WRITE)
+            self.staging = _region(self.staging_mr, p.depth * self.plan.slot)
+        off = slot * self.plan.slot
+        for a in msg.arrays:
+            self.staging[off:off + len(a)] = a
+            off += len(a)
+        sge = self.api.wr.SGE(self.staging_mr.buf + slot * self.plan.slot, max(msg.nbytes, 1), self.staging_mr.lkey)
+        return self.api.wr.SendWR(wr_id=0, opcode=op, num_sge=1, sg=[sge], imm_data=msg.nbytes, send_flags=flags)
+
+    def _post(self, msg: Message) -> None:
+        if self.state.state is not Conn.READY:
+            self.state.require_ready()
+        self._wait_credit()
+        slot = self.credits.spend()
+        c = self._send_wr(msg)
+        wr = self._pack(msg, slot, c[1], c[2]) if c[0] == "pack" else c[1]
+        if self.t.op == "write":
+            wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
+        self._reap(False)
+        self.qp.post_send(wr)
+        self.unreaped += 1
+
+    def send(self, msg: Message) -> None:
+        self._post(msg)
+
+    def _deliver(self, got: tuple[int, int], msg: Message) -> None:
+        idx, nbytes = got
+        if nbytes != msg.nbytes:
+            raise self.state.fail(f"a {nbytes}-byte message arrived where {msg.nbytes} B were expected")
+        p = self.plan
+        base = (idx if p.op == "send" else self.received % p.depth) * p.slot
+        self.received += 1
+        src = self.recv_mem
+        for a in msg.arrays:
+            a[:] = src[base:base + len(a)]
+            base += len(a)
+        self.qp.post_recv(self.rwrs[idx])
+        back = self.credits.consumed()
+        if back:
+            self.credit_wr.imm_data = imm_credit(back)
+            self._reap(False)
+            self.qp.post_send(self.credit_wr)
+            self.unreaped += 1
+
+    def recv_into(self, msg: Message) -> None:
+        self._reap(True)
+        self._deliver(self._recv_wc(True), msg)
+
+    def close(self) -> None:
+        self.state.advance(Conn.CLOSED)
+
+
+class VerbsTransport(Transport):
+    name = "verbs"
+    help = "RDMA verbs (pyverbs): RC queue pairs, SEND/RECV or RDMA WRITE with immediate (--verbs-op)"
+    poll_modes = ("busy", "blocking")  # blocking = completion events
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("verbs transport")
+        g.add_argument("--ib-dev", metavar="NAME", help="RDMA device (default: the first; see `commbench devices`)")
+        g.add_argument("--ib-port", type=int, default=1, metavar="N", help="device port (default 1)")
+        g.add_argument("--gid-index", type=int, default=0, metavar="N",
+                       help="GID table index (RoCE needs a populated one, often 1 or 3 for RoCE v2; default 0)")
+        g.add_argument("--verbs-op", choices=("send", "write"), default="send",
+                       help="SEND/RECV into pre-posted receives, or RDMA WRITE with immediate (default send)")
+        g.add_argument("--verbs-pool-mb", type=float, default=64, metavar="MB",
+                       help="receive pool per peer; slots are the largest message, at most 64 (default 64)")
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        if getattr(args, "verbs_pool_mb", 64) <= 0:
+            raise UsageError(f"--verbs-pool-mb must be positive, not {args.verbs_pool_mb:g}")
+        api = load_api()
+        ctx = open_port(api, getattr(args, "ib_dev", None), getattr(args, "ib_port", 1),
+                        getattr(args, "gid_index", 0))[0]
+        ctx.close()
+
+    def __init__(self, world, args: argparse.Namespace) -> None:
+        super().__init__(world, args)
+        self.api = load_api()
+        self.events = args.poll == "blocking"
+        self.op, self.port, self.gid_index = args.verbs_op, args.ib_port, args.gid_index
+        self.ctx, self.dev, self.port_attr, self.gid, dattr = open_port(self.api, args.ib_dev, self.port,
+                                                                        self.gid_index)
+        self.max_sge = max(1, min(int(dattr.max_sge), 30))
+        largest = int(getattr(args, "largest_message", None) or DEFAULT_LARGEST)
+        self.plan = plan_pool(largest, self.op, int(args.verbs_pool_mb * (1 << 20)),
+                              max_mr_size=int(dattr.max_mr_size), max_qp_wr=int(dattr.max_qp_wr))
+        self.largest = largest
+        self.pd = self.api.pd.PD(self.ctx)
+        self.registry = Registry(self.api, self.pd)
+        self.links: dict[int, VerbsLink] = {}
+
+    def mode(self) -> str:
+        return f"{self.op}, {self.dev}:{self.port}, {'events' if self.events else 'busy-poll'}"
+
+    def connect(self, peers: Iterable[int]) -> dict[int, Link]:
+        world = self.world
+        peers = sorted(set(peers) - {world.rank})
+        try:
+            for p in peers:
+                self.links[p] = VerbsLink(self, p, world.describe(p))
+        except self.api.Error as exc:
+            raise UsageError(f"cannot set up RDMA resources on {self.dev}: {exc}") from None
+        mine = {str(p): link.local.to_json() for p, link in self.links.items()}
+        everyone = world.allgather_json("verbs-qp", mine)
+        for p, link in self.links.items():
+            theirs = everyone[p]
+            info = QpInfo.parse(theirs.get(str(world.rank)) if isinstance(theirs, dict) else theirs, p)
+            info.check_against(link.local, self.largest)
+            link.state.advance(Conn.EXCHANGED)
+            try:
+                link.to_rts(info)
+            except self.api.Error as exc:
+                raise link.state.fail(f"moving the queue pair to RTS failed: {exc}") from None
+            link.state.advance(Conn.RTS)
+        world.barrier("verbs-rts")  # every QP is RTS before anyone sends
+        for link in self.links.values():
+            link.state.advance(Conn.READY)
+        return dict(self.links)
+
+    def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
+        """Post sends while credits last and take receives as they come, on every link at once, so
+        that two ranks sending each other more than a pool's depth never wait on each other."""
+        todo_s: dict[VerbsLink, deque[Message]] = queues(sends)
+        todo_r: dict[VerbsLink, deque[Message]] = queues(recvs)
+        deadline, spins = time.monotonic() + self.timeout, 0
+        while any(todo_s.values()) or any(todo_r.values()):
+            moved = False
+            for link, q in todo_s.items():
+                while q and link.credits.available > 0:
+                    link._post(q.popleft())
+                    moved = True
+                if q:  # out of credits: look for returns (and keep data that arrives)
+                    got = link._poll_rcq(False)
+                    if got is not None:
+                        link.stash.append(got)
+            for link, q in todo_r.items():
+                while q:
+                    got = link._recv_wc(False)
+                    if got is None:
+                        break
+                    link._deliver(got, q.popleft())
+                    moved = True
+            if moved:
+                deadline, spins = time.monotonic() + self.timeout, 0
+            else:
+                spins += 1
+                if (spins & SPIN_CHECK) == 0 and time.monotonic() > deadline:
+                    raise PeerError(f"verbs progress: nothing moved within {self.timeout:g} s")
+        for link in {*todo_s, *todo_r}:
+            link._reap(True)
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        ctx, self.ctx = getattr(self, "ctx", None), None
+        if ctx is not None:
+            ctx.close()  # pyverbs closes the QPs, CQs, MRs and the PD it created under this context

@@ -1,0 +1,378 @@
+"""The verbs transport up to the device, here (no RDMA hardware, no InfiniBand in this kernel):
+pyverbs' own no-device error as users see it, queue-pair info exchange and validation, pool sizing,
+buffer-list to SGE mapping, connection states, and the credit protocol run over an in-memory
+fabric (verbs_fake) with the transport's real code. Hardware tests: test_verbs_hw.py (-m rdma)."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+import numpy as np
+import pytest
+import verbs_fake
+from conftest import commbench
+
+from commbench.core.errors import PeerError, UsageError
+from commbench.core.message import Message, Pattern
+from commbench.transports import _verbs_plan as vp
+from commbench.transports import verbs
+
+GOOD = {"rank": 1, "lid": 7, "gid": "fe80:0000:0000:0000:0202:c9ff:fe00:0001", "qpn": 0x123, "psn": 0xABCDE,
+        "rkey": 0xDEADBEEF, "addr": 0x7F0000001000, "slot": 1 << 20, "depth": 64, "mtu": 5, "link_layer": 1,
+        "op": "send"}
+
+
+# -- what a user sees here -------------------------------------------------------------------------
+def test_no_device_is_one_line_exit_2_naming_usable_transports():
+    r = commbench("p2p-latency", "--transport", "verbs", "-m", "8")
+    assert r.code == 2, r.err
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert "no RDMA device found (pyverbs: Failed to get devices list)" in r.err  # pyverbs' own error
+    usable = r.err.split("usable transports here: ")[1].strip().split(", ")
+    assert {"tcp", "grpc"} <= set(usable) and "verbs" not in usable and "ipoib" not in usable
+
+
+def test_no_device_with_every_benchmark_and_op():
+    for args in (["p2p-bandwidth", "--verbs-op", "write"], ["ps-throughput", "--poll", "blocking"],
+                 ["allreduce", "--ib-dev", "mlx5_0", "--ib-port", "2", "--gid-index", "3"]):
+        r = commbench(*args, "--transport", "verbs")
+        assert r.code == 2 and "no RDMA device found" in r.err and r.err.count("\n") == 1, (args, r.err)
+
+
+def test_bad_verbs_flags_are_usage_errors():
+    r = commbench("p2p-latency", "-t", "verbs", "--verbs-op", "read")
+    assert r.code == 2 and "--verbs-op" in r.err and "Traceback" not in r.err
+    r = commbench("p2p-latency", "-t", "verbs", "--verbs-pool-mb", "0")
+    assert r.code == 2 and "--verbs-pool-mb must be positive" in r.err
+
+
+def test_check_usable_with_real_pyverbs_raises_usage_error():
+    with pytest.raises(UsageError, match=r"no RDMA device found \(pyverbs: Failed to get devices list\)"):
+        verbs.VerbsTransport.check_usable(argparse.Namespace(ib_dev=None, ib_port=1, gid_index=0, verbs_pool_mb=64))
+
+
+# -- queue-pair info ------------------------------------------------------------------------------
+def test_qp_info_round_trip():
+    info = vp.QpInfo.parse(dict(GOOD), 1)
+    assert info.to_json() == GOOD
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("qpn", 1 << 24, "qpn"), ("psn", -1, "psn"), ("rkey", 1 << 32, "rkey"), ("lid", "7", "lid"),
+    ("gid", "fe80::1", "gid"), ("gid", None, "gid"), ("addr", 0, "zero"), ("depth", 0, "zero"),
+    ("op", "read", "op"), ("slot", True, "slot"), ("rank", 0, "says it is rank 0"), ("mtu", 9, "mtu"),
+])
+def test_qp_info_rejects_bad_fields(field, value, needle):
+    with pytest.raises(PeerError, match=needle):
+        vp.QpInfo.parse({**GOOD, field: value}, 1)
+
+
+def test_qp_info_rejects_missing_extra_and_non_dicts():
+    with pytest.raises(PeerError, match="missing fields"):
+        vp.QpInfo.parse({k: v for k, v in GOOD.items() if k != "psn"}, 1)
+    with pytest.raises(PeerError, match="unknown fields"):
+        vp.QpInfo.parse({**GOOD, "evil": 1}, 1)
+    with pytest.raises(PeerError, match="no queue-pair info"):
+        vp.QpInfo.parse(None, 1)
+
+
+def test_qp_info_compatibility_checks():
+    peer = vp.QpInfo.parse(dict(GOOD), 1)
+    local = vp.QpInfo(**{**GOOD, "rank": 0})
+    peer.check_against(local, 1 << 20)
+    with pytest.raises(PeerError, match="hold 1048576 B but messages of 2097152 B"):
+        peer.check_against(local, 2 << 20)
+    with pytest.raises(UsageError, match="--verbs-op write"):
+        vp.QpInfo(**{**GOOD, "op": "write"}).check_against(local, 8)
+    with pytest.raises(UsageError, match="one fabric"):
+        vp.QpInfo(**{**GOOD, "link_layer": 2}).check_against(local, 8)
+    with pytest.raises(PeerError, match="no LID"):
+        vp.QpInfo(**{**GOOD, "lid": 0}).check_against(local, 8)
+    roce_local = vp.QpInfo(**{**GOOD, "rank": 0, "link_layer": 2})
+    with pytest.raises(PeerError, match="empty GID"):
+        vp.QpInfo(**{**GOOD, "link_layer": 2, "gid": vp.ZERO_GID}).check_against(roce_local, 8)
+    assert vp.path_mtu(5, 3) == 3
+
+
+# -- pool sizing, SGE mapping, credits, states, port checks ------------------------------------------
+def test_pool_is_sized_from_the_largest_message():
+    p = vp.plan_pool(8, "send", 64 << 20)
+    assert (p.slot, p.depth, p.recvs, p.region) == (64, 64, 66, 66 * 64)
+    p = vp.plan_pool(4 << 20, "send", 64 << 20)
+    assert (p.slot, p.depth) == (4 << 20, 16) and p.region == 18 * (4 << 20)
+    p = vp.plan_pool(4 << 20, "write", 64 << 20)
+    assert p.region == 16 * (4 << 20) + 18 * 64  # data slots + a small area for credit messages
+    assert vp.plan_pool(1000, "send", 64 << 20).slot == 1024  # 64-byte aligned
+    assert vp.plan_pool(64 << 20, "send", 64 << 20).depth == 2  # never fewer than 2
+    assert vp.plan_pool(8, "send", 64 << 20, max_qp_wr=10).depth == 8
+    with pytest.raises(UsageError, match="largest memory region"):
+        vp.plan_pool(1 << 30, "send", 1 << 30, max_mr_size=1 << 30)
+    with pytest.raises(UsageError, match="2 GiB"):
+        vp.plan_pool(1 << 31, "send", 1 << 31)
+
+
+def test_sge_plan():
+    assert vp.sge_plan((8,), 30, 64) == "inline"
+    assert vp.sge_plan((32, 32, 32), 30, 64) == "sge"  # 96 B > inline limit
+    assert vp.sge_plan((4096,) * 30, 30, 64) == "sge"
+    assert vp.sge_plan((4096,) * 31, 30, 64) == "pack"
+    assert vp.sge_plan((4096, 0, 0, 4096), 2, 0) == "sge"  # empty buffers take no entry
+    assert vp.sge_plan((0, 0), 30, 64) == "pack"
+    assert vp.sge_plan((8, 8, 8), 2, 64) == "pack"
+
+
+def test_credits():
+    c = vp.Credits(peer_depth=4, own_depth=4)
+    assert [c.spend() for _ in range(4)] == [0, 1, 2, 3]
+    with pytest.raises(PeerError, match="no credit"):
+        c.spend()
+    c.granted(2)
+    assert [c.spend(), c.spend()] == [0, 1]
+    with pytest.raises(PeerError, match="more credits"):
+        c.granted(5)
+    r = vp.Credits(4, 4)
+    assert [r.consumed() for _ in range(5)] == [0, 2, 0, 2, 0]
+    assert vp.parse_imm(vp.imm_credit(3)) == (True, 3) and vp.parse_imm(vp.imm_data(1 << 20)) == (False, 1 << 20)
+
+
+def test_connection_states():
+    s = vp.ConnState("rank 1")
+    with pytest.raises(PeerError, match="is created, not ready"):
+        s.require_ready()
+    with pytest.raises(PeerError, match="cannot go from created to rts"):
+        s.advance(vp.Conn.RTS)
+    for to in (vp.Conn.EXCHANGED, vp.Conn.RTS, vp.Conn.READY):
+        s.advance(to)
+    s.require_ready()
+    err = s.fail("work completion failed")
+    assert s.state is vp.Conn.ERROR and "work completion failed" in str(err)
+    with pytest.raises(PeerError, match="is error .work completion failed., not ready"):
+        s.require_ready()
+
+
+def test_port_problems():
+    ok_gid = GOOD["gid"]
+    assert vp.port_problem("mlx5_0", 1, 4, 1, 7, ok_gid) is None
+    assert "DOWN, not ACTIVE" in vp.port_problem("mlx5_0", 1, 1, 1, 7, ok_gid)
+    assert "subnet manager" in vp.port_problem("mlx5_0", 1, 4, 1, 0, ok_gid)
+    assert "GID at --gid-index is empty" in vp.port_problem("rxe0", 1, 4, 2, 0, vp.ZERO_GID)
+    assert vp.port_problem("rxe0", 1, 4, 2, 0, ok_gid) is None
+
+
+# -- the transport's code over the in-memory fabric ----------------------------------------------------
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(verbs, "load_api", lambda: verbs_fake.api())
+    verbs_fake.FakeContext.max_sge = 4
+    verbs_fake.FakeContext.port_state = 4
+    verbs_fake.Stats.sge_counts = []
+    return verbs_fake
+
+
+def args(**kw):
+    base = dict(timeout=5.0, poll="busy", verbs_op="send", ib_dev=None, ib_port=1, gid_index=0, verbs_pool_mb=1,
+                largest_message=1 << 20)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def pair(fn0, fn1, **kw):
+    """Run fn(rank's transport, link to the other) on two threads; re-raise what either raised."""
+    out, errors = [None, None], []
+    w = verbs_fake.worlds(2)
+
+    def run(rank, fn):
+        t = verbs.VerbsTransport(w[rank], args(**kw))
+        try:
+            links = t.connect([1 - rank])
+            out[rank] = fn(t, links[1 - rank])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            t.close()
+    threads = [threading.Thread(target=run, args=(r, f)) for r, f in enumerate((fn0, fn1))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not any(th.is_alive() for th in threads), "a rank hung"
+    if errors:
+        for exc in errors[1:]:
+            print("other rank:", repr(exc))
+        raise errors[0]
+    return out
+
+
+@pytest.mark.parametrize("op", ["send", "write"])
+@pytest.mark.parametrize("sizes", [(8,), (1 << 20,), (1000, 24, 3000), (512,) * 7])
+def test_ping_pong_moves_the_bytes(fake, op, sizes):
+    pat = Pattern(sizes, 1)
+    n = 50
+
+    def client(t, link):
+        req, rep = Message(sizes), Message(sizes)
+        req.fill(pat)
+        wrong = 0
+        for _ in range(n):
+            link.call(req, rep)
+            wrong += not rep.matches(pat)
+            rep.clear()
+        return wrong
+
+    def server(t, link):
+        req = Message(sizes)
+        link.serve(n, req, req)  # echo what arrived
+        return t.mode()
+
+    wrong, mode = pair(client, server, verbs_op=op)
+    assert wrong == 0 and mode.startswith(f"{op}, fake_0:1")
+    if len(sizes) == 7:  # more buffers than max_sge (4): packed into one entry
+        assert set(fake.Stats.sge_counts) == {1}
+    elif len(sizes) == 3:
+        assert 3 in fake.Stats.sge_counts  # one entry per buffer
+
+
+def test_registration_happens_once_per_buffer(fake):
+    sizes = (4096, 4096)
+
+    def client(t, link):
+        req, rep = Message(sizes), Message(sizes)
+        link.call(req, rep)
+        first = len(t.registry.mrs)
+        for _ in range(99):
+            link.call(req, rep)
+        return first, len(t.registry.mrs)
+
+    def server(t, link):
+        req = Message(sizes)
+        link.serve(100, req, req)
+
+    registered, _ = pair(client, server, largest_message=8192)
+    assert registered == (2, 2)  # the two request buffers, at the first call only; replies land in the pool
+
+
+def test_message_views_of_one_tensor_share_one_registration(fake):
+    tensor = np.arange(1 << 16, dtype=np.float32)
+    chunks = Message.over(np.array_split(tensor, 4))  # within max_sge (4): one entry per chunk
+
+    def sender(t, link):
+        link.send(chunks)
+        link.recv_into(Message((1,)))
+        return len(t.registry.mrs)
+
+    def receiver(t, link):
+        into = Message(chunks.sizes)
+        link.recv_into(into)
+        link.send(Message((1,)))
+        return np.array_equal(np.frombuffer(b"".join(bytes(v) for v in into.views), np.float32), tensor)
+
+    registered, same = pair(sender, receiver, largest_message=tensor.nbytes)
+    assert registered == 1 and same
+
+
+@pytest.mark.parametrize("op", ["send", "write"])
+def test_window_beyond_the_pool_depth_flows_on_credits(fake, op):
+    sizes, window, rounds = (256 << 10,), 40, 3  # 1 MB pool / 256 KiB slots = depth 4, window 40
+    pat = Pattern(sizes, 2)
+
+    def sender(t, link):
+        msg, ack = Message(sizes), Message((4,))
+        msg.fill(pat)
+        for _ in range(rounds):
+            for _ in range(window):
+                link.send(msg)
+            link.recv_into(ack)
+        return t.plan.depth
+
+    def receiver(t, link):
+        msg, ack, wrong = Message(sizes), Message((4,)), 0
+        for _ in range(rounds):
+            for _ in range(window):
+                link.recv_into(msg)
+                wrong += not msg.matches(pat)
+                msg.clear()
+            link.send(ack)
+        return wrong
+
+    depth, wrong = pair(sender, receiver, verbs_op=op, largest_message=256 << 10)
+    assert depth == 4 and wrong == 0
+
+
+def test_bidirectional_progress_beyond_the_depth_does_not_deadlock(fake):
+    sizes, window = (256 << 10,), 32
+
+    def both(t, link):
+        pat = Pattern(sizes, 3)
+        out = Message(sizes)
+        out.fill(pat)
+        inbox = [Message(sizes) for _ in range(window)]
+        t.progress([(link, out)] * window, [(link, m) for m in inbox])
+        return sum(not m.matches(pat) for m in inbox)
+
+    assert pair(both, both, largest_message=256 << 10) == [0, 0]
+
+
+def test_size_mismatch_and_silent_peer_are_peer_errors(fake):
+    def sender(t, link):
+        link.send(Message((16,)))
+
+    def receiver(t, link):
+        with pytest.raises(PeerError, match="16-byte message arrived where 8 B"):
+            link.recv_into(Message((8,)))
+        with pytest.raises(PeerError, match="no message within 0.3 s"):
+            link.recv_into(Message((16,)))
+        assert link.state.state is vp.Conn.ERROR
+
+    pair(sender, receiver, timeout=0.3)
+
+
+def test_events_mode_moves_the_bytes(fake):
+    sizes = (8,)
+
+    def client(t, link):
+        req, rep = Message(sizes), Message(sizes)
+        req.arrays[0][:] = 42
+        for _ in range(20):
+            link.call(req, rep)
+        return int(rep.arrays[0][0]), t.mode()
+
+    def server(t, link):
+        req = Message(sizes)
+        link.serve(20, req, req)
+
+    (value, mode), _ = pair(client, server, poll="blocking")
+    assert value == 42 and mode.endswith("events")
+
+
+def test_port_down_and_bad_flags_are_usage_errors(fake):
+    fake.FakeContext.port_state = 1
+    with pytest.raises(UsageError, match="port 1 of fake_0 is DOWN"):
+        verbs.VerbsTransport.check_usable(args())
+    fake.FakeContext.port_state = 4
+    with pytest.raises(UsageError, match="--ib-dev mlx5_9: no such RDMA device; devices here: fake_0"):
+        verbs.VerbsTransport.check_usable(args(ib_dev="mlx5_9"))
+    with pytest.raises(UsageError, match="--ib-port 2: fake_0 has ports 1..1"):
+        verbs.VerbsTransport.check_usable(args(ib_port=2))
+    with pytest.raises(UsageError, match="--gid-index 9: port 1 of fake_0 has 4 GIDs"):
+        verbs.VerbsTransport.check_usable(args(gid_index=9))
+    verbs.VerbsTransport.check_usable(args())
+
+
+def test_mismatched_ops_fail_at_connect(fake):
+    w = verbs_fake.worlds(2)
+    errors = []
+
+    def run(rank):
+        t = verbs.VerbsTransport(w[rank], args(verbs_op="send" if rank == 0 else "write"))
+        try:
+            t.connect([1 - rank])
+        except UsageError as exc:
+            errors.append(str(exc))
+        finally:
+            t.close()
+    threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert len(errors) == 2 and all("start every rank with the same command" in e for e in errors)

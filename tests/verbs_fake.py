@@ -1,0 +1,255 @@
+"""An in-memory RC fabric with pyverbs' object shapes, for testing the verbs transport's protocol here
+(no RDMA device). It enforces what hardware would: sends only from RTS, receives must be posted
+(else an RNR error completion), scatter/gather entries must lie in a registered region with the
+right lkey (inline data excepted), RDMA writes need a matching rkey and range, receive SGEs must
+hold the data. Real pyverbs supplies the enums and error classes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+import time
+from collections import deque
+from types import SimpleNamespace
+
+import numpy as np
+import pyverbs.enums as e
+from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+
+LOCK = threading.RLock()
+QPS: dict[int, FakeQP] = {}
+KEYS = itertools.count(0x1000)
+QPNS = itertools.count(0x100)
+
+
+class Stats:
+    posted_sends = 0
+    sge_counts: list[int] = []
+    inline_sends = 0
+    registrations = 0
+
+
+class Dev:
+    def __init__(self, name: str) -> None:
+        self.name = name.encode()
+
+
+class FakeContext:
+    max_sge = 4
+    port_state = 4
+    link_layer = 1
+    lid = 7
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def query_device(self):
+        return SimpleNamespace(phys_port_cnt=1, max_sge=self.max_sge, max_mr_size=1 << 40, max_qp_wr=16384)
+
+    def query_port(self, port: int):
+        return SimpleNamespace(state=self.port_state, link_layer=self.link_layer, lid=self.lid, active_mtu=5,
+                               gid_tbl_len=4)
+
+    def query_gid(self, port: int, index: int):
+        return SimpleNamespace(gid="fe80:0000:0000:0000:0202:c9ff:fe00:%04x" % (index + 1))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakePD:
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.mrs: list[FakeMR] = []
+
+
+class FakeMR:
+    def __init__(self, pd: FakePD, length: int, access: int, address: int | None = None) -> None:
+        self.length = length
+        if address is None:
+            self.mem = np.zeros(max(length, 1), dtype=np.uint8)
+            address = self.mem.ctypes.data
+        self.buf = address
+        self.lkey = next(KEYS)
+        self.rkey = next(KEYS)
+        self.access = access
+        pd.mrs.append(self)
+        Stats.registrations += 1
+
+    def covers(self, addr: int, length: int) -> bool:
+        return self.buf <= addr and addr + length <= self.buf + self.length
+
+
+class WC(SimpleNamespace):
+    pass
+
+
+class FakeCQ:
+    def __init__(self, ctx, cqe, cq_context=None, channel=None, comp_vector=0) -> None:
+        self.q: deque[WC] = deque()
+        self.cqe = cqe
+
+    def push(self, wc: WC) -> None:
+        with LOCK:
+            if len(self.q) >= self.cqe:
+                raise AssertionError("CQ overrun: the transport let more completions pile up than its CQ holds")
+            self.q.append(wc)
+
+    def poll(self, n: int = 1):
+        with LOCK:
+            out = [self.q.popleft() for _ in range(min(n, len(self.q)))]
+        return len(out), out
+
+    def req_notify(self, solicited_only: int = 0) -> None:
+        pass
+
+    def ack_events(self, n: int) -> None:
+        pass
+
+
+class FakeChannel:
+    def __init__(self, ctx) -> None:
+        pass
+
+    def get_cq_event(self, cq: FakeCQ) -> None:
+        while not cq.q:
+            time.sleep(0.0005)
+
+
+class SGE:
+    def __init__(self, addr: int, length: int, lkey: int) -> None:
+        self.addr, self.length, self.lkey = addr, length, lkey
+
+
+class RecvWR:
+    def __init__(self, wr_id: int = 0, num_sge: int = 1, sg=None) -> None:
+        if not sg:
+            raise PyverbsError("A WR needs at least one SGE")
+        self.wr_id, self.num_sge, self.sg = wr_id, num_sge, list(sg)
+
+
+class SendWR:
+    def __init__(self, wr_id=0, opcode=e.IBV_WR_SEND, num_sge=1, imm_data=0, sg=None, send_flags=0) -> None:
+        if not sg:
+            raise PyverbsError("A WR needs at least one SGE")
+        self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
+        self.sg, self.send_flags = list(sg), send_flags
+        self.rkey = self.remote_addr = 0
+
+    def set_wr_rdma(self, rkey: int, addr: int) -> None:
+        self.rkey, self.remote_addr = rkey, addr
+
+
+class QPInitAttr:
+    def __init__(self, qp_type, scq, rcq, cap, sq_sig_all=0, **kw) -> None:
+        self.qp_type, self.scq, self.rcq, self.cap, self.sq_sig_all = qp_type, scq, rcq, cap, sq_sig_all
+
+
+class FakeQP:
+    def __init__(self, pd: FakePD, init: QPInitAttr, attr) -> None:
+        self.pd, self.init = pd, init
+        self.qp_num = next(QPNS)
+        self.rq: deque[RecvWR] = deque()
+        self.state = "init"
+        self.dest = None
+        QPS[self.qp_num] = self
+
+    def post_recv(self, wr: RecvWR) -> None:
+        with LOCK:
+            if len(self.rq) >= self.init.cap.max_recv_wr:
+                raise PyverbsRDMAError("Failed to post recv (RQ full)")
+            self.rq.append(wr)
+
+    def to_rts(self, attr) -> None:
+        self.dest = attr.dest_qp_num
+        self.state = "rts"
+
+    def _gather(self, wr: SendWR) -> bytes | None:
+        inline = wr.send_flags & e.IBV_SEND_INLINE
+        data = b""
+        for s in wr.sg[:wr.num_sge]:
+            if not inline and not any(m.lkey == s.lkey and m.covers(s.addr, s.length) for m in self.pd.mrs):
+                return None
+            data += ctypes.string_at(s.addr, s.length)
+        return data
+
+    def post_send(self, wr: SendWR) -> None:
+        if self.state != "rts":
+            raise PyverbsRDMAError(f"Failed to post send (QP in {self.state})")
+        Stats.posted_sends += 1
+        Stats.sge_counts.append(wr.num_sge)
+        Stats.inline_sends += bool(wr.send_flags & e.IBV_SEND_INLINE)
+        with LOCK:
+            status = self._deliver(wr)
+            if wr.send_flags & e.IBV_SEND_SIGNALED or self.init.sq_sig_all:
+                self.init.scq.push(WC(status=status, wr_id=wr.wr_id, opcode=e.IBV_WC_SEND, byte_len=0, imm_data=0))
+
+    def _deliver(self, wr: SendWR) -> int:
+        peer = QPS.get(self.dest)
+        data = self._gather(wr)
+        if data is None:
+            return e.IBV_WC_LOC_PROT_ERR
+        if peer is None or peer.state != "rts":
+            return e.IBV_WC_RETRY_EXC_ERR
+        if not peer.rq:
+            return e.IBV_WC_RNR_RETRY_EXC_ERR
+        rwr = peer.rq.popleft()
+        if wr.opcode == e.IBV_WR_SEND_WITH_IMM:
+            room = rwr.sg[0]
+            if len(data) > room.length:
+                return e.IBV_WC_REM_INV_REQ_ERR
+            ctypes.memmove(room.addr, data, len(data))
+            opcode = e.IBV_WC_RECV
+        elif wr.opcode == e.IBV_WR_RDMA_WRITE_WITH_IMM:
+            if not any(m.rkey == wr.rkey and m.covers(wr.remote_addr, len(data)) for m in peer.pd.mrs):
+                return e.IBV_WC_REM_ACCESS_ERR
+            ctypes.memmove(wr.remote_addr, data, len(data))
+            opcode = e.IBV_WC_RECV_RDMA_WITH_IMM
+        else:
+            raise AssertionError(f"unexpected opcode {wr.opcode}")
+        peer.init.rcq.push(WC(status=0, wr_id=rwr.wr_id, opcode=opcode, byte_len=len(data), imm_data=wr.imm_data))
+        return 0
+
+
+def api(devices=("fake_0",)) -> SimpleNamespace:
+    import pyverbs.addr as addr
+    import pyverbs.qp as real_qp
+
+    return SimpleNamespace(
+        device=SimpleNamespace(get_device_list=lambda: [Dev(n) for n in devices], Context=FakeContext),
+        pd=SimpleNamespace(PD=FakePD), mr=SimpleNamespace(MR=FakeMR),
+        cq=SimpleNamespace(CQ=FakeCQ, CompChannel=FakeChannel),
+        qp=SimpleNamespace(QP=FakeQP, QPInitAttr=QPInitAttr, QPCap=real_qp.QPCap, QPAttr=real_qp.QPAttr),
+        wr=SimpleNamespace(SGE=SGE, RecvWR=RecvWR, SendWR=SendWR), addr=addr, e=e,
+        Error=PyverbsError, RDMAError=PyverbsRDMAError)
+
+
+class FakeWorld:
+    """Two or more ranks in threads of one process: the collectives the transport uses."""
+
+    def __init__(self, rank: int, size: int, shared: dict) -> None:
+        self.rank, self.size, self.shared = rank, size, shared
+        self.host = "localhost"
+
+    def describe(self, rank: int) -> str:
+        return f"rank {rank} on host localhost"
+
+    def allgather_json(self, name: str, obj):
+        import json
+
+        s = self.shared
+        with s["lock"]:
+            s.setdefault(name, {})[self.rank] = json.loads(json.dumps(obj))
+        s["barrier"].wait(10)
+        return [s[name][r] for r in range(self.size)]
+
+    def barrier(self, name: str = "barrier") -> None:
+        self.shared["barrier"].wait(10)
+
+
+def worlds(size: int = 2) -> list[FakeWorld]:
+    shared = {"lock": threading.Lock(), "barrier": threading.Barrier(size)}
+    return [FakeWorld(r, size, shared) for r in range(size)]
