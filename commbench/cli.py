@@ -81,11 +81,14 @@ def build_parser() -> Parser:
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls)
     from commbench import compare, devices, payloads_cli, show
+    from commbench.training import predict, train
 
     compare.add_parser(sub, tr)
     show.add_parser(sub)
     payloads_cli.add_parser(sub)
     devices.add_parser(sub)
+    train.add_parser(sub)
+    predict.add_parser(sub)
     return parser
 
 

@@ -216,12 +216,17 @@ class StoreClient:
     def set(self, key: str, value: bytes) -> None:
         self._send(SET, {"key": key}, value)
 
-    def get(self, key: str) -> bytes:
-        self._send(GET, {"key": key, "timeout": self.timeout})
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        """The value of key once some rank sets it; waits ``timeout`` (default the run's) at most."""
+        wait = self.timeout if timeout is None else timeout
+        self._send(GET, {"key": key, "timeout": wait})
         try:
+            self.sock.settimeout(wait + 5)
             kind, obj, blob = read_frame(self.sock)
         except (OSError, ConnectionError, FrameError) as exc:
             raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+        finally:
+            self.sock.settimeout(self.timeout + 5)
         if kind == VALUE:
             return blob
         if obj.get("kind") == "aborted":

@@ -89,12 +89,13 @@ class World:
     def allgather_json(self, name: str, obj: object) -> list:
         return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
 
-    def bcast_json(self, name: str, obj: object = None, root: int = 0) -> object:
+    def bcast_json(self, name: str, obj: object = None, root: int = 0, timeout: float | None = None) -> object:
+        """Root's obj on every rank; ``timeout`` (default the world's) bounds the wait for it."""
         key = self._key(name)
         if self.rank == root:
             self.store.set(key, json.dumps(obj).encode())
             return obj
-        return json.loads(self.store.get(key))
+        return json.loads(self.store.get(key, timeout))
 
     def gather_json(self, name: str, obj: object, root: int = 0) -> list | None:
         key = self._key(name)

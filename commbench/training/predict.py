@@ -1,0 +1,224 @@
+"""``commbench predict``: training step time and images/s from micro-benchmark results, a model's
+gradient profile and a measured compute time. It is a model (alpha-beta), and says so.
+
+Link: ``t(n) = alpha + n / beta`` fitted to a p2p-latency sweep (one-way us against bytes): alpha
+is the latency of the smallest message, beta the slope over messages of 64 KiB and more (1 MB/s is
+1 B/us, so n / beta is in us).
+
+PS (a step = every worker pulls the variables, computes, pushes the gradients; TF's placement
+as in the PS emulator): pull = push = alpha + X / beta, where X is the bytes the busiest link
+carries in one direction. One rank per host: X = max(W x the largest shard, the model) (the
+busiest shard's link carries W copies of its shard; each worker's link the whole model). All ranks
+on one host (``--shared-host``): every transfer shares one path, X = W x the model.
+Step = compute + pull + push; images/s = W x batch / step.
+
+Mirrored (ring all-reduce): allreduce = 2 (W - 1) alpha + 2 (W - 1) / W x model / beta;
+step = compute + allreduce. With all ranks on one host the ring's W transfers of each phase
+share the path: the byte term is multiplied by W.
+
+Answers as TBD's network profiler asked: which shards and tensors dominate communication, whether
+W workers beat one, and the smallest bandwidth at which they do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from commbench.core.errors import UsageError
+from commbench.core.results import read_runs
+from commbench.core.table import Column, header_line, row_line
+from commbench.emulators.placement import POLICIES, place, shard_bytes
+from commbench.profiles import store
+
+SLOPE_FROM = 64 << 10
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    alpha_us: float
+    beta_mb_s: float  # 10^6 B/s = bytes per microsecond
+    source: str = ""
+
+    def us(self, nbytes: float) -> float:
+        return self.alpha_us + nbytes / self.beta_mb_s
+
+
+def fit(points: Sequence[tuple[int, float]], source: str = "") -> LinkModel:
+    """alpha = one-way latency of the smallest message; beta = 1 / slope over messages >= 64 KiB
+    (all of them if fewer than two are that large)."""
+    pts = sorted((int(s), float(t)) for s, t in points)
+    if len(pts) < 2:
+        raise UsageError("predict needs a p2p-latency sweep of at least two sizes (e.g. -m 8:4M)")
+    big = [p for p in pts if p[0] >= SLOPE_FROM]
+    use = big if len(big) >= 2 else pts
+    x = np.array([p[0] for p in use], dtype=np.float64)
+    y = np.array([p[1] for p in use], dtype=np.float64)
+    slope = float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else 0.0
+    if slope <= 0:
+        raise UsageError("the p2p-latency sweep does not grow with size; measure larger sizes (-m 8:4M)")
+    return LinkModel(pts[0][1], 1.0 / slope, source)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    strategy: str
+    workers: int
+    ps: int
+    batch: int
+    compute_ms: float
+    comm_ms: float
+    terms: dict  # name -> ms
+    step_ms: float
+    images_s: float
+    one_worker_images_s: float
+    min_beta_mb_s: float | None  # below this, W workers are slower than one (None: never faster)
+
+
+def predict_ps(sizes: Sequence[int], workers: int, ps: int, batch: int, compute_ms: float, link: LinkModel,
+               policy: str = "round-robin", shared_host: bool = False) -> Prediction:
+    owners = place(sizes, ps, policy)
+    shards = shard_bytes(sizes, owners, ps)
+    total = sum(sizes)
+    busiest = workers * total if shared_host else max(workers * max(shards), total)
+    pull = push = link.us(busiest) / 1e3
+    step = compute_ms + pull + push
+    c_us = compute_ms * 1e3
+    room = (workers - 1) * c_us - 2 * link.alpha_us  # the communication time W workers can afford
+    return Prediction("ps", workers, ps, batch, compute_ms, pull + push, {"pull_ms": pull, "push_ms": push}, step,
+                      workers * batch / step * 1e3, batch / compute_ms * 1e3,
+                      2 * busiest / room if room > 0 and workers > 1 else None)
+
+
+def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: LinkModel,
+                 shared_host: bool = False) -> Prediction:
+    w = workers
+    byte_term = 2 * (w - 1) / w * total * (w if shared_host else 1)
+    comm = (2 * (w - 1) * link.alpha_us + byte_term / link.beta_mb_s) / 1e3 if w > 1 else 0.0
+    step = compute_ms + comm
+    room = (w - 1) * compute_ms * 1e3 - 2 * (w - 1) * link.alpha_us
+    return Prediction("mirrored", w, 0, batch, compute_ms, comm, {"allreduce_ms": comm}, step,
+                      w * batch / step * 1e3, batch / compute_ms * 1e3,
+                      byte_term / room if room > 0 and w > 1 else None)
+
+
+def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, top: int = 3) -> list[str]:
+    """Lines naming the busiest shard and the largest tensors (communication is proportional to bytes)."""
+    total = sum(sizes)
+    lines = []
+    if ps:
+        shards = shard_bytes(sizes, place(sizes, ps, policy), ps)
+        k = int(np.argmax(shards))
+        lines.append(f"busiest shard: {k} of {ps} holds {shards[k] / 1e6:.2f} MB ({100 * shards[k] / total:.0f} % "
+                     f"of the model; an even split would be {100 / ps:.0f} %)")
+    order = np.argsort(sizes)[::-1][:top]
+    lines.append("largest tensors: " + ", ".join(f"{names[i]} {sizes[i] / 1e6:.2f} MB ({100 * sizes[i] / total:.0f} %)"
+                                                 for i in order))
+    return lines
+
+
+# -- the command ----------------------------------------------------------------------------------
+COLUMNS = [Column("strategy", "Strategy", -9), Column("workers", "W", 4), Column("ps", "P", 3),
+           Column("compute_ms", "Compute(ms)", 12, "{:.2f}"), Column("comm_ms", "Comm(ms)", 9, "{:.2f}"),
+           Column("step_ms", "Step(ms)", 9, "{:.2f}"), Column("images_s", "Pred img/s", 11, "{:.1f}"),
+           Column("measured_images_s", "Meas img/s", 11, "{:.1f}"), Column("error_pct", "Error %", 8, "{:+.1f}"),
+           Column("measured_step_ms", "Meas step p50", 14, "{:.2f}")]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("predict", help="predict training images/s from p2p results, a model profile and "
+                                       "a compute time; compare with a train run",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--p2p", required=True, metavar="FILE", help="p2p-latency results of a size sweep (jsonl/csv)")
+    p.add_argument("--train", metavar="FILE", help="train results: model, strategy, W, P, batch, compute time and "
+                                                   "the measured images/s to compare with")
+    p.add_argument("--model", help="gradient profile (commbench payloads list); default: the train run's")
+    p.add_argument("--strategy", choices=("ps", "mirrored"), help="default: the train run's")
+    p.add_argument("--workers", type=int, help="default: the train run's")
+    p.add_argument("--ps", type=int, help="default: the train run's")
+    p.add_argument("--batch", type=int, help="images per worker per step; default: the train run's")
+    p.add_argument("--compute-ms", type=float, help="one worker's step without communication; default: the train "
+                                                    "run's")
+    p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
+    p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",
+                   help="all ranks on one host share one path (auto: yes if the train run had one host)")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.set_defaults(func=run)
+
+
+def p2p_link(path: str) -> LinkModel:
+    points, kinds = [], set()
+    for r in read_runs(path):
+        kinds.add(r.meta.get("bench"))
+        if r.meta.get("bench") == "p2p-latency":
+            points += [(row["size"], row["avg_us"]) for row in r.rows if "avg_us" in row]
+    if not points:
+        raise UsageError(f"{path}: predict --p2p needs p2p-latency results (a size sweep, e.g. "
+                         f"`commbench p2p-latency -t grpc -m 8:4M -o FILE`); this file holds {sorted(map(str, kinds))}")
+    runs = [r for r in read_runs(path) if r.meta.get("bench") == "p2p-latency"]
+    o = runs[-1].meta.get("options", {})
+    return fit(points, f"{o.get('transport')} ({o.get('mode')}) from {path}")
+
+
+def train_row(path: str) -> tuple[dict, dict]:
+    runs = [r for r in read_runs(path) if r.meta.get("bench") == "train" and r.rows]
+    if not runs:
+        kinds = sorted({str(r.meta.get("bench")) for r in read_runs(path)})
+        raise UsageError(f"{path}: predict --train needs `commbench train -o FILE` results; this file holds {kinds}")
+    return runs[-1].rows[-1], runs[-1].meta
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    link = p2p_link(args.p2p)
+    row, meta = train_row(args.train) if args.train else ({}, {})
+
+    def pick(name: str, key: str | None = None):
+        v = getattr(args, name)
+        if v is None:
+            v = row.get(key or name)
+        if v is None:
+            raise UsageError(f"predict needs --{name.replace('_', '-')} (or --train FILE with it)")
+        return v
+
+    strategy, workers, batch = pick("strategy"), int(pick("workers")), int(pick("batch"))
+    compute = float(pick("compute_ms"))
+    ps = int(pick("ps")) if strategy == "ps" else 0
+    prof = store.load(pick("model"))
+    sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
+    shared = args.shared_host == "yes" or (args.shared_host == "auto" and len(set(meta.get("hosts", []))) == 1)
+    pred = predict_ps(sizes, workers, ps, batch, compute, link, args.placement, shared) if strategy == "ps" \
+        else predict_ring(sum(sizes), workers, batch, compute, link, shared)
+    same = bool(row) and (row.get("strategy"), row.get("workers"), row.get("ps", 0), row.get("batch")) == \
+        (strategy, workers, ps, batch)
+    out = {**asdict(pred), "model": prof.name, "link": asdict(link), "shared_host": shared,
+           "measured_images_s": row.get("images_s") if same else None,
+           "measured_step_ms": row.get("step_p50_ms") if same else None}
+    out["error_pct"] = 100 * (pred.images_s / out["measured_images_s"] - 1) if out["measured_images_s"] else None
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"# commbench predict: {strategy}, {prof.name} ({sum(sizes) / 1e6:.2f} MB in {len(sizes)} tensors), "
+          f"batch {batch}; a model, not a measurement")
+    print(f"# link: alpha {link.alpha_us:.1f} us, beta {link.beta_mb_s:.0f} MB/s, fitted to {link.source}; "
+          f"{'all ranks share one host' if shared else 'one rank per host'}")
+    print(header_line(COLUMNS))
+    print(row_line(COLUMNS, out))
+    print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) + f", compute {compute:.2f} ms")
+    for line in dominant(sizes, names, ps, args.placement):
+        print(f"# {line}")
+    verdict = "pays off" if pred.images_s > pred.one_worker_images_s else "does not pay off"
+    print(f"# {workers} workers: {pred.images_s:.1f} img/s against one worker's {pred.one_worker_images_s:.1f}: "
+          f"data parallelism {verdict} at this bandwidth")
+    if pred.min_beta_mb_s is None:
+        print(f"# no bandwidth makes {workers} workers faster than one: latency alone exceeds what they save")
+    else:
+        print(f"# minimum bandwidth for {workers} workers to beat one: {pred.min_beta_mb_s:.1f} MB/s "
+              f"({pred.min_beta_mb_s * 8 / 1e3:.2f} Gbit/s)")
+    if row and not same:
+        print(f"# the train run in {args.train} had W={row.get('workers')} P={row.get('ps')}: "
+              "this is a prediction beyond what was measured")
+    return 0

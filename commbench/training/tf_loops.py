@@ -1,0 +1,165 @@
+"""Real distributed TensorFlow training on synthetic data, with custom loops (Keras 3 ``model.fit``
+fails under ParameterServerStrategy and MultiWorkerMirroredStrategy; custom loops work).
+
+- ``ps``: the chief drives a ``ClusterCoordinator``; every step is one scheduled closure that a
+  worker runs (pull variables from the PS tasks, compute, push gradients). Steps go in rounds of
+  W closures followed by ``join()``, so a round is one step of every worker (synchronous-like, as
+  ``ps-throughput --mode sync`` emulates) and its duration is the step time.
+- ``mirrored``: every worker runs the same step; gradients are all-reduced (RING collectives).
+Only this module imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from commbench.profiles.models import build, tensorflow
+
+
+@dataclass
+class StepTimes:
+    ns: list[int]
+    losses: list[float]
+
+
+def image_model(name: str):
+    """(model, input shape without batch, classes) for an image classifier."""
+    model, _ = build(name)
+    shape = model.input_shape
+    if isinstance(shape, list) or len(shape) != 4:
+        from commbench.core.errors import UsageError
+
+        raise UsageError(f"train needs an image model (one 4-D input); {name} has inputs {shape}")
+    return model, tuple(shape[1:]), int(model.output_shape[-1])
+
+
+def synthetic(tf, shape: tuple, classes: int, batch: int, seed: int):
+    """One fixed random batch, repeated: what the step costs, and a loss that falls as it is learnt."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, *shape), dtype=np.float32)
+    y = rng.integers(0, classes, size=(batch,), dtype=np.int64)
+    return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+
+def compute_step_ms(name: str, batch: int, seed: int, steps: int = 10) -> float:
+    """Median time of one training step of the model on this process alone: no communication."""
+    tf = tensorflow()
+    model, shape, classes = image_model(name)
+    opt = tf.keras.optimizers.SGD(0.01)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = next(iter(synthetic(tf, shape, classes, batch, seed)))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
+        return loss
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter_ns()
+        step().numpy()
+        times.append(time.perf_counter_ns() - t0)
+    return float(np.median(times)) / 1e6
+
+
+def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                            reduction=tf.keras.losses.Reduction.NONE)
+
+    def replica(x, y):
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=per_replica_batch *
+                                              strategy.num_replicas_in_sync)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    return replica
+
+
+def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int, lr: float) -> StepTimes:
+    """On the chief: ParameterServerStrategy + ClusterCoordinator from TF_CONFIG."""
+    tf = tensorflow()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model, shape, classes = image_model(model_name)
+        opt = tf.keras.optimizers.SGD(lr, momentum=0.9)
+    replica = _step_fn(tf, strategy, model, opt, batch)
+
+    def dataset_fn():
+        return synthetic(tf, shape, classes, batch, seed)
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    @tf.function
+    def step(it):
+        x, y = next(it)
+        return strategy.run(replica, args=(x, y))
+
+    out = StepTimes([], [])
+    rounds = -(-steps // workers)
+    for r in range(-(-warmup // workers) + rounds):
+        t0 = time.perf_counter_ns()
+        results = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
+        coordinator.join()
+        t = time.perf_counter_ns() - t0
+        if r >= -(-warmup // workers):
+            out.ns.append(t)
+            out.losses.append(float(np.mean([v.fetch() for v in results])))
+    return out
+
+
+def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int,
+                 lr: float) -> StepTimes:
+    """On every worker: MultiWorkerMirroredStrategy (RING) from TF_CONFIG; ``batch`` is per worker."""
+    tf = tensorflow()
+    comm = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    with strategy.scope():
+        model, shape, classes = image_model(model_name)
+        opt = tf.keras.optimizers.SGD(lr, momentum=0.9)
+    replica = _step_fn(tf, strategy, model, opt, batch)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    ds = synthetic(tf, shape, classes, batch * workers, seed).with_options(options)
+    iterator = iter(strategy.experimental_distribute_dataset(ds))
+
+    @tf.function
+    def step(it):
+        x, y = next(it)
+        per_replica = strategy.run(replica, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    out = StepTimes([], [])
+    for s in range(warmup + steps):
+        t0 = time.perf_counter_ns()
+        loss = float(step(iterator).numpy())
+        t = time.perf_counter_ns() - t0
+        if s >= warmup:
+            out.ns.append(t)
+            out.losses.append(loss)
+    return out
+
+
+def start_server(job: str, index: int):
+    """A PS or worker task: a TF gRPC server that the chief drives (it listens on 0.0.0.0)."""
+    tf = tensorflow()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.Server(resolver.cluster_spec(), job_name=job, task_index=index, protocol="grpc",
+                                start=True)
+
+
+def quiet() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -1,0 +1,211 @@
+"""``commbench train``: real distributed TensorFlow training, launched like every benchmark.
+
+Ranks come from the local launcher, mpirun or srun; they meet at commbench's rendezvous, agree on
+a TF cluster (each rank's address and a port), and become TF tasks through TF_CONFIG:
+``--strategy ps``: rank 0 the chief (it drives the ClusterCoordinator and reports), ranks
+1..W workers, then P parameter servers; ``--strategy mirrored``: W workers, rank 0 reports.
+The row: images/s, step time p50/p99, the loss at the start and end, and the compute time of one
+step of the same model on one process with no communication (measured on rank 0 afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from commbench.core.errors import PeerError, RunAborted, UsageError
+from commbench.core.placement import Placement, detect
+from commbench.core.results import ResultsWriter, check_output_path, run_metadata
+from commbench.core.table import Column, header_line, row_line
+from commbench.core.watchdog import Watchdog
+from commbench.core.world import World
+
+IMAGE_MODELS = ("small_cnn", "resnet50", "resnet152", "inception_v3", "inception_resnet_v2", "vgg16",
+                "mobilenet_v2")
+COLUMNS = [Column("strategy", "Strategy", -9), Column("model", "Model", -13), Column("workers", "W", 3),
+           Column("ps", "P", 3), Column("batch", "Batch", 6), Column("steps", "Steps", 6),
+           Column("images_s", "Images/s", 10, "{:.1f}"), Column("step_p50_ms", "Step p50(ms)", 13, "{:.2f}"),
+           Column("step_p99_ms", "p99", 9, "{:.2f}"), Column("compute_ms", "Compute(ms)", 12, "{:.2f}"),
+           Column("loss_first", "Loss first", 11, "{:.4f}"), Column("loss_last", "last", 8, "{:.4f}")]
+PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="real distributed TensorFlow training on synthetic data; images/s",
+                       description="Real distributed TensorFlow training (custom loops) on synthetic images.")
+    p.add_argument("--strategy", choices=("ps", "mirrored"), default="ps",
+                   help="ps: ParameterServerStrategy + ClusterCoordinator; mirrored: MultiWorkerMirroredStrategy "
+                        "with RING collectives (default ps)")
+    p.add_argument("--model", default="small_cnn",
+                   help=f"image model, as the payload profiles name them: {', '.join(IMAGE_MODELS)} "
+                        "(- or _ both work; default small_cnn)")
+    p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
+    p.add_argument("--ps", type=int, default=1, help="parameter-server tasks with --strategy ps (default 1)")
+    p.add_argument("--batch", type=int, default=64, help="images per step per worker (default 64)")
+    p.add_argument("--steps", type=int, default=60, help="measured steps (ps: across all workers) (default 60)")
+    p.add_argument("--warmup-steps", type=int, default=10, help="steps before measuring (default 10)")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate, momentum 0.9 (default 0.01)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for a peer at set-up and for each step (default 120)")
+    p.add_argument("--port", type=int, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
+    p.add_argument("-o", "--output", metavar="FILE", help="append the result row: FILE.jsonl or FILE.csv")
+    p.set_defaults(func=train)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    args.model = args.model.replace("-", "_")
+    if args.model not in IMAGE_MODELS:
+        raise UsageError(f"unknown model {args.model!r} for train; known: {', '.join(IMAGE_MODELS)}")
+    for name in ("workers", "batch", "steps"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be at least 1, not {getattr(args, name)}")
+    if args.strategy == "ps" and args.ps < 1:
+        raise UsageError(f"--ps must be at least 1 with --strategy ps, not {args.ps}")
+    if args.warmup_steps < 0 or args.timeout <= 0:
+        raise UsageError("--warmup-steps must be >= 0 and --timeout positive")
+    if not tf_installed():
+        raise UsageError("train runs TensorFlow, which is not installed here: pip install 'commbench[tf]'")
+
+
+def tf_installed() -> bool:
+    """Look, do not import (that takes seconds): is TensorFlow importable here?"""
+    import importlib.util
+
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"] is not None
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def ranks(args: argparse.Namespace) -> int:
+    return 1 + args.workers + args.ps if args.strategy == "ps" else args.workers
+
+
+def roles(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(TF job, task index) of every rank, in rank order."""
+    if args.strategy == "mirrored":
+        return [("worker", i) for i in range(args.workers)]
+    return [("chief", 0), *(("worker", i) for i in range(args.workers)), *(("ps", i) for i in range(args.ps))]
+
+
+def cluster_spec(addresses: Sequence[str], rs: Sequence[tuple[str, int]]) -> dict[str, list[str]]:
+    spec: dict[str, list[str]] = {}
+    for addr, (job, _) in zip(addresses, rs, strict=True):
+        spec.setdefault(job, []).append(addr)
+    return spec
+
+
+def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    check_args(args)
+    n = ranks(args)
+    placement = detect(port=args.port)
+    if placement is None:
+        if args.output:
+            check_output_path(args.output)
+        from commbench.launch.local import launch
+
+        return launch(n, argv, args.timeout, args.port)
+    if placement.size != n:
+        raise UsageError(f"train --strategy {args.strategy} with {args.workers} workers"
+                         f"{f' and {args.ps} PS' if args.strategy == 'ps' else ''} needs {n} ranks, "
+                         f"but the launcher started {placement.size}")
+    return run_rank(placement, args)
+
+
+def _tf_port(args: argparse.Namespace, rank: int, host: str) -> int:
+    if args.port:
+        return args.port + 1 + rank
+    with socket.socket() as s:  # a free port now; TF binds it a moment later
+        s.bind((host if host != "localhost" else "127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_rank(placement: Placement, args: argparse.Namespace) -> int:
+    from commbench.benchmarks.runner import check_same_command
+
+    world = World(placement, args.timeout)
+    watchdog = Watchdog(world)
+    writer: ResultsWriter | None = None
+    ok = False
+    try:
+        check_same_command(world, args)
+        rs = roles(args)
+        job, index = rs[world.rank]
+        addr = world.store.local_address
+        endpoints = world.allgather_json("tf-addr", f"{addr}:{_tf_port(args, world.rank, addr)}")
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
+                                              "task": {"type": job, "index": index}})
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        from commbench.training import tf_loops
+
+        reporter = world.rank == 0
+        budget = args.timeout * (2 + (args.steps + args.warmup_steps) / max(1, args.workers))
+        row = None
+        if args.strategy == "ps" and job != "chief":
+            _server = tf_loops.start_server(job, index)  # serves until this process ends
+            world.bcast_json("train-done", timeout=budget)  # the chief says when
+        else:
+            run = tf_loops.run_ps if args.strategy == "ps" else tf_loops.run_mirrored
+            times = run(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed, args.lr)
+            row = summarize(args, times) if reporter else None
+            if args.strategy == "ps":
+                world.bcast_json("train-done", True)
+        # compute without communication: every worker at once, as they computed during training
+        world.barrier("compute")
+        ms = tf_loops.compute_step_ms(args.model, args.batch, args.seed) if job == "worker" else None
+        computes = world.gather_json("compute-ms", ms)
+        if reporter:
+            row["compute_ms"] = float(np.median([c for c in computes if c is not None]))
+        if reporter:
+            options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+            options.update(ranks=world.size, tf_cluster=cluster_spec(endpoints, rs))
+            meta = run_metadata("train", options, world.hosts, PACKAGES)
+            step = "a round of one step per worker (W closures, then join)" if args.strategy == "ps" else \
+                "one synchronous step of every worker"
+            print(f"# commbench train: {args.strategy}, {args.model}, {args.workers} workers"
+                  f"{f' x {args.ps} PS' if args.strategy == 'ps' else ''}, batch {args.batch} per worker, "
+                  f"synthetic images; TF gRPC between tasks\n# step = {step}; images/s = batch x workers x "
+                  f"measured steps / time; compute = one step of one worker without communication (all workers "
+                  f"at once, as in training; median)\n" + header_line(COLUMNS), flush=True)
+            print(row_line(COLUMNS, row), flush=True)
+            if args.output:
+                writer = ResultsWriter(args.output, meta, ["bench", *(c.key for c in COLUMNS)])
+                writer.row({"bench": "train", **row})
+        world.barrier("train-end")
+        watchdog.stop()
+        ok = True
+        return 0
+    except UsageError as exc:
+        world.abort(str(exc), 2)
+        raise
+    except RunAborted:
+        raise
+    except PeerError as exc:
+        raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
+    except Exception as exc:
+        world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
+        raise
+    finally:
+        watchdog.stopped.set()
+        if writer:
+            writer.close()
+        if ok:
+            world.close()
+        sys.stdout.flush()
+
+
+def summarize(args: argparse.Namespace, times) -> dict:
+    ns = np.asarray(times.ns, dtype=np.float64)
+    per_step_images = args.batch * args.workers  # ps: a round is W steps; mirrored: one step of W workers
+    return {"strategy": args.strategy, "model": args.model, "workers": args.workers,
+            "ps": args.ps if args.strategy == "ps" else 0, "batch": args.batch, "steps": len(ns) *
+            (args.workers if args.strategy == "ps" else 1),
+            "images_s": per_step_images * len(ns) / (ns.sum() / 1e9),
+            "step_p50_ms": float(np.percentile(ns, 50)) / 1e6, "step_p99_ms": float(np.percentile(ns, 99)) / 1e6,
+            "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1]}

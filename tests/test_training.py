@@ -1,0 +1,101 @@
+"""commbench train (real distributed TensorFlow) and commbench predict (its arithmetic by hand)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ENV, commbench, table_rows
+
+from commbench.core.errors import UsageError
+from commbench.core.results import read_runs
+from commbench.training import predict as pr
+
+
+# -- predict: hand-computed cases -------------------------------------------------------------------
+def test_fit_alpha_beta():
+    link = pr.fit([(8, 10.0), (65536, 10 + 65536 / 1000), (1 << 20, 10 + (1 << 20) / 1000), (1024, 11.0)])
+    assert link.alpha_us == 10.0 and link.beta_mb_s == pytest.approx(1000.0)
+    assert link.us(1e6) == pytest.approx(1010.0)
+    with pytest.raises(UsageError, match="at least two sizes"):
+        pr.fit([(8, 1.0)])
+    with pytest.raises(UsageError, match="does not grow"):
+        pr.fit([(8, 5.0), (1 << 20, 4.0)])
+
+
+def test_predict_ps_by_hand():
+    link = pr.LinkModel(100.0, 1000.0)
+    sizes = [1_000_000, 2_000_000, 3_000_000]  # round-robin on 2 shards: [4 MB, 2 MB]
+    p = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link)
+    # busiest link: max(2 workers x 4 MB shard, 6 MB model) = 8 MB -> 100 us + 8000 us each way
+    assert p.terms == {"pull_ms": pytest.approx(8.1), "push_ms": pytest.approx(8.1)}
+    assert p.step_ms == pytest.approx(66.2) and p.images_s == pytest.approx(64 / 66.2e-3)
+    assert p.one_worker_images_s == pytest.approx(640.0)
+    assert p.min_beta_mb_s == pytest.approx(2 * 8e6 / (50_000 - 200))  # (W-1) compute - 2 alpha of room
+    shared = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, shared_host=True)  # 2 x 6 MB through one path
+    assert shared.step_ms == pytest.approx(50 + 2 * 12.1)
+    greedy = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, policy="greedy")  # shards [4 MB, 2 MB] again
+    assert greedy.step_ms == pytest.approx(66.2)
+    assert pr.predict_ps(sizes, 1, 1, 32, 50.0, link).min_beta_mb_s is None
+
+
+def test_predict_ring_by_hand():
+    link = pr.LinkModel(100.0, 1000.0)
+    p = pr.predict_ring(6_000_000, workers=4, batch=32, compute_ms=50.0, link=link)
+    # 2 (W-1) alpha = 600 us; 2 (W-1)/W x 6 MB = 9 MB at 1000 B/us = 9000 us
+    assert p.comm_ms == pytest.approx(9.6) and p.step_ms == pytest.approx(59.6)
+    assert p.images_s == pytest.approx(128 / 59.6e-3)
+    assert p.min_beta_mb_s == pytest.approx(9e6 / (150_000 - 600))
+    assert pr.predict_ring(6_000_000, 2, 32, 50.0, link, shared_host=True).comm_ms == pytest.approx(
+        (2 * 100 + 2 * 6e6 / 1000) / 1e3)
+
+
+def test_dominant_names_the_busiest_shard_and_tensors():
+    lines = pr.dominant([1_000_000, 2_000_000, 3_000_000], ["a", "b", "c"], 2, "round-robin")
+    assert lines[0].startswith("busiest shard: 0 of 2 holds 4.00 MB (67 %")
+    assert lines[1] == "largest tensors: c 3.00 MB (50 %), b 2.00 MB (33 %), a 1.00 MB (17 %)"
+
+
+# -- bad input ------------------------------------------------------------------------------------
+def test_train_bad_input():
+    r = commbench("train", "--model", "alexnet")
+    assert r.code == 2 and "unknown model 'alexnet'" in r.err and "small_cnn, resnet50" in r.err
+    r = commbench("train", "--workers", "0")
+    assert r.code == 2 and "--workers must be at least 1" in r.err
+    code = ("import sys; sys.modules['tensorflow'] = None; from commbench.cli import main; "
+            "sys.exit(main(['train', '--steps', '2']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    assert p.returncode == 2 and "pip install 'commbench[tf]'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_predict_wrong_kind_of_file(tmp_path):
+    out = tmp_path / "bw.jsonl"
+    assert commbench("p2p-bandwidth", "-m", "1K,64K", "-i", "5", "-o", str(out)).code == 0
+    r = commbench("predict", "--p2p", str(out), "--model", "small_cnn", "--strategy", "ps", "--workers", "2",
+                  "--ps", "1", "--batch", "64", "--compute-ms", "50")
+    assert r.code == 2 and "needs p2p-latency results" in r.err and "p2p-bandwidth" in r.err
+    r = commbench("predict", "--p2p", str(out), "--train", str(out))
+    assert r.code == 2 and r.err.count("\n") == 1
+
+
+# -- real training ----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_train_ps_small_then_predict(tmp_path):
+    out = tmp_path / "train.jsonl"
+    r = commbench("train", "--model", "small-cnn", "--strategy", "ps", "--workers", "2", "--ps", "1",
+                  "--steps", "16", "--warmup-steps", "4", "--batch", "32", "--lr", "0.05", "-o", str(out),
+                  timeout=400)
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["images_s"] > 0 and row["compute_ms"] > 0 and row["steps"] == 16
+    assert row["loss_last"] < row["loss_first"]  # it learns the (fixed, synthetic) batch
+    assert len(table_rows(r.out)) == 1
+    p2p = tmp_path / "lat.jsonl"
+    assert commbench("p2p-latency", "-t", "grpc", "-m", "8,64K,1M", "-i", "50", "-o", str(p2p)).code == 0
+    r = commbench("predict", "--p2p", str(p2p), "--train", str(out), "--json")
+    assert r.code == 0, r.err
+    pred = json.loads(r.out)
+    assert pred["measured_images_s"] == pytest.approx(row["images_s"]) and pred["shared_host"] is True
+    assert pred["images_s"] > 0 and pred["error_pct"] is not None
