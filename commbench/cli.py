@@ -136,8 +136,6 @@ def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
 
 def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from commbench import transports
-    from commbench.core.placement import detect
-    from commbench.core.results import check_output_path
 
     bench_cls = args.bench
     transport_cls = transports.get(args.transport)
@@ -159,16 +157,11 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
             args.pairs = args.np // 2
         else:
             raise UsageError(f"{bench_cls.name} runs on {bench_cls.ranks(args)} ranks here, not --np {args.np}")
-    nranks = bench_cls.ranks(args)
-    placement = detect(port=args.port)
-    if placement is None:
-        if args.output:
-            check_output_path(args.output)
-        from commbench.launch.local import launch
+    from commbench.launch.local import here_or_launch
 
-        return launch(nranks, argv, args.timeout, args.port)
-    if placement.size != nranks:
-        raise UsageError(f"{bench_cls.name} needs {nranks} ranks but the launcher started {placement.size}")
+    placement = here_or_launch(bench_cls.ranks(args), argv, args, bench_cls.name)
+    if isinstance(placement, int):
+        return placement
     from commbench.benchmarks.runner import run_rank
 
     return run_rank(placement, bench_cls, transport_cls, args, points, loops, spec)

@@ -43,6 +43,17 @@ def check_same_command(world: World, args: argparse.Namespace) -> None:
                          "start every rank with the same command")
 
 
+def end_run(world: World, exc: Exception) -> None:
+    """A rank failed with exc: bad input stops every rank with status 2; a peer's fault is re-raised
+    naming this rank; a bug stops the others with 1 (the caller re-raises it, keeping the traceback)."""
+    if isinstance(exc, UsageError):
+        world.abort(str(exc), 2)
+    elif isinstance(exc, PeerError):
+        raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
+    elif not isinstance(exc, RunAborted):
+        world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
+
+
 def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: type[Transport],
              args: argparse.Namespace, points: list[Payload], loops: Loops, payload_spec: str | None) -> int:
     world = World(placement, args.timeout, getattr(args, "bind", None))
@@ -85,15 +96,8 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
                   file=sys.stderr)
             return 1
         return 0
-    except UsageError as exc:
-        world.abort(str(exc), 2)
-        raise
-    except RunAborted:
-        raise
-    except PeerError as exc:
-        raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
-    except Exception as exc:  # a bug: stop the other ranks, keep the traceback
-        world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
+    except Exception as exc:
+        end_run(world, exc)
         raise
     finally:
         watchdog.stopped.set()  # the main thread reports its own error

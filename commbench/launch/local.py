@@ -90,3 +90,20 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
     if 2 in codes:
         return 2
     return next((c if c > 0 else 1 for c in codes if c != 0), 0)
+
+
+def here_or_launch(n: int, argv: Sequence[str], args, what: str):
+    """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
+    ranks here and return their exit status. ``what`` names the job in the wrong-size error."""
+    from commbench.core.errors import UsageError
+    from commbench.core.placement import detect
+    from commbench.core.results import check_output_path
+
+    placement = detect(port=args.port)
+    if placement is None:
+        if getattr(args, "output", None):
+            check_output_path(args.output)
+        return launch(n, argv, args.timeout, args.port)
+    if placement.size != n:
+        raise UsageError(f"{what} needs {n} ranks but the launcher started {placement.size}")
+    return placement

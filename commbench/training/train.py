@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from commbench.core.errors import PeerError, RunAborted, UsageError
-from commbench.core.placement import Placement, detect
-from commbench.core.results import ResultsWriter, check_output_path, run_metadata
+from commbench.core.errors import UsageError
+from commbench.core.placement import Placement
+from commbench.core.results import ResultsWriter, run_metadata
 from commbench.core.table import Column, header_line, row_line
 from commbench.core.watchdog import Watchdog
 from commbench.core.world import World
@@ -104,17 +104,13 @@ def cluster_spec(addresses: Sequence[str], rs: Sequence[tuple[str, int]]) -> dic
 def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     check_args(args)
     n = ranks(args)
-    placement = detect(port=args.port)
-    if placement is None:
-        if args.output:
-            check_output_path(args.output)
-        from commbench.launch.local import launch
+    from commbench.launch.local import here_or_launch
 
-        return launch(n, argv, args.timeout, args.port)
-    if placement.size != n:
-        raise UsageError(f"train --strategy {args.strategy} with {args.workers} workers"
-                         f"{f' and {args.ps} PS' if args.strategy == 'ps' else ''} needs {n} ranks, "
-                         f"but the launcher started {placement.size}")
+    what = f"train --strategy {args.strategy} with {args.workers} workers" + \
+        (f" and {args.ps} PS" if args.strategy == "ps" else "")
+    placement = here_or_launch(n, argv, args, what)
+    if isinstance(placement, int):
+        return placement
     return run_rank(placement, args)
 
 
@@ -127,7 +123,7 @@ def _tf_port(args: argparse.Namespace, rank: int, host: str) -> int:
 
 
 def run_rank(placement: Placement, args: argparse.Namespace) -> int:
-    from commbench.benchmarks.runner import check_same_command
+    from commbench.benchmarks.runner import check_same_command, end_run
 
     world = World(placement, args.timeout)
     watchdog = Watchdog(world)
@@ -181,15 +177,8 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         watchdog.stop()
         ok = True
         return 0
-    except UsageError as exc:
-        world.abort(str(exc), 2)
-        raise
-    except RunAborted:
-        raise
-    except PeerError as exc:
-        raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
     except Exception as exc:
-        world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
+        end_run(world, exc)
         raise
     finally:
         watchdog.stopped.set()
