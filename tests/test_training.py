@@ -41,6 +41,16 @@ def test_predict_ps_by_hand():
     assert pr.predict_ps(sizes, 1, 1, 32, 50.0, link).min_beta_mb_s is None
 
 
+def test_overhead_adds_a_fixed_step_cost_and_raises_the_minimum_bandwidth():
+    link = pr.LinkModel(100.0, 1000.0)
+    p = pr.predict_ps([1_000_000, 2_000_000, 3_000_000], 2, 2, 32, 50.0, link)
+    q = pr.with_overhead(p, 10.0)
+    assert q.step_ms == pytest.approx(76.2) and q.images_s == pytest.approx(64 / 76.2e-3)
+    assert q.terms["tf_overhead_ms"] == 10.0 and q.comm_ms == pytest.approx(26.2)
+    assert q.min_beta_mb_s == pytest.approx(16e6 / (50_000 - 200 - 10_000))
+    assert pr.with_overhead(p, 60.0).min_beta_mb_s is None  # the overhead alone eats what W workers save
+
+
 def test_predict_ring_by_hand():
     link = pr.LinkModel(100.0, 1000.0)
     p = pr.predict_ring(6_000_000, workers=4, batch=32, compute_ms=50.0, link=link)

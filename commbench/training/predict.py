@@ -16,6 +16,11 @@ Mirrored (ring all-reduce): allreduce = 2 (W - 1) alpha + 2 (W - 1) / W x model 
 step = compute + allreduce. With all ranks on one host the ring's W transfers of each phase
 share the path: the byte term is multiplied by W.
 
+TF's own per-step cost (the coordinator's scheduling, one RPC per variable, the collective
+launches) is not in these terms; ``--overhead FILE`` adds it, measured: a train run of the same
+strategy and W with ``--batch 1`` has almost no compute and few bytes, so its step time less its
+compute and modelled communication is the runtime's fixed cost per step.
+
 Answers as TBD's network profiler asked: which shards and tensors dominate communication, whether
 W workers beat one, and the smallest bandwidth at which they do.
 """
@@ -76,7 +81,13 @@ class Prediction:
     step_ms: float
     images_s: float
     one_worker_images_s: float
-    min_beta_mb_s: float | None  # below this, W workers are slower than one (None: never faster)
+    beta_bytes: float  # bytes the slowest link carries per step (what beta divides)
+    room_us: float  # communication time per step W workers can afford and still beat one: (W-1) compute - latency
+
+    @property
+    def min_beta_mb_s(self) -> float | None:
+        """Below this bandwidth W workers are slower than one (None: no bandwidth makes them faster)."""
+        return self.beta_bytes / self.room_us if self.room_us > 0 and self.workers > 1 else None
 
 
 def predict_ps(sizes: Sequence[int], workers: int, ps: int, batch: int, compute_ms: float, link: LinkModel,
@@ -88,10 +99,9 @@ def predict_ps(sizes: Sequence[int], workers: int, ps: int, batch: int, compute_
     pull = push = link.us(busiest) / 1e3
     step = compute_ms + pull + push
     c_us = compute_ms * 1e3
-    room = (workers - 1) * c_us - 2 * link.alpha_us  # the communication time W workers can afford
+    room = (workers - 1) * c_us - 2 * link.alpha_us
     return Prediction("ps", workers, ps, batch, compute_ms, pull + push, {"pull_ms": pull, "push_ms": push}, step,
-                      workers * batch / step * 1e3, batch / compute_ms * 1e3,
-                      2 * busiest / room if room > 0 and workers > 1 else None)
+                      workers * batch / step * 1e3, batch / compute_ms * 1e3, 2 * busiest, room)
 
 
 def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: LinkModel,
@@ -102,8 +112,7 @@ def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: 
     step = compute_ms + comm
     room = (w - 1) * compute_ms * 1e3 - 2 * (w - 1) * link.alpha_us
     return Prediction("mirrored", w, 0, batch, compute_ms, comm, {"allreduce_ms": comm}, step,
-                      w * batch / step * 1e3, batch / compute_ms * 1e3,
-                      byte_term / room if room > 0 and w > 1 else None)
+                      w * batch / step * 1e3, batch / compute_ms * 1e3, byte_term, room)
 
 
 def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, top: int = 3) -> list[str]:
@@ -119,6 +128,15 @@ def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, t
     lines.append("largest tensors: " + ", ".join(f"{names[i]} {sizes[i] / 1e6:.2f} MB ({100 * sizes[i] / total:.0f} %)"
                                                  for i in order))
     return lines
+
+
+def with_overhead(p: Prediction, ms: float) -> Prediction:
+    """The prediction with a fixed per-step runtime cost added (TF's, measured)."""
+    from dataclasses import replace
+
+    step = p.step_ms + ms
+    return replace(p, terms={**p.terms, "tf_overhead_ms": ms}, comm_ms=p.comm_ms + ms, step_ms=step,
+                   images_s=p.workers * p.batch / step * 1e3, room_us=p.room_us - ms * 1e3)
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -146,6 +164,8 @@ def add_parser(sub) -> None:
     p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
     p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",
                    help="all ranks on one host share one path (auto: yes if the train run had one host)")
+    p.add_argument("--overhead", metavar="FILE", help="a train run of the same strategy and W with --batch 1: "
+                                                      "TF's fixed per-step cost is taken from it")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.set_defaults(func=run)
 
@@ -190,11 +210,24 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     prof = store.load(pick("model"))
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and len(set(meta.get("hosts", []))) == 1)
-    pred = predict_ps(sizes, workers, ps, batch, compute, link, args.placement, shared) if strategy == "ps" \
-        else predict_ring(sum(sizes), workers, batch, compute, link, shared)
+    def model(batch: int, compute: float) -> Prediction:
+        if strategy == "ps":
+            return predict_ps(sizes, workers, ps, batch, compute, link, args.placement, shared)
+        return predict_ring(sum(sizes), workers, batch, compute, link, shared)
+
+    pred = model(batch, compute)
+    if args.overhead:
+        small, _ = train_row(args.overhead)
+        if (small.get("strategy"), small.get("workers"), small.get("ps", 0)) != (strategy, workers, ps):
+            raise UsageError(f"{args.overhead}: --overhead needs a train run of the same strategy, W and P "
+                             f"({strategy}, {workers}, {ps}), not {small.get('strategy')}, {small.get('workers')}, "
+                             f"{small.get('ps')}")
+        bare = model(int(small["batch"]), float(small["compute_ms"]))
+        pred = with_overhead(pred, max(0.0, float(small["step_p50_ms"]) - bare.step_ms))
     same = bool(row) and (row.get("strategy"), row.get("workers"), row.get("ps", 0), row.get("batch")) == \
         (strategy, workers, ps, batch)
-    out = {**asdict(pred), "model": prof.name, "link": asdict(link), "shared_host": shared,
+    out = {**asdict(pred), "min_beta_mb_s": pred.min_beta_mb_s, "model": prof.name, "link": asdict(link),
+           "shared_host": shared,
            "measured_images_s": row.get("images_s") if same else None,
            "measured_step_ms": row.get("step_p50_ms") if same else None}
     out["error_pct"] = 100 * (pred.images_s / out["measured_images_s"] - 1) if out["measured_images_s"] else None
