@@ -109,3 +109,24 @@ def test_train_ps_small_then_predict(tmp_path):
     pred = json.loads(r.out)
     assert pred["measured_images_s"] == pytest.approx(row["images_s"]) and pred["shared_host"] is True
     assert pred["images_s"] > 0 and pred["error_pct"] is not None
+
+
+# -- TensorFlow's own gRPC as a transport -----------------------------------------------------------------
+@pytest.mark.slow
+def test_tf_grpc_latency_and_bandwidth_at_two_sizes():
+    r = commbench("p2p-latency", "-t", "tf-grpc", "-m", "8,1M", "-i", "50", "--validate", timeout=300)
+    assert r.code == 0, r.err
+    rows = table_rows(r.out)
+    assert [row[0] for row in rows] == ["8", "1048576"] and all(row[-1] == "0" for row in rows)
+    assert float(rows[1][2]) > float(rows[0][2]) > 0  # 1 MiB takes longer than 8 B: bytes really move
+    r = commbench("p2p-bandwidth", "-t", "tf-grpc", "-m", "8,1M", "-i", "5", timeout=300)
+    assert r.code == 0, r.err
+    assert [float(row[4]) > 0 for row in table_rows(r.out)] == [True, True]
+
+
+def test_tf_grpc_refuses_what_it_cannot_run():
+    for args, needle in ((["allreduce"], "runs p2p-latency and p2p-bandwidth, not allreduce"),
+                         (["p2p-bibw"], "not p2p-bibw"),
+                         (["p2p-bandwidth", "--validate"], "validates p2p-latency only")):
+        r = commbench(*args, "-t", "tf-grpc")
+        assert r.code == 2 and needle in r.err and r.err.count("\n") == 1, r.err

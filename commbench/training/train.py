@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from commbench.core.errors import UsageError
+from commbench.core.imports import installed
 from commbench.core.placement import Placement
 from commbench.core.results import ResultsWriter, run_metadata
 from commbench.core.table import Column, header_line, row_line
@@ -75,12 +76,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def tf_installed() -> bool:
-    """Look, do not import (that takes seconds): is TensorFlow importable here?"""
-    import importlib.util
-
-    if "tensorflow" in sys.modules:
-        return sys.modules["tensorflow"] is not None
-    return importlib.util.find_spec("tensorflow") is not None
+    return installed("tensorflow")
 
 
 def ranks(args: argparse.Namespace) -> int:

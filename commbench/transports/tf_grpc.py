@@ -1,0 +1,151 @@
+"""TensorFlow's own C++ gRPC runtime as a reference transport (p2p-latency, p2p-bandwidth).
+
+Two TF tasks (``/job:worker`` 0 and 1): rank 1 runs a ``tf.distribute.Server``; rank 0 joins the
+cluster as task 0 and drives both from ``tf.function``s, as a training step does. A call sends the
+message's buffers (one tensor each) to task 1 and back; a window of sends is one function that
+moves every message of the window to task 1 and returns one byte per buffer. Grappler is switched
+off so that the cross-device identities are not folded away (naive versions measure nothing); the
+buffers become tensors once, at their first send, so the timed path is TF's, not numpy's.
+Rank 1 takes no part in a call: it cannot see or validate what arrives, so ``--validate`` works
+for p2p-latency only (rank 0 checks what comes back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from collections.abc import Iterable
+
+import numpy as np
+
+from commbench.core.errors import PeerError, UsageError
+from commbench.core.imports import installed
+from commbench.core.message import Message
+from commbench.transports.base import Link, Transport
+
+SUPPORTED = ("p2p-latency", "p2p-bandwidth")
+LOCAL, REMOTE = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def _tf():
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise UsageError("the tf-grpc transport runs TensorFlow, which is not installed here: "
+                         "pip install 'commbench[tf]'") from None
+    return tf
+
+
+class TfDriverLink(Link):
+    """Rank 0's link: every operation is a tf.function run on both tasks."""
+
+    def __init__(self, tf, peer: int, name: str) -> None:
+        super().__init__(peer, name)
+        self.tf = tf
+        self.pending: list[Message] = []
+
+        @tf.function
+        def there_and_back(xs):
+            with tf.device(REMOTE):
+                ys = [tf.identity(x) for x in xs]
+            with tf.device(LOCAL):
+                return [tf.identity(y) for y in ys]
+
+        @tf.function
+        def window(batches):
+            with tf.device(REMOTE):
+                tails = [x[-1:] for xs in batches for x in xs]
+            with tf.device(LOCAL):
+                return tf.concat([tf.identity(t) for t in tails], 0)
+
+        self.there_and_back, self.window = there_and_back, window
+
+    def tensors(self, msg: Message) -> list:
+        t = msg.cache.get("tf")
+        if t is None:
+            with self.tf.device(LOCAL):
+                t = msg.cache["tf"] = [self.tf.constant(a) for a in msg.arrays]
+        return t  # type: ignore[return-value]
+
+    def _run(self, fn, *args):
+        try:
+            return fn(*args)
+        except self.tf.errors.OpError as exc:
+            raise PeerError(f"TensorFlow could not reach {self.name}: {exc.message.splitlines()[0]}") from None
+
+    def call(self, request: Message, reply: Message) -> None:
+        out = self._run(self.there_and_back, self.tensors(request))
+        for a, t in zip(reply.arrays, out, strict=True):
+            a[:] = t.numpy()
+
+    def send(self, msg: Message) -> None:
+        self.pending.append(msg)  # a window goes as one function at the next receive
+
+    def recv_into(self, msg: Message) -> None:
+        if self.pending:
+            batches, self.pending = [self.tensors(m) for m in self.pending], []
+            self._run(self.window, batches).numpy()
+        msg.clear()  # the ack: nothing comes from rank 1 itself
+
+    def serve(self, n, request, respond) -> None:
+        raise PeerError("tf-grpc: rank 0 drives, it does not serve")
+
+
+class TfServerLink(Link):
+    """Rank 1's link: its TF server does the work; the benchmark's calls here have nothing to do."""
+
+    def send(self, msg: Message) -> None:
+        pass
+
+    def recv_into(self, msg: Message) -> None:
+        pass
+
+    def serve(self, n, request, respond) -> None:
+        pass
+
+
+class TfGrpcTransport(Transport):
+    name = "tf-grpc"
+    help = "TensorFlow's own C++ gRPC runtime: two TF tasks, tensors moved by tf.function (reference)"
+    poll_modes = ("blocking",)
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        if not installed("tensorflow"):
+            _tf()
+        bench = getattr(args, "bench", None)
+        if bench is not None and bench.name not in SUPPORTED:
+            raise UsageError(f"the tf-grpc transport runs {' and '.join(SUPPORTED)}, not {bench.name}")
+        if bench is not None and bench.name != "p2p-latency" and getattr(args, "validate", False):
+            raise UsageError("tf-grpc validates p2p-latency only (rank 1 is a bare TF server); drop --validate")
+
+    def mode(self) -> str:
+        return "TF runtime, grappler off"
+
+    def connect(self, peers: Iterable[int]) -> dict[int, Link]:
+        world = self.world
+        if world.size != 2:
+            raise UsageError("the tf-grpc transport runs between two ranks")
+        addr = world.store.local_address
+        with socket.socket() as s:
+            s.bind((addr, 0))
+            port = s.getsockname()[1]
+        endpoints = world.allgather_json("tf-grpc", f"{addr}:{port}")
+        tf = _tf()
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+        cluster = tf.train.ClusterSpec({"worker": endpoints})
+        peer = 1 - world.rank
+        if world.rank == 1:
+            self.server = tf.distribute.Server(cluster, job_name="worker", task_index=1, protocol="grpc", start=True)
+            world.barrier("tf-grpc-up")
+            return {peer: TfServerLink(peer, world.describe(peer))}
+        world.barrier("tf-grpc-up")
+        tf.config.experimental_connect_to_cluster(cluster, job_name="worker", task_index=0, protocol="grpc")
+        link = TfDriverLink(tf, peer, world.describe(peer))
+        probe = Message((8,))
+        probe.arrays[0][:] = np.arange(8, dtype=np.uint8)
+        back = Message((8,))
+        link.call(probe, back)
+        if not np.array_equal(back.arrays[0], probe.arrays[0]):
+            raise PeerError("tf-grpc: a probe tensor came back changed")
+        return {peer: link}
