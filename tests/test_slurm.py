@@ -117,6 +117,18 @@ def test_ps_recipe_under_sbatch(slurm, tmp_path):
         assert row["workers"] == 2 and row["ps"] == 2 and row["wrong"] == 0
 
 
+def test_train_under_srun(slurm, tmp_path):
+    """TF tasks from srun's ranks: a chief, 2 workers and a PS meet through commbench's rendezvous."""
+    out = tmp_path / "t.jsonl"
+    r = srun(slurm, "-n", "4", str(BIN / "commbench"), "train", "--strategy", "ps", "--workers", "2", "--ps", "1",
+             "--steps", "6", "--warmup-steps", "2", "--batch", "16", "-o", str(out), timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = read_runs(out)[0].rows
+    assert row["images_s"] > 0 and row["workers"] == 2 and row["ps"] == 1
+    r = srun(slurm, "-n", "3", str(BIN / "commbench"), "train", "--workers", "2", "--ps", "1", timeout=120)
+    assert r.returncode == 2 and "needs 4 ranks but the launcher started 3" in r.stderr
+
+
 # runs last: it replaces the module's one-node cluster with two fake nodes
 def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
     subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down",
