@@ -40,7 +40,7 @@ def main() -> None:
         for name, args in CONFIGS.items():
             for row in rows("p2p-latency", args, ["-m", "8,4M", "-i", "300", "-x", "30"]):
                 lat[name][row["size"]].append(row["avg_us"])
-            bw[name] += [row["mb_s"] for row in rows("p2p-bandwidth", args, ["-m", "4M,4M", "-i", "10"])
+            bw[name] += [row["mb_s"] for row in rows("p2p-bandwidth", args, ["-m", "4M:4M", "-i", "10"])
                          if row["size"] == 4 << 20]
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     med = statistics.median

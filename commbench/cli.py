@@ -61,6 +61,8 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("--port", type=int, default=0,
                    help="rendezvous port P (rank r's data port is P + 1 + r); default: free ports")
     g.add_argument("--np", type=int, help="number of ranks the local launcher starts")
+    g.add_argument("--hosts", type=int, default=0, metavar="N",
+                   help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
     g.add_argument("-o", "--output", metavar="FILE", help="append results as measured: FILE.jsonl or FILE.csv")
     g.add_argument("--inject-corruption", type=int, default=0, help=argparse.SUPPRESS)
     for cls in transports.values():
@@ -80,13 +82,14 @@ def build_parser() -> Parser:
         add_common(p, tr)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls)
-    from commbench import compare, devices, payloads_cli, show
+    from commbench import compare, devices, hosts, payloads_cli, show
     from commbench.training import predict, train
 
     compare.add_parser(sub, tr)
     show.add_parser(sub)
     payloads_cli.add_parser(sub)
     devices.add_parser(sub)
+    hosts.add_parser(sub)
     train.add_parser(sub)
     predict.add_parser(sub)
     return parser

@@ -22,6 +22,7 @@ from commbench.core.errors import UsageError
 
 ENV_RANK, ENV_SIZE, ENV_ROOT, ENV_TOKEN, ENV_FD = (
     "COMMBENCH_RANK", "COMMBENCH_SIZE", "COMMBENCH_ROOT", "COMMBENCH_TOKEN", "COMMBENCH_RDV_FD")
+ENV_NODE = "COMMBENCH_NODE"  # the emulated host a local rank runs in (commbench hosts)
 PORT_BASE, PORT_SPAN = 20000, 20000
 
 
@@ -50,7 +51,7 @@ def detect(env: Mapping[str, str] | None = None, port: int = 0) -> Placement | N
         host, _, p = env[ENV_ROOT].rpartition(":")
         fd = env.get(ENV_FD)
         return Placement(int(env[ENV_RANK]), int(env[ENV_SIZE]), host, int(p), env[ENV_TOKEN], "local",
-                         int(fd) if fd else None)
+                         int(fd) if fd else None, node=env.get(ENV_NODE, ""))
     if "OMPI_COMM_WORLD_RANK" in env:
         return Placement(int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"]), "", port,
                          env.get(ENV_TOKEN, ""), "mpirun", mpi_bootstrap=True,

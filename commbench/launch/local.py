@@ -17,13 +17,24 @@ import sys
 import time
 from collections.abc import Sequence
 
-from commbench.core.placement import ENV_FD, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
+from commbench.core.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.world import bind_listener
 
 GRACE = 2.0
 
 
-def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1") -> int:
+def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1",
+           hosts: int = 0) -> int:
+    """Start n ranks; with ``hosts`` rank r runs in emulated host r mod hosts (``commbench hosts up``)."""
+    prefix: list[list[str]] = [[] for _ in range(n)]
+    nodes = [""] * n
+    if hosts:
+        from commbench.hosts import ROOT_ADDR, host_name, placement_for
+
+        placement_for(hosts)
+        host = ROOT_ADDR
+        nodes = [host_name(r % hosts) for r in range(n)]
+        prefix = [["ip", "netns", "exec", node] for node in nodes]
     listener = bind_listener(host, port, "rendezvous")
     root = f"{host}:{listener.getsockname()[1]}"
     token = secrets.token_hex(16)
@@ -31,12 +42,13 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token}
     try:
         for r in range(n):
-            env = {**base, ENV_RANK: str(r)}
+            env = {**base, ENV_RANK: str(r), **({ENV_NODE: nodes[r]} if nodes[r] else {})}
             fds: tuple[int, ...] = ()
             if r == 0:
                 env[ENV_FD] = str(listener.fileno())
                 fds = (listener.fileno(),)
-            procs.append(subprocess.Popen([sys.executable, "-m", "commbench", *argv], env=env, pass_fds=fds))
+            procs.append(subprocess.Popen([*prefix[r], sys.executable, "-m", "commbench", *argv], env=env,
+                                          pass_fds=fds))
     finally:
         listener.close()
     return supervise(procs, timeout)
@@ -103,7 +115,10 @@ def here_or_launch(n: int, argv: Sequence[str], args, what: str):
     if placement is None:
         if getattr(args, "output", None):
             check_output_path(args.output)
-        return launch(n, argv, args.timeout, args.port)
+        return launch(n, argv, args.timeout, args.port, hosts=getattr(args, "hosts", 0) or 0)
+    if getattr(args, "hosts", 0) and placement.launcher != "local":
+        raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
+                         "under mpirun or srun the launcher places them")
     if placement.size != n:
         raise UsageError(f"{what} needs {n} ranks but the launcher started {placement.size}")
     return placement

@@ -56,6 +56,8 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds to wait for a peer at set-up and for each step (default 120)")
     p.add_argument("--port", type=int, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
+    p.add_argument("--hosts", type=int, default=0, metavar="N",
+                   help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
     p.add_argument("-o", "--output", metavar="FILE", help="append the result row: FILE.jsonl or FILE.csv")
     p.set_defaults(func=train)
 

@@ -1,0 +1,82 @@
+"""Emulated hosts (network namespaces + veth + bridge, tc tbf on both ends): up/down on 2 and 3 hosts,
+the shaped rate measured by a commbench bandwidth run across them, benchmarks and bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ENV, commbench, table_rows
+
+from commbench.core.results import read_runs
+from commbench.hosts import parse_rate
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
+
+
+def test_rates_parse_like_tc():
+    assert parse_rate("100mbit") == 100e6 and parse_rate("1gbit") == 1e9 and parse_rate("1.5Gbit") == 1.5e9
+    assert parse_rate("50mbps") == 400e6 and parse_rate("none") is None
+
+
+@pytest.mark.parametrize("rate", ["1gigabit", "fast", "-5mbit", "0mbit", "100 mbit"])
+def test_malformed_rate_is_one_line(rate):
+    r = commbench("hosts", "up", "2", f"--rate={rate}")
+    assert r.code == 2 and r.err.count("\n") == 1 and "tc's notation" in r.err, r.err
+
+
+def test_hosts_up_without_root():
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                        "commbench", "hosts", "up", "2", "--rate", "1gbit"], capture_output=True, text=True, env=ENV)
+    assert p.returncode == 2 and "needs root" in p.stderr and "sudo" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.fixture
+def emulated():
+    yield lambda *a: commbench("hosts", "up", *a)
+    commbench("hosts", "down")
+
+
+def bandwidth_mb_s(hosts: int, tmp_path, *extra: str) -> float:
+    out = tmp_path / f"bw{hosts}.jsonl"
+    r = commbench("p2p-bandwidth", "--hosts", str(hosts), "-m", "1M:1M", "-W", "16", "-i", "8", "-x", "2",
+                  "--validate", "-o", str(out), *extra, timeout=300)
+    assert r.code == 0, r.err
+    (run,) = read_runs(out)
+    assert sorted(set(run.meta["hosts"])) == [f"cbh{i}" for i in range(min(hosts, 2))]
+    (row,) = run.rows
+    assert row["wrong"] == 0
+    return row["mb_s"]
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_two_hosts_at_100mbit(emulated, tmp_path):
+    r = emulated("2", "--rate", "100mbit")
+    assert r.code == 0 and "2 hosts up at 100mbit" in r.out, r.err
+    assert emulated("2", "--rate", "100mbit").code == 0  # idempotent: up again replaces it
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "cbh0" in ns and "cbh1" in ns and "cbh2" not in ns
+    mb_s = bandwidth_mb_s(2, tmp_path)
+    assert abs(mb_s - 12.5) / 12.5 < 0.15, mb_s  # 100 Mbit/s = 12.5 MB/s
+    down = commbench("hosts", "down")
+    assert down.code == 0 and "removed cbh0, cbh1" in down.out
+    assert "cbh" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_three_hosts_at_300mbit_carry_benchmarks_and_the_ps_emulator(emulated, tmp_path):
+    assert emulated("3", "--rate", "300mbit").code == 0
+    mb_s = bandwidth_mb_s(3, tmp_path)
+    assert abs(mb_s - 37.5) / 37.5 < 0.15, mb_s
+    r = commbench("ps-throughput", "--hosts", "3", "--workers", "2", "--ps", "1", "--payload", "small_cnn",
+                  "-i", "5", "--validate", timeout=300)
+    assert r.code == 0, r.err
+    assert "cbh0, cbh1, cbh2" in r.out and table_rows(r.out)[0][-1] == "0"
+    r = commbench("p2p-latency", "--hosts", "5", "-m", "8")
+    assert r.code == 2 and "--hosts 5: 3 emulated hosts are up" in r.err
