@@ -82,7 +82,7 @@ def build_parser() -> Parser:
         add_common(p, tr)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls)
-    from commbench import compare, devices, hosts, payloads_cli, show
+    from commbench import compare, devices, hosts, payloads_cli, report, show
     from commbench.training import predict, train
 
     compare.add_parser(sub, tr)
@@ -90,6 +90,7 @@ def build_parser() -> Parser:
     payloads_cli.add_parser(sub)
     devices.add_parser(sub)
     hosts.add_parser(sub)
+    report.add_parser(sub)
     train.add_parser(sub)
     predict.add_parser(sub)
     return parser

@@ -167,6 +167,8 @@ def add_parser(sub) -> None:
     p.add_argument("--overhead", metavar="FILE", help="a train run of the same strategy and W with --batch 1: "
                                                       "TF's fixed per-step cost is taken from it")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.add_argument("--label", default="", help="a name for this prediction in results files and reports (e.g. 1gbit)")
+    p.add_argument("-o", "--output", metavar="FILE", help="append the prediction as a row: FILE.jsonl or FILE.csv")
     p.set_defaults(func=run)
 
 
@@ -190,6 +192,18 @@ def train_row(path: str) -> tuple[dict, dict]:
         kinds = sorted({str(r.meta.get("bench")) for r in read_runs(path)})
         raise UsageError(f"{path}: predict --train needs `commbench train -o FILE` results; this file holds {kinds}")
     return runs[-1].rows[-1], runs[-1].meta
+
+
+def save(args: argparse.Namespace, out: dict) -> None:
+    from commbench.core.results import ResultsWriter, check_output_path, run_metadata
+
+    check_output_path(args.output)
+    options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
+            "images_s", "measured_images_s", "error_pct", "measured_step_ms", "min_beta_mb_s", "shared_host"]
+    w = ResultsWriter(args.output, run_metadata("predict", options, [], ("numpy",)), keys)
+    w.row({"bench": "predict", **{k: out[k] for k in keys[1:]}})
+    w.close()
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -231,6 +245,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
            "measured_images_s": row.get("images_s") if same else None,
            "measured_step_ms": row.get("step_p50_ms") if same else None}
     out["error_pct"] = 100 * (pred.images_s / out["measured_images_s"] - 1) if out["measured_images_s"] else None
+    out["label"] = args.label
+    if args.output:
+        save(args, out)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

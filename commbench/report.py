@@ -1,0 +1,274 @@
+"""``commbench report FILES...``: plots and one page from results files; ``--compare A B``: ratios.
+
+Figures (matplotlib, PNG): latency and bandwidth against size (log axes, one line per
+transport/mode/poll/payload, and per file when several hold the same series), PS throughput
+against workers, all-reduce bus bandwidth against size, and training images/s predicted against
+measured. The page (``--format html``: one self-contained file with the tables from pandas and
+the PNGs inlined; ``md``: Markdown beside the PNGs) lists every run with its command and hosts.
+``--compare A B`` matches the points of two files and prints B / A of each point's main metric,
+as pyperf's compare does, with "faster"/"slower" read the right way for that metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from commbench.core.errors import UsageError
+from commbench.core.results import Run, read_runs
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    label: str
+    higher_is_better: bool
+
+
+METRICS = {"p2p-latency": Metric("avg_us", "one-way latency (us)", False),
+           "p2p-bandwidth": Metric("mb_s", "bandwidth (MB/s)", True),
+           "p2p-bibw": Metric("mb_s", "bidirectional bandwidth (MB/s)", True),
+           "ps-throughput": Metric("steps_s", "steps/s", True),
+           "allreduce": Metric("busbw", "bus bandwidth (GB/s)", True),
+           "train": Metric("images_s", "images/s", True),
+           "predict": Metric("images_s", "predicted images/s", True)}
+KEYS = ("transport", "mode", "poll", "payload", "size", "workers", "ps", "algorithm", "count", "strategy", "model",
+        "batch", "label")
+
+
+def pandas():
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UsageError("report needs pandas and matplotlib: pip install 'commbench[report]'") from None
+    return pd
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("report needs pandas and matplotlib: pip install 'commbench[report]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def load(files: Sequence[str]):
+    """One DataFrame row per result row, with the run's file, bench, placement and series label."""
+    pd = pandas()
+    records = []
+    for f in files:
+        for i, run in enumerate(read_runs(f)):
+            o = run.meta.get("options", {})
+            for row in run.rows:
+                records.append({"file": Path(f).name, "run": i, "bench": run.meta.get("bench"),
+                                "placement": o.get("placement"), **row})
+    if not records:
+        raise UsageError(f"no result rows in {', '.join(files)}")
+    df = pd.DataFrame.from_records(records)
+    df["series"] = df.apply(series_label, axis=1)
+    several = df.groupby("series")["file"].transform("nunique") > 1
+    df.loc[several, "series"] = df.loc[several, "series"] + " [" + df.loc[several, "file"] + "]"
+    return df
+
+
+def series_label(row) -> str:
+    def get(k):
+        v = row.get(k)
+        return None if v is None or v != v else v  # NaN from pandas
+    mode, poll = get("mode"), get("poll")
+    parts = [get("transport"), mode and f"({mode})", poll if poll and poll not in str(mode) else None]
+    payload = get("payload")
+    if payload is not None and not str(payload).isdigit():
+        parts.append(str(payload).split("=")[0])
+    if get("algorithm"):
+        parts.append(get("algorithm"))
+    if row.get("bench") == "ps-throughput":
+        parts += [f"P={get('ps')}", get("placement")]
+    if row.get("bench") in ("train", "predict"):
+        parts = [get("strategy"), get("model"), get("label") or None]
+    return " ".join(str(p) for p in parts if p)
+
+
+def _line_plot(plt, df, x: str, y: str, title: str, ylabel: str, xlabel: str, path: Path, logx=True, logy=True):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for name, g in df.sort_values(x).groupby("series", sort=True):
+        g = g[g[x] > 0] if logx else g
+        ax.plot(g[x], g[y], marker="o", markersize=3, label=name)
+    if logx:
+        ax.set_xscale("log", base=2 if x == "size" else 10)
+    if logy:
+        ax.set_yscale("log")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figures(df, out: Path) -> list[tuple[str, Path, object]]:
+    """(title, png path, the table shown beside it) for every kind of result present."""
+    plt = pyplot()
+    made = []
+    lat = df[df.bench == "p2p-latency"]
+    if len(lat):
+        p = out / "latency.png"
+        _line_plot(plt, lat, "size", "avg_us", "p2p latency (one-way, avg)", "us", "message size (B)", p)
+        made.append(("Latency", p, lat.pivot_table(index="size", columns="series", values="avg_us")))
+    bw = df[df.bench.isin(["p2p-bandwidth", "p2p-bibw"])]
+    if len(bw):
+        p = out / "bandwidth.png"
+        _line_plot(plt, bw, "size", "mb_s", "p2p bandwidth", "MB/s", "message size (B)", p)
+        made.append(("Bandwidth", p, bw.pivot_table(index="size", columns="series", values="mb_s")))
+    ps = df[df.bench == "ps-throughput"]
+    if len(ps):
+        p = out / "ps.png"
+        _line_plot(plt, ps, "workers", "steps_s", "parameter-server throughput", "steps/s", "workers", p,
+                   logx=False, logy=False)
+        made.append(("Parameter-server throughput", p,
+                     ps[["series", "payload", "workers", "ps", "steps_s", "mb_s", "push_p50_ms", "pull_p50_ms"]]))
+    ar = df[df.bench == "allreduce"]
+    if len(ar):
+        p = out / "allreduce.png"
+        _line_plot(plt, ar, "size", "busbw", "all-reduce bus bandwidth", "GB/s", "message size (B)", p)
+        made.append(("All-reduce", p, ar.pivot_table(index="size", columns="series", values="busbw")))
+    pr = df[df.bench == "predict"]
+    tr = df[df.bench == "train"]
+    if len(pr) or len(tr):
+        p = out / "training.png"
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        if len(pr):
+            names = [f"{r.label or r.strategy}" for r in pr.itertuples()]
+            xs = range(len(pr))
+            ax.bar([x - 0.2 for x in xs], pr["measured_images_s"], 0.4, label="measured")
+            ax.bar([x + 0.2 for x in xs], pr["images_s"], 0.4, label="predicted")
+            ax.set_xticks(list(xs), names, fontsize=8)
+            table = pr[["label", "strategy", "model", "workers", "ps", "measured_images_s", "images_s", "error_pct",
+                        "compute_ms", "comm_ms"]]
+        else:
+            ax.bar(range(len(tr)), tr["images_s"], 0.6, label="measured")
+            ax.set_xticks(range(len(tr)), list(tr["series"]), fontsize=8)
+            table = tr[["series", "workers", "ps", "batch", "images_s", "step_p50_ms", "compute_ms"]]
+        ax.set(title="training throughput", ylabel="images/s")
+        ax.legend()
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        made.append(("Training: predicted and measured", p, table))
+    return made
+
+
+def compare(a: str, b: str):
+    """B / A per matched point of the main metric, with which of the two is better."""
+    pd = pandas()
+    da, db = load([a]), load([b])
+    keys = [k for k in ("bench", *KEYS) if k in da.columns and k in db.columns]
+    how = [k for k in ("transport", "mode", "poll") if k in keys]
+    if how and len(da[how].drop_duplicates()) == 1 and len(db[how].drop_duplicates()) == 1:
+        keys = [k for k in keys if k not in how]  # one configuration per file: compare them point by point
+    m = da.merge(db, on=keys, suffixes=("_a", "_b"))
+    rows = []
+    for _, r in m.iterrows():
+        metric = METRICS.get(r["bench"])
+        if metric is None or f"{metric.column}_a" not in r:
+            continue
+        va, vb = float(r[f"{metric.column}_a"]), float(r[f"{metric.column}_b"])
+        ratio = vb / va if va else float("nan")
+        better = (ratio > 1) == metric.higher_is_better
+        speed = vb / va if metric.higher_is_better else va / vb if vb else float("nan")
+        shown = [str(r[k]) for k in keys if k not in ("bench", "payload") and r[k] == r[k] and r[k] is not None]
+        if "payload" in keys and str(r["payload"]) != str(r.get("size")):
+            shown.insert(0, str(r["payload"]))
+        point = " ".join(shown)
+        rows.append({"bench": r["bench"], "point": point, "metric": metric.column, "a": va, "b": vb,
+                     "b_over_a": ratio, "verdict": "same" if abs(ratio - 1) < 0.02 else
+                     f"{max(speed, 1 / speed):.2f}x {'better' if better else 'worse'}"})
+    if not rows:
+        raise UsageError(f"{a} and {b} have no points in common (same benchmark, transport, mode, size...)")
+    return pd.DataFrame(rows)
+
+
+def write_page(out: Path, fmt: str, files: Sequence[str], made, cmp) -> Path:
+    runs: list[tuple[str, Run]] = [(f, r) for f in files for r in read_runs(f)]
+    if fmt == "md":
+        lines = ["# commbench report", "", "| file | benchmark | hosts | command |", "|---|---|---|---|"]
+        lines += [f"| {Path(f).name} | {r.meta.get('bench')} | {', '.join(sorted(set(r.meta.get('hosts', []))))} | "
+                  f"`{' '.join(r.meta.get('command', []))}` |" for f, r in runs]
+        for title, png, table in made:
+            lines += ["", f"## {title}", "", f"![{title}]({png.name})", "", _md_table(table)]
+        if cmp is not None:
+            lines += ["", "## Comparison (B / A)", "", _md_table(cmp)]
+        page = out / "report.md"
+        page.write_text("\n".join(lines) + "\n")
+        return page
+    parts = ["<!doctype html><meta charset=utf-8><title>commbench report</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
+             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style>",
+             "<h1>commbench report</h1><table><tr><th>file</th><th>benchmark</th><th>hosts</th><th>command</th></tr>"]
+    parts += [f"<tr><td>{html.escape(Path(f).name)}</td><td>{html.escape(str(r.meta.get('bench')))}</td>"
+              f"<td>{html.escape(', '.join(sorted(set(r.meta.get('hosts', [])))))}</td>"
+              f"<td><code>{html.escape(' '.join(r.meta.get('command', [])))}</code></td></tr>" for f, r in runs]
+    parts.append("</table>")
+    for title, png, table in made:
+        data = base64.b64encode(png.read_bytes()).decode()
+        img = f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+        parts += [f"<h2>{html.escape(title)}</h2>", img, table.to_html(float_format=lambda v: f"{v:.4g}")]
+    if cmp is not None:
+        parts += ["<h2>Comparison (B / A)</h2>", cmp.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
+    page = out / "report.html"
+    page.write_text("\n".join(parts))
+    return page
+
+
+def _md_table(df) -> str:
+    df = df.reset_index() if df.index.name else df
+    cols = [str(c) for c in df.columns]
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "" if v != v else f"{v:.4g}"
+        return str(v)
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    rows += ["| " + " | ".join(cell(v) for v in rec) + " |" for rec in df.itertuples(index=False)]
+    return "\n".join(rows)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="plots and one HTML/Markdown page from results files; --compare A B",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("files", nargs="*", metavar="FILE", help="results files (.jsonl or .csv)")
+    p.add_argument("-o", "--output", default="commbench-report", metavar="DIR",
+                   help="directory for the PNGs and the page (default commbench-report)")
+    p.add_argument("--format", choices=("html", "md"), default="html", help="the page: html (self-contained) or md")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="ratio B / A of every point the two files share")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    files = list(args.files)
+    if not files and not args.compare:
+        raise UsageError("report needs results files (commbench report RUN.jsonl ...) or --compare A B")
+    cmp = None
+    if args.compare:
+        cmp = compare(*args.compare)
+        pd = pandas()
+        with pd.option_context("display.width", 160, "display.max_rows", 500):
+            print(cmp.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        files = files or list(args.compare)
+    out = Path(args.output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
+    made = figures(load(files), out)
+    page = write_page(out, args.format, files, made, cmp)
+    print(f"commbench report: {len(made)} figure(s) and {page}")
+    return 0

@@ -1,0 +1,69 @@
+"""commbench report on saved results (tests/fixtures): the PNGs and the page; --compare's ratios;
+bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import commbench
+
+FIX = Path(__file__).parent / "fixtures"
+ALL = sorted(str(p) for p in FIX.glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("fmt,page", [("html", "report.html"), ("md", "report.md")])
+def test_report_makes_every_figure_and_the_page(tmp_path, fmt, page):
+    out = tmp_path / "rep"
+    r = commbench("report", *ALL, "-o", str(out), "--format", fmt)
+    assert r.code == 0, r.err
+    pngs = {p.name for p in out.glob("*.png")}
+    assert pngs == {"latency.png", "bandwidth.png", "ps.png", "allreduce.png", "training.png"}
+    assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / p).stat().st_size > 10_000 for p in pngs)
+    text = (out / page).read_text()
+    for title in ("Latency", "Bandwidth", "Parameter-server throughput", "All-reduce", "Training"):
+        assert title in text
+    if fmt == "html":
+        assert text.count("data:image/png;base64,") == 5  # self-contained
+        assert "grpc (raw/unary)" in text and "tcp (blocking)" in text and "p2p-latency" in text
+    else:
+        assert "![Latency](latency.png)" in text and "| size |" in text
+
+
+def _latency_file(path: Path, values: dict[int, float], transport: str) -> None:
+    meta = {"type": "meta", "bench": "p2p-latency", "hosts": ["h"], "command": ["commbench"],
+            "options": {"transport": transport}}
+    rows = [{"type": "row", "bench": "p2p-latency", "transport": transport, "mode": "m", "poll": "blocking",
+             "payload": str(s), "size": s, "avg_us": v} for s, v in values.items()]
+    path.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
+
+
+def test_compare_ratios(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _latency_file(a, {8: 10.0, 1024: 20.0, 4096: 30.0}, "tcp")
+    _latency_file(b, {8: 5.0, 1024: 40.0, 4096: 30.3}, "grpc")
+    r = commbench("report", "--compare", str(a), str(b), "-o", str(tmp_path / "rep"))
+    assert r.code == 0, r.err
+    lines = {ln.split()[1]: ln for ln in r.out.splitlines() if ln.startswith("p2p-latency")}
+    assert "0.5 " in lines["8"] and "2.00x better" in lines["8"]  # half the latency: twice as good
+    assert " 2 " in lines["1024"] and "2.00x worse" in lines["1024"]
+    assert "1.01" in lines["4096"] and lines["4096"].rstrip().endswith("same")
+    assert "Comparison (B / A)" in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_bad_input(tmp_path):
+    r = commbench("report")
+    assert r.code == 2 and "report needs results files" in r.err and r.err.count("\n") == 1
+    bad = tmp_path / "cut.jsonl"
+    shutil.copy(FIX / "latency_tcp.jsonl", bad)
+    with bad.open("a") as f:
+        f.write('{"type": "row", "size": 8, "avg_us"\n')
+    lines = bad.read_text().count("\n")
+    r = commbench("report", str(bad), "-o", str(tmp_path / "rep"))
+    assert r.code == 2 and f"cut.jsonl:{lines}: not a JSON row" in r.err and "Traceback" not in r.err
+    r = commbench("report", str(tmp_path / "missing.jsonl"))
+    assert r.code == 2 and "cannot read results file" in r.err
+    r = commbench("report", "--compare", str(FIX / "latency_tcp.jsonl"), str(FIX / "ps.jsonl"), "-o", str(tmp_path))
+    assert r.code == 2 and "no points in common" in r.err
