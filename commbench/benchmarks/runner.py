@@ -12,6 +12,7 @@ from commbench.core.errors import PeerError, RunAborted, UsageError
 from commbench.core.harness import Loops
 from commbench.core.payload import Payload
 from commbench.core.placement import Placement
+from commbench.core.progress import Progress
 from commbench.core.results import ResultsWriter, run_metadata
 from commbench.core.table import header_line, row_line
 from commbench.core.watchdog import Watchdog
@@ -61,6 +62,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
     bench = bench_cls(args)
     transport: Transport | None = None
     writer: ResultsWriter | None = None
+    progress: Progress | None = None
     ok = False
     try:
         check_same_command(world, args)
@@ -78,16 +80,19 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
                 writer = ResultsWriter(args.output, meta, ["bench", "transport", "mode", "poll", "payload", "size",
                                                            "buffers", *(c.key for c in bench.columns)])
         wrong = 0
+        progress = Progress(bench.name, len(points), enabled=world.rank == 0)
         for payload in points:
             row = bench.run_point(ctx, payload)
             if row is None:
                 continue
+            progress.advance()
             row = {"bench": bench.name, "transport": transport.name, "mode": transport.mode(), "poll": args.poll,
                    "payload": payload.label, "size": payload.nbytes, "buffers": len(payload.sizes), **row}
             print(row_line(columns, row), flush=True)
             if writer:
                 writer.row(row)
             wrong += row.get("wrong", 0)
+        progress.close()
         world.barrier("done")
         watchdog.stop()
         ok = True
@@ -101,6 +106,8 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         raise
     finally:
         watchdog.stopped.set()  # the main thread reports its own error
+        if progress:
+            progress.close()
         if writer:
             writer.close()
         if transport:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +87,8 @@ def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
     return replica
 
 
-def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int, lr: float) -> StepTimes:
+def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int, lr: float,
+           tick: Callable[[int], None] = lambda n: None) -> StepTimes:
     """On the chief: ParameterServerStrategy + ClusterCoordinator from TF_CONFIG."""
     tf = tensorflow()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -117,11 +119,12 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
         if r >= -(-warmup // workers):
             out.ns.append(t)
             out.losses.append(float(np.mean([v.fetch() for v in results])))
+            tick(workers)  # after the round's clock stopped
     return out
 
 
 def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int,
-                 lr: float) -> StepTimes:
+                 lr: float, tick: Callable[[int], None] = lambda n: None) -> StepTimes:
     """On every worker: MultiWorkerMirroredStrategy (RING) from TF_CONFIG; ``batch`` is per worker."""
     tf = tensorflow()
     comm = tf.distribute.experimental.CommunicationOptions(
@@ -150,6 +153,7 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
         if s >= warmup:
             out.ns.append(t)
             out.losses.append(loss)
+            tick(1)
     return out
 
 

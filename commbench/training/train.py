@@ -22,6 +22,7 @@ import numpy as np
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
 from commbench.core.placement import Placement
+from commbench.core.progress import Progress
 from commbench.core.results import ResultsWriter, run_metadata
 from commbench.core.table import Column, header_line, row_line
 from commbench.core.watchdog import Watchdog
@@ -146,7 +147,12 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             world.bcast_json("train-done", timeout=budget)  # the chief says when
         else:
             run = tf_loops.run_ps if args.strategy == "ps" else tf_loops.run_mirrored
-            times = run(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed, args.lr)
+            progress = Progress(f"train {args.strategy} {args.model}", args.steps, "steps", enabled=reporter)
+            try:
+                times = run(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed, args.lr,
+                            progress.advance)
+            finally:
+                progress.close()
             row = summarize(args, times) if reporter else None
             if args.strategy == "ps":
                 world.bcast_json("train-done", True)

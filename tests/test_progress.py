@@ -1,0 +1,45 @@
+"""Progress: plain lines on stderr when not a terminal (throttled), a rich bar on a terminal that
+leaves the table's rows intact."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ENV, commbench, table_rows
+
+from commbench.core import progress
+
+
+def test_plain_lines_are_throttled(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    p = progress.Progress("p2p-latency", 3)
+    p.advance()
+    p.advance()
+    p.advance()  # the last point prints nothing: the run is done
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("commbench: p2p-latency: 1/3 points after") and len(err) == 2
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 3600.0)
+    p = progress.Progress("p2p-latency", 3)
+    p.advance()
+    assert capsys.readouterr().err == ""  # short runs say nothing
+
+
+def test_piped_run_has_no_progress_noise():
+    r = commbench("p2p-latency", "-m", "8:1K", "-i", "50")
+    assert r.code == 0 and r.err == "" and len(table_rows(r.out)) == 8
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pseudo-terminal")
+def test_terminal_shows_a_bar_and_keeps_the_rows():
+    cmd = f"{sys.executable} -m commbench p2p-latency -m 8:64K -i 200"
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert p.returncode == 0
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", p.stdout.replace("\r", "\n"))  # escapes end lines
+    assert "p2p-latency (points)" in out  # the bar
+    sizes = re.findall(r"^(\d+) +200 +[\d.]+", out, re.M)
+    assert sizes == [str(8 << k) for k in range(14)]  # every row, whole and in order, despite the bar
