@@ -73,7 +73,7 @@ def load(files: Sequence[str]):
         raise UsageError(f"no result rows in {', '.join(files)}")
     df = pd.DataFrame.from_records(records)
     df["series"] = df.apply(series_label, axis=1)
-    several = df.groupby("series")["file"].transform("nunique") > 1
+    several = df.groupby(["bench", "series"])["file"].transform("nunique") > 1  # the same series in two files
     df.loc[several, "series"] = df.loc[several, "series"] + " [" + df.loc[several, "file"] + "]"
     return df
 
@@ -81,6 +81,8 @@ def load(files: Sequence[str]):
 def series_label(row) -> str:
     def get(k):
         v = row.get(k)
+        if isinstance(v, float) and v.is_integer():
+            return int(v)  # an int column that pandas made float (other benches leave it empty)
         return None if v is None or v != v else v  # NaN from pandas
     mode, poll = get("mode"), get("poll")
     parts = [get("transport"), mode and f"({mode})", poll if poll and poll not in str(mode) else None]
@@ -105,6 +107,10 @@ def _line_plot(plt, df, x: str, y: str, title: str, ylabel: str, xlabel: str, pa
         ax.set_xscale("log", base=2 if x == "size" else 10)
     if logy:
         ax.set_yscale("log")
+    if not logx:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
@@ -130,10 +136,11 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
     ps = df[df.bench == "ps-throughput"]
     if len(ps):
         p = out / "ps.png"
-        _line_plot(plt, ps, "workers", "steps_s", "parameter-server throughput", "steps/s", "workers", p,
-                   logx=False, logy=False)
+        ps = ps.assign(all_steps_s=ps["steps_s"] * ps["workers"])
+        _line_plot(plt, ps, "workers", "all_steps_s", "parameter-server throughput", "steps/s, all workers",
+                   "workers", p, logx=False, logy=False)
         made.append(("Parameter-server throughput", p,
-                     ps[["series", "payload", "workers", "ps", "steps_s", "mb_s", "push_p50_ms", "pull_p50_ms"]]))
+                     ps[["series", "workers", "ps", "all_steps_s", "steps_s", "mb_s", "push_p50_ms", "pull_p50_ms"]]))
     ar = df[df.bench == "allreduce"]
     if len(ar):
         p = out / "allreduce.png"
@@ -196,12 +203,16 @@ def compare(a: str, b: str):
     return pd.DataFrame(rows)
 
 
+def command(run: Run) -> str:
+    return " ".join(run.meta.get("command", []))
+
+
 def write_page(out: Path, fmt: str, files: Sequence[str], made, cmp) -> Path:
     runs: list[tuple[str, Run]] = [(f, r) for f in files for r in read_runs(f)]
     if fmt == "md":
         lines = ["# commbench report", "", "| file | benchmark | hosts | command |", "|---|---|---|---|"]
         lines += [f"| {Path(f).name} | {r.meta.get('bench')} | {', '.join(sorted(set(r.meta.get('hosts', []))))} | "
-                  f"`{' '.join(r.meta.get('command', []))}` |" for f, r in runs]
+                  f"`{command(r)}` |" for f, r in runs]
         for title, png, table in made:
             lines += ["", f"## {title}", "", f"![{title}]({png.name})", "", _md_table(table)]
         if cmp is not None:
@@ -215,14 +226,14 @@ def write_page(out: Path, fmt: str, files: Sequence[str], made, cmp) -> Path:
              "<h1>commbench report</h1><table><tr><th>file</th><th>benchmark</th><th>hosts</th><th>command</th></tr>"]
     parts += [f"<tr><td>{html.escape(Path(f).name)}</td><td>{html.escape(str(r.meta.get('bench')))}</td>"
               f"<td>{html.escape(', '.join(sorted(set(r.meta.get('hosts', [])))))}</td>"
-              f"<td><code>{html.escape(' '.join(r.meta.get('command', [])))}</code></td></tr>" for f, r in runs]
+              f"<td><code>{html.escape(command(r))}</code></td></tr>" for f, r in runs]
     parts.append("</table>")
     for title, png, table in made:
         data = base64.b64encode(png.read_bytes()).decode()
         img = f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
-        parts += [f"<h2>{html.escape(title)}</h2>", img, table.to_html(float_format=lambda v: f"{v:.4g}")]
+        parts += [f"<h2>{html.escape(title)}</h2>", img, table.to_html(float_format=number)]
     if cmp is not None:
-        parts += ["<h2>Comparison (B / A)</h2>", cmp.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
+        parts += ["<h2>Comparison (B / A)</h2>", cmp.to_html(index=False, float_format=number)]
     page = out / "report.html"
     page.write_text("\n".join(parts))
     return page
@@ -231,14 +242,20 @@ def write_page(out: Path, fmt: str, files: Sequence[str], made, cmp) -> Path:
 def _md_table(df) -> str:
     df = df.reset_index() if df.index.name else df
     cols = [str(c) for c in df.columns]
-
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return "" if v != v else f"{v:.4g}"
-        return str(v)
     rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    rows += ["| " + " | ".join(cell(v) for v in rec) + " |" for rec in df.itertuples(index=False)]
+    rows += ["| " + " | ".join(number(v) for v in rec) + " |" for rec in df.itertuples(index=False)]
     return "\n".join(rows)
+
+
+def number(v) -> str:
+    """Readable in a table: integral values as integers, else 4 significant digits, no exponents."""
+    if isinstance(v, float):
+        if v != v:
+            return ""
+        if v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
 
 
 def add_parser(sub) -> None:

@@ -57,12 +57,18 @@ def versions(*packages: str) -> dict[str, str]:
     return out
 
 
+def program_name() -> str:
+    """'commbench', also for ranks the local launcher started as `python -m commbench`."""
+    name = Path(sys.argv[0]).name
+    return "commbench" if name == "__main__.py" else name
+
+
 def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequence[str]) -> dict:
     return {
         "type": "meta",
         "bench": bench,
         "start": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "command": [program_name(), *sys.argv[1:]],
         "hosts": list(hosts),
         "platform": platform.platform(),
         "versions": versions(*packages),

@@ -13,6 +13,7 @@ for p2p-latency only (rank 0 checks what comes back).
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 from collections.abc import Iterable
 
@@ -28,6 +29,7 @@ LOCAL, REMOTE = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replic
 
 
 def _tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's C++ INFO/WARNING lines would bury the table
     try:
         import tensorflow as tf
     except ImportError:

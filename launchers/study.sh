@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The transport study in the README, end to end, from a clean checkout (as root: emulated hosts):
+#   bash launchers/study.sh            # about 15 minutes on a 2-core VM
+# 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, mpi, tf-grpc (loopback)
+# 2. ps-throughput with resnet50 gradients: 1-2 workers x 1-2 PS, tcp and grpc
+# 3. small-cnn PS training (chief + 2 workers + 1 PS, one per emulated host) at 100mbit, 1gbit and
+#    unshaped links, each with a grpc p2p sweep and a --batch 1 run, then commbench predict
+# 4. commbench report -> docs/study/ (PNGs + report.md), pasted between the study markers in README.md
+# Results files stay in study-results/ (STUDY_RESULTS=dir to change). QUICK=1 shortens every run;
+# REPORT_ONLY=1 redoes step 4 from the results files already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "launchers/study.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }
+bash launchers/setup.sh --dev >/dev/null
+CB=".venv/bin/commbench"
+R=${STUDY_RESULTS:-study-results}
+OUT=docs/study
+if [ "${REPORT_ONLY:-0}" != 1 ]; then rm -rf "$R"; fi
+mkdir -p "$R" "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPAL_PREFIX="$PWD/.venv"
+if [ "${QUICK:-0}" = 1 ]; then LAT="-i 100 -x 10"; BW="-i 5 -x 1"; PSI="-i 5"; STEPS=20; else
+  LAT="-i 1000 -x 100"; BW="-i 20 -x 2"; PSI="-i 20"; STEPS=60; fi
+trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
+
+step() { echo "== $*" >&2; }
+
+if [ "${REPORT_ONLY:-0}" != 1 ]; then
+step "1. latency and bandwidth on loopback"
+declare -A T=([tcp]="-t tcp" [grpc-raw]="-t grpc --grpc-mode raw" [grpc-proto]="-t grpc --grpc-mode proto"
+              [mpi]="-t mpi" [tf-grpc]="-t tf-grpc")
+for name in tcp grpc-raw grpc-proto mpi tf-grpc; do
+  if [ "$name" = mpi ]; then launch=(.venv/bin/mpiexec -n 2 "$CB"); else launch=("$CB"); fi
+  # shellcheck disable=SC2086
+  "${launch[@]}" p2p-latency ${T[$name]} -m 8:4M $LAT -o "$R/latency.jsonl" >/dev/null
+  # shellcheck disable=SC2086
+  "${launch[@]}" p2p-bandwidth ${T[$name]} -m 1K:4M $BW -o "$R/bandwidth.jsonl" >/dev/null
+done
+
+step "2. parameter-server throughput, resnet50 gradients"
+for t in tcp grpc; do for w in 1 2; do for p in 1 2; do
+  # shellcheck disable=SC2086
+  $CB ps-throughput -t "$t" --workers "$w" --ps "$p" --payload resnet50 $PSI -o "$R/ps.jsonl" >/dev/null
+done; done; done
+
+step "3. small-cnn PS training over emulated links"
+for rate in 100mbit 1gbit none; do
+  $CB hosts up 4 --rate "$rate" >/dev/null
+  # shellcheck disable=SC2086
+  $CB p2p-latency -t grpc --hosts 4 -m 8:1M -i 50 -x 5 -o "$R/link_$rate.jsonl" >/dev/null
+  $CB train --hosts 4 --strategy ps --workers 2 --ps 1 --model small-cnn --steps "$STEPS" \
+    -o "$R/train_$rate.jsonl" 2>/dev/null | tail -1 >&2
+  $CB train --hosts 4 --strategy ps --workers 2 --ps 1 --model small-cnn --steps 20 --batch 1 \
+    -o "$R/train1_$rate.jsonl" >/dev/null 2>&1
+  label=$rate; [ "$rate" = none ] && label=unshaped
+  $CB predict --p2p "$R/link_$rate.jsonl" --train "$R/train_$rate.jsonl" --overhead "$R/train1_$rate.jsonl" \
+    --label "$label" -o "$R/predict.jsonl" | sed -n 4p >&2
+done
+$CB hosts down >/dev/null
+fi
+
+step "4. report"
+$CB report "$R"/latency.jsonl "$R"/bandwidth.jsonl "$R"/ps.jsonl "$R"/predict.jsonl -o "$OUT" --format md
+python3 - "$OUT/report.md" <<'EOF'
+import re, sys
+from pathlib import Path
+page = Path(sys.argv[1]).read_text().replace("](", "](docs/study/").replace("# commbench report", "### Runs", 1)
+page = page.replace("\n## ", "\n#### ")
+readme = Path("README.md")
+text = readme.read_text()
+begin, end = "<!-- study:begin (launchers/study.sh writes this part) -->", "<!-- study:end -->"
+text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{page}\n{end}", text, flags=re.S)
+readme.write_text(text)
+EOF
+echo "study: results in $R/, figures and report.md in $OUT/, README.md updated" >&2
