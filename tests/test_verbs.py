@@ -167,6 +167,7 @@ def fake(monkeypatch):
     verbs_fake.FakeContext.max_sge = 4
     verbs_fake.FakeContext.port_state = 4
     verbs_fake.Stats.sge_counts = []
+    verbs_fake.Stats.inline_sends = 0
     return verbs_fake
 
 
@@ -226,6 +227,8 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes):
 
     wrong, mode = pair(client, server, verbs_op=op)
     assert wrong == 0 and mode.startswith(f"{op}, fake_0:1")
+    if sizes == (8,):
+        assert fake.Stats.inline_sends > 0  # 8 B goes inline
     if len(sizes) == 7:  # more buffers than max_sge (4): packed into one entry
         assert set(fake.Stats.sge_counts) == {1}
     elif len(sizes) == 3:

@@ -11,7 +11,6 @@ Only this module imports TensorFlow.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -163,7 +162,3 @@ def start_server(job: str, index: int):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.Server(resolver.cluster_spec(), job_name=job, task_index=index, protocol="grpc",
                                 start=True)
-
-
-def quiet() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

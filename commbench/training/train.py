@@ -117,7 +117,7 @@ def _tf_port(args: argparse.Namespace, rank: int, host: str) -> int:
     if args.port:
         return args.port + 1 + rank
     with socket.socket() as s:  # a free port now; TF binds it a moment later
-        s.bind((host if host != "localhost" else "127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -162,7 +162,6 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         computes = world.gather_json("compute-ms", ms)
         if reporter:
             row["compute_ms"] = float(np.median([c for c in computes if c is not None]))
-        if reporter:
             options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
             options.update(ranks=world.size, tf_cluster=cluster_spec(endpoints, rs))
             meta = run_metadata("train", options, world.hosts, PACKAGES)
