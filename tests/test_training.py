@@ -51,6 +51,23 @@ def test_overhead_adds_a_fixed_step_cost_and_raises_the_minimum_bandwidth():
     assert pr.with_overhead(p, 60.0).min_beta_mb_s is None  # the overhead alone eats what W workers save
 
 
+def test_measured_communication_replaces_the_model(tmp_path):
+    link = pr.LinkModel(100.0, 1000.0)
+    p = pr.with_comm(pr.predict_ps([1_000_000, 2_000_000], 2, 1, 32, 50.0, link), 30.0, "ps-throughput")
+    assert p.step_ms == 80.0 and p.comm_ms == 30.0 and p.images_s == pytest.approx(64 / 80e-3)
+    meta = {"type": "meta", "bench": "allreduce", "options": {"ranks": 4}}
+    rows = [{"type": "row", "bench": "allreduce", "transport": "tcp", "algorithm": "ring", "size": s,
+             "time_us": t} for s, t in ((1 << 20, 1000.0), (4 << 20, 3000.0))]
+    f = tmp_path / "ar.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
+    ms, source = pr.measured_comm(str(f), "mirrored", 4, 0, "small_cnn", 3 << 20)
+    assert ms == pytest.approx(3.0 * 3 / 4) and "at 4194304 B" in source  # nearest size, scaled to the bytes
+    with pytest.raises(UsageError, match="allreduce rows over 2 ranks"):
+        pr.measured_comm(str(f), "mirrored", 2, 0, "small_cnn", 1 << 20)
+    with pytest.raises(UsageError, match="ps-throughput rows with --workers 2 --ps 1"):
+        pr.measured_comm(str(f), "ps", 2, 1, "small_cnn", 1 << 20)
+
+
 def test_predict_ring_by_hand():
     link = pr.LinkModel(100.0, 1000.0)
     p = pr.predict_ring(6_000_000, workers=4, batch=32, compute_ms=50.0, link=link)

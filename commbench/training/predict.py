@@ -16,6 +16,11 @@ Mirrored (ring all-reduce): allreduce = 2 (W - 1) alpha + 2 (W - 1) / W x model 
 step = compute + allreduce. With all ranks on one host the ring's W transfers of each phase
 share the path: the byte term is multiplied by W.
 
+``--measured FILE`` replaces the modelled communication with what commbench's own emulators
+measured for the same shape: ps-throughput rows with this W and P (pull p50 + push p50 of the
+model's payload), or allreduce rows over W ranks (the time at the nearest size, scaled to the
+model's bytes).
+
 TF's own per-step cost (the coordinator's scheduling, one RPC per variable, the collective
 launches) is not in these terms; ``--overhead FILE`` adds it, measured: a train run of the same
 strategy and W with ``--batch 1`` has almost no compute and few bytes, so its step time less its
@@ -130,6 +135,36 @@ def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, t
     return lines
 
 
+def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, total: int) -> tuple[float, str]:
+    """(communication ms per step, where it came from) from commbench's PS or all-reduce emulator."""
+    runs = read_runs(path)
+    if strategy == "ps":
+        rows = [r for run in runs if run.meta.get("bench") == "ps-throughput" for r in run.rows
+                if r.get("workers") == workers and r.get("ps") == ps]
+        rows = [r for r in rows if str(r.get("payload", "")).startswith(model)] or rows
+        if not rows:
+            raise UsageError(f"{path}: predict --measured needs ps-throughput rows with --workers {workers} --ps {ps} "
+                             f"(e.g. commbench ps-throughput -t grpc --workers {workers} --ps {ps} --payload {model})")
+        r = rows[-1]
+        return r["pull_p50_ms"] + r["push_p50_ms"], f"ps-throughput {r['transport']} {r['payload']}"
+    rows = [r for run in runs if run.meta.get("bench") == "allreduce" and run.meta["options"].get("ranks") == workers
+            for r in run.rows if r.get("size")]
+    if not rows:
+        raise UsageError(f"{path}: predict --measured needs allreduce rows over {workers} ranks "
+                         f"(e.g. commbench allreduce -t grpc --ranks {workers} -b 1M -e 256M)")
+    r = min(rows, key=lambda r: abs(r["size"] - total))
+    return r["time_us"] / 1e3 * total / r["size"], f"allreduce {r['transport']} {r['algorithm']} at {r['size']} B"
+
+
+def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
+    """The prediction with its modelled communication replaced by a measured time."""
+    from dataclasses import replace
+
+    step = p.compute_ms + ms
+    return replace(p, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms, step_ms=step,
+                   images_s=p.workers * p.batch / step * 1e3)
+
+
 def with_overhead(p: Prediction, ms: float) -> Prediction:
     """The prediction with a fixed per-step runtime cost added (TF's, measured)."""
     from dataclasses import replace
@@ -166,6 +201,8 @@ def add_parser(sub) -> None:
                    help="all ranks on one host share one path (auto: yes if the train run had one host)")
     p.add_argument("--overhead", metavar="FILE", help="a train run of the same strategy and W with --batch 1: "
                                                       "TF's fixed per-step cost is taken from it")
+    p.add_argument("--measured", metavar="FILE", help="ps-throughput or allreduce results: use their measured "
+                                                      "communication time instead of the alpha-beta terms")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--label", default="", help="a name for this prediction in results files and reports (e.g. 1gbit)")
     p.add_argument("-o", "--output", metavar="FILE", help="append the prediction as a row: FILE.jsonl or FILE.csv")
@@ -224,10 +261,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     prof = store.load(pick("model"))
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and len(set(meta.get("hosts", []))) == 1)
+    measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
+
     def model(batch: int, compute: float) -> Prediction:
         if strategy == "ps":
-            return predict_ps(sizes, workers, ps, batch, compute, link, args.placement, shared)
-        return predict_ring(sum(sizes), workers, batch, compute, link, shared)
+            p = predict_ps(sizes, workers, ps, batch, compute, link, args.placement, shared)
+        else:
+            p = predict_ring(sum(sizes), workers, batch, compute, link, shared)
+        return with_comm(p, *measured) if measured else p
 
     pred = model(batch, compute)
     if args.overhead:
