@@ -80,3 +80,18 @@ def test_three_hosts_at_300mbit_carry_benchmarks_and_the_ps_emulator(emulated, t
     assert "cbh0, cbh1, cbh2" in r.out and table_rows(r.out)[0][-1] == "0"
     r = commbench("p2p-latency", "--hosts", "5", "-m", "8")
     assert r.code == 2 and "--hosts 5: 3 emulated hosts are up" in r.err
+
+
+@ROOT_ONLY
+@pytest.mark.root
+def test_a_failed_up_removes_what_it_made(emulated):
+    subprocess.run(["ip", "link", "add", "cbv1", "type", "veth", "peer", "name", "cbblock1"],
+                   check=True)  # in the way of host 1's veth
+    try:
+        r = emulated("3", "--rate", "1gbit")
+        assert r.code == 2 and r.err.count("\n") == 1 and "ip link add cbv1" in r.err, r.err
+        assert "cbh" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert "cbbr0" not in links and "cbv0" not in links  # the bridge and host 0's pair are gone too
+    finally:
+        subprocess.run(["ip", "link", "del", "cbv1"], check=False)
