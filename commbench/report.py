@@ -59,18 +59,19 @@ def pyplot():
     return plt
 
 
-def load(files: Sequence[str]):
+def read_all(files: Sequence[str]) -> list[tuple[str, Run]]:
+    """(file, run) for every run of every file, each file read once."""
+    return [(f, r) for f in files for r in read_runs(f)]
+
+
+def load(runs: Sequence[tuple[str, Run]]):
     """One DataFrame row per result row, with the run's file, bench, placement and series label."""
     pd = pandas()
-    records = []
-    for f in files:
-        for i, run in enumerate(read_runs(f)):
-            o = run.meta.get("options", {})
-            for row in run.rows:
-                records.append({"file": Path(f).name, "run": i, "bench": run.meta.get("bench"),
-                                "placement": o.get("placement"), **row})
+    records = [{"file": Path(f).name, "bench": run.meta.get("bench"),
+                "placement": run.meta.get("options", {}).get("placement"), **row}
+               for f, run in runs for row in run.rows]
     if not records:
-        raise UsageError(f"no result rows in {', '.join(files)}")
+        raise UsageError(f"no result rows in {', '.join(sorted({f for f, _ in runs}))}")
     df = pd.DataFrame.from_records(records)
     df["series"] = df.apply(series_label, axis=1)
     several = df.groupby(["bench", "series"])["file"].transform("nunique") > 1  # the same series in two files
@@ -176,7 +177,7 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
 def compare(a: str, b: str):
     """B / A per matched point of the main metric, with which of the two is better."""
     pd = pandas()
-    da, db = load([a]), load([b])
+    da, db = load(read_all([a])), load(read_all([b]))
     keys = [k for k in ("bench", *KEYS) if k in da.columns and k in db.columns]
     how = [k for k in ("transport", "mode", "poll") if k in keys]
     if how and len(da[how].drop_duplicates()) == 1 and len(db[how].drop_duplicates()) == 1:
@@ -207,8 +208,7 @@ def command(run: Run) -> str:
     return " ".join(run.meta.get("command", []))
 
 
-def write_page(out: Path, fmt: str, files: Sequence[str], made, cmp) -> Path:
-    runs: list[tuple[str, Run]] = [(f, r) for f in files for r in read_runs(f)]
+def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) -> Path:
     if fmt == "md":
         lines = ["# commbench report", "", "| file | benchmark | hosts | command |", "|---|---|---|---|"]
         lines += [f"| {Path(f).name} | {r.meta.get('bench')} | {', '.join(sorted(set(r.meta.get('hosts', []))))} | "
@@ -285,7 +285,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
-    made = figures(load(files), out)
-    page = write_page(out, args.format, files, made, cmp)
+    runs = read_all(files)
+    made = figures(load(runs), out)
+    page = write_page(out, args.format, runs, made, cmp)
     print(f"commbench report: {len(made)} figure(s) and {page}")
     return 0

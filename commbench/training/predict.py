@@ -209,25 +209,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def runs_of(path: str, bench: str, needs: str):
+    """The runs of one benchmark in a results file (read once), or a one-line error naming what it holds."""
+    every = read_runs(path)
+    runs = [r for r in every if r.meta.get("bench") == bench and r.rows]
+    if not runs:
+        kinds = sorted({str(r.meta.get("bench")) for r in every})
+        raise UsageError(f"{path}: {needs}; this file holds {kinds}")
+    return runs
+
+
 def p2p_link(path: str) -> LinkModel:
-    points, kinds = [], set()
-    for r in read_runs(path):
-        kinds.add(r.meta.get("bench"))
-        if r.meta.get("bench") == "p2p-latency":
-            points += [(row["size"], row["avg_us"]) for row in r.rows if "avg_us" in row]
-    if not points:
-        raise UsageError(f"{path}: predict --p2p needs p2p-latency results (a size sweep, e.g. "
-                         f"`commbench p2p-latency -t grpc -m 8:4M -o FILE`); this file holds {sorted(map(str, kinds))}")
-    runs = [r for r in read_runs(path) if r.meta.get("bench") == "p2p-latency"]
+    runs = runs_of(path, "p2p-latency", "predict --p2p needs p2p-latency results (a size sweep, e.g. "
+                   "`commbench p2p-latency -t grpc -m 8:4M -o FILE`)")
+    points = [(row["size"], row["avg_us"]) for r in runs for row in r.rows if "avg_us" in row]
     o = runs[-1].meta.get("options", {})
     return fit(points, f"{o.get('transport')} ({o.get('mode')}) from {path}")
 
 
 def train_row(path: str) -> tuple[dict, dict]:
-    runs = [r for r in read_runs(path) if r.meta.get("bench") == "train" and r.rows]
-    if not runs:
-        kinds = sorted({str(r.meta.get("bench")) for r in read_runs(path)})
-        raise UsageError(f"{path}: predict --train needs `commbench train -o FILE` results; this file holds {kinds}")
+    runs = runs_of(path, "train", "predict --train needs `commbench train -o FILE` results")
     return runs[-1].rows[-1], runs[-1].meta
 
 

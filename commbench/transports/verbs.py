@@ -45,6 +45,7 @@ from commbench.transports._verbs_plan import (
     Credits,
     QpInfo,
     imm_credit,
+    imm_data,
     parse_imm,
     path_mtu,
     plan_pool,
@@ -326,7 +327,7 @@ class VerbsLink(Link):
             else:
                 sg = [api.wr.SGE(a.ctypes.data, len(a), 0 if how == "inline" else t.registry.lkey(a))
                       for a in msg.arrays if len(a)]
-                c = (how, api.wr.SendWR(wr_id=0, opcode=op, num_sge=len(sg), sg=sg, imm_data=msg.nbytes,
+                c = (how, api.wr.SendWR(wr_id=0, opcode=op, num_sge=len(sg), sg=sg, imm_data=imm_data(msg.nbytes),
                                         send_flags=flags))
             msg.cache["verbs"] = c
         return c
@@ -341,7 +342,8 @@ class VerbsLink(Link):
             self.staging[off:off + len(a)] = a
             off += len(a)
         sge = self.api.wr.SGE(self.staging_mr.buf + slot * self.plan.slot, max(msg.nbytes, 1), self.staging_mr.lkey)
-        return self.api.wr.SendWR(wr_id=0, opcode=op, num_sge=1, sg=[sge], imm_data=msg.nbytes, send_flags=flags)
+        return self.api.wr.SendWR(wr_id=0, opcode=op, num_sge=1, sg=[sge], imm_data=imm_data(msg.nbytes),
+                                  send_flags=flags)
 
     def _post(self, msg: Message) -> None:
         if self.state.state is not Conn.READY:
