@@ -49,13 +49,23 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("-x", "--warmup", type=int, help="warm-up iterations per point (default: OSU's by size)")
     g.add_argument("--time", type=float, help="measure for this many seconds per point instead of counting")
     g.add_argument("--warmup-time", type=float, default=2.0, help="warm-up seconds with --time (default 2)")
+    g.add_argument("--precision", type=float, metavar="PCT",
+                   help="iterate until the 95 %% confidence interval of the median is within +-PCT %% of it "
+                        "(or --max-time runs out; the row says which)")
+    g.add_argument("--max-time", type=float, default=30.0, help="seconds per point at most with --precision "
+                                                                "(default 30)")
     g = p.add_argument_group("how")
     g.add_argument("-t", "--transport", default="tcp", help=f"one of {', '.join(transports)} (default tcp)")
     g.add_argument("--poll", choices=("blocking", "busy"),
                    help="wait in the kernel (blocking, as sockperf; verbs: completion events) or spin (busy, as "
                         "perftest); default: blocking where the transport has it (mpi: busy, MPI's progress "
                         "engine; verbs: busy)")
-    g.add_argument("--validate", action="store_true", help="check every message's bytes; count #wrong")
+    g.add_argument("--validate", nargs="?", const="every", choices=("every", "untimed"),
+                   help="check every message's bytes and count #wrong: every (the default; timings include the "
+                        "checking) or untimed (as nccl-tests: timed loops unchecked, then one checked round)")
+    g.add_argument("--hugepages", choices=("off", "on"), default="off",
+                   help="back buffers with transparent huge pages (on) or not (off, the default, as OSU's malloc); "
+                        "recorded with the results")
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
     g.add_argument("--port", type=int, default=0,
@@ -153,7 +163,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     transport_cls.check_usable(args)
-    loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time)
+    loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time, args.precision, args.max_time)
     points, spec = bench_cls.plan_points(args) or plan_points(args)
     args.largest_message = max((p.nbytes for p in points), default=0)  # sizes pools registered once (verbs)
     if args.np is not None and args.np != bench_cls.ranks(args):

@@ -134,7 +134,8 @@ def print_summary(paths: Sequence[Path | str]) -> None:
             if run.meta["bench"] == "p2p-latency":
                 for key, size in (("lat8", 8), ("lat1m", 1 << 20)):
                     if size in by_size:
-                        row[key] = by_size[size]["avg_us"]
+                        r = by_size[size]
+                        row[key] = r["p50_us"] if r.get("p50_us") is not None else r["avg_us"]  # older files
             elif run.meta["bench"] == "p2p-bandwidth" and (4 << 20) in by_size:
                 row["bw4m"] = by_size[4 << 20]["mb_s"]
     base = rows.get("tcp blocking", {})
@@ -143,7 +144,7 @@ def print_summary(paths: Sequence[Path | str]) -> None:
             row["lat_ratio"] = row["lat8"] / base["lat8"]
         if "bw4m" in row and "bw4m" in base:
             row["bw_ratio"] = row["bw4m"] / base["bw4m"]
-    print("# commbench compare: one-way latency (avg, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
+    print("# commbench compare: one-way latency (median, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
     print("# ratios against tcp blocking: Lat/tcp at 8 B (lower is better), BW/tcp at 4 MiB (higher is better)")
     print(header_line(SUMMARY))
     for row in rows.values():

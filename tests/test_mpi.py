@@ -41,7 +41,7 @@ def test_mpi_iovec_payload_and_corruption():
     assert ok.code == 0, ok.err
     bad = mpiexec(2, "p2p-latency", "-t", "mpi", "-m", "1K:1K", "-i", "20", "-x", "0", "--validate",
                   "--inject-corruption", "4")
-    assert bad.code == 1 and table_rows(bad.out)[0][-1] == "5", bad.out + bad.err
+    assert bad.code == 1 and table_rows(bad.out)[0][-1] == "10", bad.out + bad.err  # 20 each way, every 4th
 
 
 @pytest.mark.parametrize("transport", ["tcp", "grpc"])

@@ -76,7 +76,7 @@ def test_async_mode_applies_every_push(tmp_path, transport):
                   "mobilenet_v2", "--placement", "greedy", "-i", "6", "-x", "1", "--validate", "-o", str(out))
     assert r.code == 0, r.err
     (row,) = read_runs(out)[0].rows
-    assert row["mode"] == "async" and row["shard_steps"] == [7, 7]
+    assert row["ps_mode"] == "async" and row["shard_steps"] == [7, 7]
     # every push applied on arrival, no averaging: -k W (W + 1) / 4096 whatever the order
     assert row["final_value"] == row["expected_value"] == -7 * 3 * 4 / 4096
     assert row["wrong"] == 0

@@ -60,10 +60,11 @@ def test_payload_schemes_validated(scheme, transport):
     ["p2p-bandwidth", "-t", "grpc", "-W", "4"],
 ])
 def test_corruption_is_counted_and_fails_the_run(args):
-    # every 5th message from the sending side carries one flipped byte: 20 iterations -> 4 wrong
+    # every 5th message a rank sends carries one flipped byte: 20 round trips -> 4 wrong each way;
+    # bandwidth: 20 windows of 4 from the sender -> 16 wrong
     r = commbench(*args, "-m", "1K:1K", "-i", "20", "-x", "0", "--validate", "--inject-corruption", "5")
     assert r.code == 1, r.out + r.err
-    assert wrong_column(r.out) == [4 if args[0] == "p2p-latency" else 4 * 4]
+    assert wrong_column(r.out) == [8 if args[0] == "p2p-latency" else 4 * 4]
     assert "messages arrived wrong" in r.err
 
 
@@ -121,6 +122,6 @@ def test_summary_from_saved_files(tmp_out):
     (row,) = table_rows(r.out)
     lat_rows = read_runs(lat)[0].rows
     assert row[:2] == ["tcp", "blocking"]
-    assert float(row[2]) == pytest.approx(lat_rows[0]["avg_us"], abs=0.01)
+    assert float(row[2]) == pytest.approx(lat_rows[0]["p50_us"], abs=0.01)
     assert float(row[4]) == pytest.approx(read_runs(bw)[0].rows[0]["mb_s"], abs=0.1)
     assert row[5:] == ["1.00", "1.00"]

@@ -251,7 +251,7 @@ def test_registration_happens_once_per_buffer(fake):
         link.serve(100, req, req)
 
     registered, _ = pair(client, server, largest_message=8192)
-    assert registered == (2, 2)  # the two request buffers, at the first call only; replies land in the pool
+    assert registered == (1, 1)  # both request buffers carved from one mapping: one registration, at the first call
 
 
 def test_message_views_of_one_tensor_share_one_registration(fake):

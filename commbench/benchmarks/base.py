@@ -1,7 +1,10 @@
-"""What a benchmark is: a name, its columns and units, who talks to whom, and one function per point.
+"""What a benchmark is (nccl-tests' testColl, OSU's per-benchmark file): a name, its columns and units,
+its loop defaults, its main metric and which way is better, who talks to whom, how one rank prepares
+a point (``prepare`` -> ``Side``), and how rank 0 turns every rank's report into the row (``row``).
 
-The runner (runner.py) owns the world, the transport, the table and the results file; the
-harness (core/harness.py) owns loops and statistics. A benchmark file is short.
+The runner (runner.py) owns the world, the transport, the table and the results file; the harness
+(core/harness.py) owns warm-up, barriers, timing and statistics; ``measure_point`` here owns
+validation and the gathering of every rank's report. A benchmark file is short.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from commbench.core.harness import Loops
+import numpy as np
+
+from commbench.core.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
 from commbench.core.message import Message, Pattern
 from commbench.core.payload import Payload
 from commbench.core.table import Column
@@ -21,23 +26,28 @@ from commbench.transports.base import Link, Transport
 SIZE = Column("size", "Size", -14)
 PAYLOAD = Column("payload", "Payload", -30)
 WRONG = Column("wrong", "#wrong", 7, "{:d}")
+CHECK_MODES = ("every", "untimed")
 
 
 @dataclass
 class Context:
-    """Everything a benchmark's point function may use."""
+    """Everything a benchmark's prepare may use."""
 
     world: World
     transport: Transport
     links: dict[int, Link]
     args: argparse.Namespace
     loops: Loops
-    validate: bool
+    validate: str | None  # None, "every" (timings include checking) or "untimed" (nccl-tests: one checked round)
     seed: int
     corrupt_every: int = 0  # test hook: flip a byte in every Nth outgoing message (validation tests)
 
-    def pattern(self, payload: Payload) -> Pattern | None:
-        return Pattern(payload.sizes, self.seed) if self.validate else None
+    def checker(self, payload: Payload, origin: int) -> Checker:
+        """A checker for messages of this payload sent by rank ``origin``."""
+        return Checker(Pattern(payload.sizes, self.seed, origin), self.corrupt_every)
+
+    def sync(self) -> Sync:
+        return Sync(self.world.rank, self.transport.barrier, self.world.bcast_json)
 
 
 class Benchmark(ABC):
@@ -45,7 +55,10 @@ class Benchmark(ABC):
     help: ClassVar[str]
     units: ClassVar[str]
     columns: ClassVar[list[Column]]
+    loops: ClassVar[LoopDefaults] = LATENCY_LOOPS
     loop_source: ClassVar[str] = "OSU"  # whose default iteration counts the benchmark uses
+    metric: ClassVar[str]  # the row key report and compare read
+    better: ClassVar[str] = "lower"  # or "higher"
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -68,17 +81,28 @@ class Benchmark(ABC):
         """The ranks this rank exchanges messages with."""
 
     @abstractmethod
-    def run_point(self, ctx: Context, payload: Payload) -> dict | None:
-        """Measure one point; rank 0 returns the row (column key -> value), others None."""
+    def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
+        """This rank's part of one point: buffers allocated (and touched), the step or run callables."""
+
+    @abstractmethod
+    def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        """Rank 0: the row's columns from its own timing and every rank's report (n, wall_ns, ...)."""
 
     def header(self, meta: dict) -> list[str]:
         """The '#' lines above the table, built from the run's metadata only (so `show` can redo them)."""
         o = meta["options"]
+        check = {None: "off", False: "off", True: "every message (timings include checking)",
+                 "every": "every message (timings include checking)",
+                 "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}
         lines = [f"# commbench {self.name} v{meta['versions']['commbench']}: {self.help}",
                  f"# transport: {o['transport']} ({o['mode']})   ranks: {o['ranks']}   "
                  f"hosts: {', '.join(sorted(set(meta['hosts'])))}",
-                 f"# loops: {o['loops']}   validate: {'on (timings include checking)' if o['validate'] else 'off'}",
+                 f"# loops: {o['loops']}   validate: {check.get(o.get('validate'), o.get('validate'))}",
                  f"# units: {self.units}"]
+        mem = meta.get("memory")
+        if mem:
+            lines.insert(3, f"# buffers: touched before each point; huge pages {mem['hugepages']} "
+                            f"(system THP: {mem['system_thp']})")
         if o.get("payload_spec"):
             lines.insert(2, f"# payload: {o['payload_spec']}")
         return lines
@@ -88,10 +112,11 @@ class Benchmark(ABC):
 
 
 class Checker:
-    """``--validate``: counts received messages that differ from the pattern (nccl-tests' #wrong).
+    """``--validate`` for one direction of one link: fills each outgoing message with the pattern of its
+    iteration and counts received messages that differ from theirs (nccl-tests' #wrong).
 
-    ``send`` wraps a send so that, under the test hook ``corrupt_every``, every Nth outgoing
-    message carries one flipped byte, which the receiving end must count.
+    Both ends count messages in the order sent, so a stale, repeated or reordered message is wrong.
+    Under the test hook ``corrupt_every``, every Nth outgoing message carries one flipped byte.
     """
 
     def __init__(self, pattern: Pattern, corrupt_every: int = 0) -> None:
@@ -99,21 +124,45 @@ class Checker:
         self.corrupt_every = corrupt_every
         self.wrong = 0
         self.sent = 0
+        self.received = 0
 
-    def check(self, msg: Message) -> None:
-        """After a receive: count a mismatch, then clear so a receive that writes nothing fails next time."""
-        if not msg.matches(self.pattern):
-            self.wrong += 1
-        msg.clear()
-
-    def send(self, send, msg: Message, *args) -> None:
+    def prepare(self, msg: Message) -> Message:
+        """Fill msg with the next outgoing iteration's content (and corrupt it if the hook says so)."""
+        msg.fill(self.pattern, self.sent)
         self.sent += 1
-        bad = self.corrupt_every and self.sent % self.corrupt_every == 0
-        if bad:
+        if self.corrupt_every and self.sent % self.corrupt_every == 0:
             for arr in msg.arrays:
                 if len(arr):
                     arr[len(arr) // 2] ^= 0xFF
                     break
-        send(msg, *args)
-        if bad:
-            msg.fill(self.pattern)
+        return msg
+
+    def check(self, msg: Message) -> None:
+        """After a receive: count it wrong unless it holds the next incoming iteration's content."""
+        if not msg.matches(self.pattern, self.received):
+            self.wrong += 1
+        self.received += 1
+
+
+def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | None:
+    """One point on this rank: prepare, measure (harness), validate, gather; rank 0 returns the row."""
+    sync = ctx.sync()
+    side = bench.prepare(ctx, payload, ctx.validate == "every")
+    timing = measure(sync, ctx.loops, bench.loops, payload.nbytes, side)
+    wrong = side.wrong()
+    if ctx.validate == "untimed":  # nccl-tests: timings unchanged, then one checked round
+        checked = bench.prepare(ctx, payload, True)
+        sync.barrier()
+        checked.go(1)
+        wrong += checked.wrong()
+    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop, **side.report()}
+    if timing.samples is not None:
+        mine["mean_ns"] = float(np.mean(timing.samples))
+    reports = ctx.world.gather_json(f"{bench.name}-point", mine)
+    if reports is None:
+        return None
+    row = bench.row(payload, timing, reports)
+    row.setdefault("wrong", sum(r["wrong"] for r in reports))
+    if timing.stop != "count":
+        row.setdefault("stop", timing.stop)
+    return row

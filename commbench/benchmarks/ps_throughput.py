@@ -1,8 +1,9 @@
 """Parameter-server throughput (TF-gRPC-Bench's PS benchmark, with real updates): W workers x P shards,
 fully connected. Ranks 0 .. W-1 are workers (rank 0 reports), ranks W .. W+P-1 are shards.
 
-RPC/s and MB/s add up over workers (each worker's count over its own time, as osu_mbw_mr);
-steps/s is per worker; push and pull latencies are per RPC, over all workers.
+RPC/s and MB/s: all workers' RPCs and bytes over the slowest worker's wall-clock time (every worker
+starts at the same barrier, as osu_mbw_mr); steps/s is per worker, averaged; push and pull latencies
+are per RPC, over all workers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.errors import UsageError
-from commbench.core.harness import LoopDefaults, measure, timed_loop, untimed_loop
+from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
 from commbench.core.payload import Payload
 from commbench.core.table import Column
 from commbench.core.world import World
@@ -27,6 +28,8 @@ MS = "{:.2f}"
 class PSThroughput(Benchmark):
     name = "ps-throughput"
     help = "parameter-server emulator: workers push gradients to and pull variables from PS shards"
+    loops = PS_LOOPS
+    metric, better = "steps_s", "higher"
     loop_source = "commbench's PS"  # 100 steps / 10 warm-up up to 8 KiB, 10 / 2 above
     units = ("steps/s per worker; RPC/s and MB/s (10^6 B/s) summed over workers; push/pull latency in ms "
              "per RPC; Shard MB = bytes each shard holds")
@@ -64,48 +67,43 @@ class PSThroughput(Benchmark):
         workers, shards = range(self.nw), range(self.nw, self.nw + self.np_)
         return list(shards) if world.rank < self.nw else list(workers)
 
-    def run_point(self, ctx: Context, payload: Payload) -> dict | None:
-        world, nw, np_ = ctx.world, self.nw, self.np_
+    def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
+        me, nw, np_ = ctx.world.rank, self.nw, self.np_
         owners = place(payload.sizes, np_, self.args.placement)
         per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
                      for s in range(np_)}
-        if world.rank < nw:
-            worker = Worker(world.rank, nw, per_shard, ctx.links, ctx.validate, self.args.mode == "async")
+        asynchronous = self.args.mode == "async"
+        if me < nw:
+            worker = Worker(me, nw, per_shard, ctx.links, checked, asynchronous, ctx.corrupt_every)
+            return Side(step=worker.step, begin=worker.start, wrong=lambda: worker.wrong,
+                        report=lambda: {"push": worker.push_ns, "pull": worker.pull_ns})
+        shard = Shard(per_shard[me], list(range(nw)), ctx.links, asynchronous)
+        run = shard.run_async if asynchronous else (lambda n: untimed_loop(shard.step, n))
+        return Side(run=run, wrong=shard.wrong if checked else (lambda: 0),
+                    report=lambda: {"steps": shard.steps,
+                                    "value": float(shard.var_f[0][0]) if shard.var_f and len(shard.var_f[0])
+                                    else None})
 
-            def run(n: int):
-                worker.start(n)
-                return timed_loop(worker.step, n)
-        else:
-            shard = Shard(per_shard[world.rank], list(range(nw)), ctx.links, self.args.mode == "async")
-
-            def run(n: int):
-                if shard.asynchronous:
-                    shard.run_async(n)
-                else:
-                    untimed_loop(shard.step, n)
-
-        samples = measure(world, ctx.loops, PS_LOOPS, payload.nbytes, run)
-        if world.rank < nw:
-            mine = {"t": int(samples.sum()), "n": len(samples), "push": worker.push_ns, "pull": worker.pull_ns,
-                    "wrong": worker.wrong}
-        else:
-            mine = {"wrong": shard.wrong(), "steps": shard.steps,
-                    "value": float(shard.var_f[0][0]) if shard.var_f and len(shard.var_f[0]) else None}
-        got = world.gather_json("ps", mine)
-        if world.rank != 0:
-            return None
-        workers, shards = got[:nw], got[nw:]
+    def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        nw, np_ = self.nw, self.np_
+        workers, shards = reports[:nw], reports[nw:]
+        owners = place(payload.sizes, np_, self.args.placement)
         per_step_rpcs, per_step_bytes = 2 * np_, 2 * payload.nbytes
+        slowest = max(w["wall_ns"] for w in workers) / 1e9  # every worker starts at the same barrier
         push = np.asarray([x for w in workers for x in w["push"]], dtype=np.float64) / 1e6
         pull = np.asarray([x for w in workers for x in w["pull"]], dtype=np.float64) / 1e6
-        return {"workers": nw, "ps": np_, "iterations": len(samples),
-                "steps_s": float(np.mean([w["n"] / (w["t"] / 1e9) for w in workers])),
-                "rpc_s": sum(per_step_rpcs * w["n"] / (w["t"] / 1e9) for w in workers),
-                "mb_s": sum(per_step_bytes * w["n"] / (w["t"] / 1e9) for w in workers) / 1e6,
-                "push_p50_ms": float(np.percentile(push, 50)), "push_p99_ms": float(np.percentile(push, 99)),
-                "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": float(np.percentile(pull, 99)),
+        n = timing.n
+        return {"workers": nw, "ps": np_, "iterations": n,
+                "steps_s": float(np.mean([w["n"] / (w["wall_ns"] / 1e9) for w in workers])),
+                "rpc_s": per_step_rpcs * n * nw / slowest,
+                "mb_s": per_step_bytes * n * nw / slowest / 1e6,
+                "push_p50_ms": float(np.percentile(push, 50)), "push_p99_ms": _p99(push),
+                "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": _p99(pull),
                 "shard_mb": "/".join(f"{b / 1e6:.1f}" for b in shard_bytes(payload.sizes, owners, np_)),
                 "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
                 "expected_value": expected_value(shards[0]["steps"], nw, self.args.mode == "async"),
-                "mode": self.args.mode,
-                "wrong": sum(w["wrong"] for w in workers) + sum(s["wrong"] for s in shards)}
+                "ps_mode": self.args.mode}
+
+
+def _p99(values: np.ndarray) -> float | None:
+    return float(np.percentile(values, 99)) if len(values) >= 100 else None

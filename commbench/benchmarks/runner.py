@@ -7,9 +7,10 @@ import hashlib
 import json
 import sys
 
-from commbench.benchmarks.base import Benchmark, Context
+from commbench.benchmarks.base import Benchmark, Context, measure_point
+from commbench.core import buffers
 from commbench.core.errors import PeerError, RunAborted, UsageError
-from commbench.core.harness import Loops
+from commbench.core.harness import Loops, harness_overhead_ns
 from commbench.core.payload import Payload
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
@@ -20,16 +21,6 @@ from commbench.core.world import World
 from commbench.transports.base import Transport
 
 PACKAGES = ("numpy", "grpcio", "protobuf", "mpi4py", "tensorflow-cpu")
-
-
-def describe_loops(loops: Loops, source: str = "OSU") -> str:
-    if loops.time is not None:
-        return f"time-based: {loops.time:g} s measured after {loops.warmup_time:g} s warm-up"
-    if loops.iterations is None and loops.warmup is None:
-        return f"{source} defaults by size (small <= 8 KiB / large)"
-    it = loops.iterations if loops.iterations is not None else f"{source} default"
-    wu = loops.warmup if loops.warmup is not None else f"{source} default"
-    return f"{it} iterations after {wu} warm-up"
 
 
 def check_same_command(world: World, args: argparse.Namespace) -> None:
@@ -55,8 +46,12 @@ def end_run(world: World, exc: Exception) -> None:
         world.abort(f"rank {world.rank} on host {world.host} failed: {exc!r}", 1)
 
 
+RUNNER_KEYS = ("bench", "run_id", "transport", "mode", "poll", "payload", "size", "buffers")
+
+
 def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: type[Transport],
              args: argparse.Namespace, points: list[Payload], loops: Loops, payload_spec: str | None) -> int:
+    buffers.configure(args.hugepages == "on")
     world = World(placement, args.timeout, getattr(args, "bind", None))
     watchdog = Watchdog(world)
     bench = bench_cls(args)
@@ -70,24 +65,30 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         links = transport.connect(bench.peers(world))
         ctx = Context(world, transport, links, args, loops, args.validate, args.seed, args.inject_corruption)
         options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
-        options.update(mode=transport.mode(), ranks=world.size, loops=describe_loops(loops, bench.loop_source),
+        options.update(mode=transport.mode(), ranks=world.size, loops=loops.describe(bench.loop_source),
                        payload_spec=payload_spec)
         meta = run_metadata(bench.name, options, world.hosts, PACKAGES)
+        meta["memory"] = buffers.backing()
+        meta["harness_overhead_ns"] = harness_overhead_ns()
+        meta["metric"] = {"key": bench.metric, "better": bench.better}
         columns = [bench.size_column(meta), *bench.columns]
         if world.rank == 0:
             print("\n".join([*bench.header(meta), header_line(columns)]), flush=True)
             if args.output:
-                writer = ResultsWriter(args.output, meta, ["bench", "transport", "mode", "poll", "payload", "size",
-                                                           "buffers", *(c.key for c in bench.columns)])
+                writer = ResultsWriter(args.output, meta, [*RUNNER_KEYS, *(c.key for c in bench.columns)])
         wrong = 0
         progress = Progress(bench.name, len(points), enabled=world.rank == 0)
         for payload in points:
-            row = bench.run_point(ctx, payload)
-            if row is None:
+            got = measure_point(ctx, bench, payload)
+            if got is None:
                 continue
             progress.advance()
-            row = {"bench": bench.name, "transport": transport.name, "mode": transport.mode(), "poll": args.poll,
-                   "payload": payload.label, "size": payload.nbytes, "buffers": len(payload.sizes), **row}
+            clash = set(got) & set(RUNNER_KEYS)
+            if clash:
+                raise AssertionError(f"{bench.name} rows must not set the runner's keys {sorted(clash)}")
+            row = {"bench": bench.name, "run_id": meta["run_id"], "transport": transport.name,
+                   "mode": transport.mode(), "poll": args.poll, "payload": payload.label, "size": payload.nbytes,
+                   "buffers": len(payload.sizes), **got, "huge_kb": buffers.huge_kb()}
             print(row_line(columns, row), flush=True)
             if writer:
                 writer.row(row)

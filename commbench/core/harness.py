@@ -1,21 +1,27 @@
-"""The one timing harness: iteration counts, warm-up, time-based runs, per-iteration samples, statistics.
+"""The one timing harness: iteration counts, warm-up, barriers, time-based and precision-based runs,
+per-iteration samples, wall clocks and statistics.
 
-A benchmark hands the harness ``run(n)``: run n iterations of this rank's side and, on a rank
-that times, return the per-iteration durations in ns. Everything else lives here.
+A benchmark hands the harness a ``Side`` per rank: ``run(n)`` runs n iterations of this rank's part;
+on a rank that times, ``step()`` is one iteration and every one is timed around the call. The
+harness warms up, waits at a barrier, runs the timed loop, and returns a ``Timing`` (the samples and
+the loop's wall clock). Nothing in a timed loop allocates, logs or formats.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from commbench.core.errors import UsageError
-from commbench.core.world import World
 
 LARGE_MESSAGE = 8192  # OSU's switch between the small- and large-message loop counts
+BATCH_S = 0.2  # --precision: seconds per batch between checks of the confidence interval
+MIN_PRECISION_SAMPLES = 30
+Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -28,30 +34,57 @@ class LoopDefaults:
 
 LATENCY_LOOPS = LoopDefaults((10000, 100), (1000, 10))
 BANDWIDTH_LOOPS = LoopDefaults((100, 10), (20, 2))
+COLLECTIVE_LOOPS = LoopDefaults((1000, 100), (100, 10))  # OSU's collectives
+
+
+def _finite(name: str, value: float | None, positive: bool = True) -> None:
+    """A float option: finite, and positive (or zero or more); else one line naming the flag."""
+    if value is None or (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        return
+    unit = "percentage" if name == "--precision" else "number of seconds"
+    raise UsageError(f"{name} must be a positive {unit}, not {value:g}" if positive else
+                     f"{name} must be zero or more seconds, not {value:g}")
 
 
 @dataclass(frozen=True)
 class Loops:
-    """What the user asked for: counts (``-i``, ``-x``) or a duration (``--time``, ``--warmup-time``)."""
+    """What the user asked for: counts (``-i``, ``-x``), a duration (``--time``, ``--warmup-time``), or a
+    precision (``--precision PCT`` within ``--max-time``)."""
 
     iterations: int | None = None
     warmup: int | None = None
     time: float | None = None
     warmup_time: float = 2.0
+    precision: float | None = None
+    max_time: float = 30.0
 
     def __post_init__(self) -> None:
         if self.iterations is not None and self.iterations <= 0:
             raise UsageError(f"-i/--iterations must be a positive number, not {self.iterations}")
         if self.warmup is not None and self.warmup < 0:
             raise UsageError(f"-x/--warmup must be zero or more, not {self.warmup}")
-        if self.time is not None and self.time <= 0:
-            raise UsageError(f"--time must be a positive number of seconds, not {self.time:g}")
-        if self.warmup_time < 0:
-            raise UsageError(f"--warmup-time must be zero or more seconds, not {self.warmup_time:g}")
+        _finite("--time", self.time)
+        _finite("--warmup-time", self.warmup_time, positive=False)
+        _finite("--precision", self.precision)
+        _finite("--max-time", self.max_time)
+        if self.time is not None and self.precision is not None:
+            raise UsageError("--time and --precision both say when to stop; give one of them")
 
     def counts(self, defaults: LoopDefaults, nbytes: int) -> tuple[int, int]:
         n, w = defaults.large if nbytes > LARGE_MESSAGE else defaults.small
         return (self.iterations or n, w if self.warmup is None else self.warmup)
+
+    def describe(self, source: str = "OSU") -> str:
+        if self.time is not None:
+            return f"time-based: {self.time:g} s measured after {self.warmup_time:g} s warm-up"
+        wu = self.warmup if self.warmup is not None else f"{source} default"
+        if self.precision is not None:
+            return (f"until the 95 % CI of the median is within +-{self.precision:g} % (at most {self.max_time:g} s), "
+                    f"after {wu} warm-up")
+        if self.iterations is None and self.warmup is None:
+            return f"{source} defaults by size (small <= 8 KiB / large)"
+        it = self.iterations if self.iterations is not None else f"{source} default"
+        return f"{it} iterations after {wu} warm-up"
 
 
 def timed_loop(step: Callable[[], object], n: int) -> np.ndarray:
@@ -75,51 +108,180 @@ def untimed_loop(step: Callable[[], object], n: int) -> None:
         step()
 
 
-def measure(world: World, loops: Loops, defaults: LoopDefaults, nbytes: int,
-            run: Callable[[int], np.ndarray | None]) -> np.ndarray | None:
-    """Warm up, then measure. Rank 0 decides counts in time mode and tells the others (untimed)."""
-    if loops.time is None:
+def harness_overhead_ns(n: int = 20000) -> float:
+    """The harness's own cost per timed call: the median sample of an empty step (recorded in metadata)."""
+    return float(np.median(timed_loop(lambda: None, n)))
+
+
+@dataclass
+class Side:
+    """One rank's part of a point, prepared (buffers allocated and touched) by a benchmark.
+
+    ``run(n)``: n iterations, untimed (a rank that only answers); ``step()``: one iteration, for a rank
+    whose every iteration is timed; ``report()``: what this rank adds to the row (gathered on rank 0);
+    ``wrong()``: messages or elements this rank found wrong under --validate; ``begin(n)``: called
+    before each loop of n iterations, untimed (preallocating per-iteration records).
+    """
+
+    run: Callable[[int], object] | None = None
+    step: Callable[[], object] | None = None
+    begin: Callable[[int], object] | None = None
+    report: Callable[[], dict] = dict
+    wrong: Callable[[], int] = lambda: 0
+
+    def go(self, n: int) -> tuple[np.ndarray | None, int]:
+        """n iterations: (per-iteration samples or None, wall-clock ns of the whole loop)."""
+        if self.begin is not None:
+            self.begin(n)
+        t0 = time.perf_counter_ns()
+        if self.step is not None:
+            samples = timed_loop(self.step, n)
+        else:
+            samples = None
+            if self.run is not None:
+                self.run(n)
+        return samples, time.perf_counter_ns() - t0
+
+
+@dataclass
+class Timing:
+    """A point's timed loop on this rank: iterations, wall clock, per-iteration samples (timing ranks)."""
+
+    n: int
+    wall_ns: int
+    samples: np.ndarray | None = None
+    stop: str = "count"  # why the loop ended: count, time, precision, max-time
+    extra: dict = field(default_factory=dict)
+
+
+class Sync:
+    """What the harness needs from the run: rank, a barrier, and rank 0's decisions sent to all."""
+
+    def __init__(self, rank: int, barrier: Callable[[], None], bcast: Callable[[str, object], object]) -> None:
+        self.rank, self.barrier, self.bcast = rank, barrier, bcast
+
+
+def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side: Side) -> Timing:
+    """Warm up, barrier, then the timed loop: counted, time-based or precision-based (rank 0 decides)."""
+    if loops.time is None and loops.precision is None:
         n, warmup = loops.counts(defaults, nbytes)
         if warmup:
-            run(warmup)
-        return run(n)
-    k, spent = 1, 0
-    budget = loops.warmup_time * 1e9
+            side.go(warmup)
+        sync.barrier()
+        samples, wall = side.go(n)
+        return Timing(n, wall, samples)
+    per = _calibrate(sync, loops, defaults, nbytes, side)
+    sync.barrier()
+    if loops.time is not None:
+        n = int(sync.bcast("loops", max(1, int(loops.time * 1e9 / per)) if sync.rank == 0 else None))
+        samples, wall = side.go(n)
+        return Timing(n, wall, samples, "time")
+    return _until_precise(sync, loops, side, per)
+
+
+def _calibrate(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side: Side) -> float:
+    """Warm-up that also measures ns per iteration on rank 0 (doubling batches for --time's warm-up time)."""
+    if loops.precision is not None:
+        warmup = loops.counts(defaults, nbytes)[1]
+        k, budget = max(1, warmup), 0.0
+    else:
+        k, budget = 1, loops.warmup_time * 1e9
+    spent = 0
     while True:
-        d = run(k)
+        samples, wall = side.go(k)
         decision = None
-        if world.rank == 0:
-            total = int(d.sum())
-            spent += total
-            per = max(total / k, 1.0)
-            if spent >= budget:
-                decision = [0, max(1, int(loops.time * 1e9 / per))]
-            else:
-                decision = [max(1, min(2 * k, int((budget - spent) / per) + 1)), 0]
-        k, n = world.bcast_json("loops", decision)
+        if sync.rank == 0:
+            spent += wall
+            per = max(wall / k, 1.0)
+            decision = [0, per] if spent >= budget else [max(1, min(2 * k, int((budget - spent) / per) + 1)), per]
+        k, per = sync.bcast("warmup", decision)  # type: ignore[misc]
         if k == 0:
-            return run(n)
+            return float(per)
+
+
+def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
+    batch = max(MIN_PRECISION_SAMPLES, int(BATCH_S * 1e9 / per))
+    parts: list[np.ndarray] = []
+    n = wall = 0
+    while True:
+        samples, w = side.go(batch)
+        n, wall = n + batch, wall + w
+        decision = None
+        if sync.rank == 0:
+            if samples is None:
+                raise UsageError("--precision needs a benchmark whose rank 0 times every iteration")
+            parts.append(samples)
+            whole = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            parts = [whole]
+            pct = ci_halfwidth_pct(np.sort(whole))
+            decision = "precision" if pct is not None and pct <= loops.precision else \
+                "max-time" if wall / 1e9 >= loops.max_time else ""
+        stop = sync.bcast("precision", decision)
+        if stop:
+            return Timing(n, wall, parts[0] if parts else None, str(stop))
+
+
+def median_ci(sorted_samples: np.ndarray) -> tuple[float, float] | None:
+    """Distribution-free 95 % confidence interval of the median (order statistics, normal approximation
+    to the binomial); None below 20 samples, where it says little."""
+    n = len(sorted_samples)
+    if n < 20:
+        return None
+    half = Z95 * math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half))
+    return float(sorted_samples[lo]), float(sorted_samples[hi])
+
+
+def ci_halfwidth_pct(sorted_samples: np.ndarray) -> float | None:
+    ci = median_ci(sorted_samples)
+    med = float(np.median(sorted_samples)) if len(sorted_samples) else 0.0
+    if ci is None or med <= 0:
+        return None
+    return (ci[1] - ci[0]) / 2 / med * 100
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Statistics of per-iteration samples, in the unit the benchmark reports (us)."""
+    """Statistics of per-iteration samples, in the unit the benchmark reports (us). Tail percentiles
+    only where there are enough samples to have one: p99 from 100, p99.9 from 1000 (else None)."""
 
     n: int
     avg: float
     min: float
     p50: float
-    p99: float
-    p999: float
+    p99: float | None
+    p999: float | None
     max: float
     stdev: float
+    ci_lo: float | None
+    ci_hi: float | None
 
     @classmethod
     def of(cls, samples_ns: np.ndarray, scale: float) -> Summary:
-        s = samples_ns.astype(np.float64) * scale
-        p50, p99, p999 = np.percentile(s, [50, 99, 99.9])
-        return cls(len(s), float(s.mean()), float(s.min()), float(p50), float(p99), float(p999), float(s.max()),
-                   float(s.std(ddof=1)) if len(s) > 1 else 0.0)
+        s = np.sort(samples_ns.astype(np.float64) * scale)
+        n = len(s)
+        ci = median_ci(s)
+        return cls(n, float(s.mean()), float(s[0]), float(np.median(s)),
+                   float(np.percentile(s, 99)) if n >= 100 else None,
+                   float(np.percentile(s, 99.9)) if n >= 1000 else None,
+                   float(s[-1]), float(s.std(ddof=1)) if n > 1 else 0.0,
+                   ci[0] if ci else None, ci[1] if ci else None)
 
-    def as_row(self, suffix: str = "_us") -> dict[str, float]:
-        return {f"{k}{suffix}": getattr(self, k) for k in ("avg", "min", "p50", "p99", "p999", "max", "stdev")}
+    @property
+    def ci_pct(self) -> float | None:
+        if self.ci_lo is None or self.ci_hi is None or self.p50 <= 0:
+            return None
+        return (self.ci_hi - self.ci_lo) / 2 / self.p50 * 100
+
+    def as_row(self, suffix: str = "_us") -> dict[str, float | None]:
+        row: dict[str, float | None] = {f"{k}{suffix}": getattr(self, k)
+                                        for k in ("avg", "min", "p50", "p99", "p999", "max", "stdev")}
+        row[f"p50_ci_lo{suffix}"], row[f"p50_ci_hi{suffix}"] = self.ci_lo, self.ci_hi
+        row["p50_ci_pct"] = self.ci_pct
+        return row
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(average, minimum, maximum) of one number across ranks, as nccl-tests reports time."""
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.min()), float(arr.max())

@@ -1,24 +1,30 @@
-"""A message: an iovec-style list of preallocated buffers, plus the check pattern for ``--validate``.
+"""A message: an iovec-style list of preallocated, touched buffers, plus the check pattern for ``--validate``.
 
-Benchmarks allocate messages once, outside timed loops; transports send from and receive into
-their ``views`` without allocating per buffer.
+Benchmarks allocate messages once per point, outside timed loops (core/buffers.py chooses the page
+backing and writes every page); transports send from and receive into their ``views`` without
+allocating per buffer.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
 
+from commbench.core import buffers
+
+_salts = itertools.count(1)  # every message gets different touch bytes
+
 
 class Message:
-    """A list of byte buffers of fixed sizes, backed by numpy arrays."""
+    """A list of byte buffers of fixed sizes, backed by one touched mapping."""
 
     __slots__ = ("arrays", "views", "sizes", "nbytes", "cache")
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = tuple(int(s) for s in sizes)
-        self.arrays = [np.zeros(s, dtype=np.uint8) for s in self.sizes]
+        self.arrays = buffers.carve(self.sizes, next(_salts))
         self.views = [memoryview(a) for a in self.arrays]
         self.nbytes = sum(self.sizes)
         # Per-transport precomputed state (framing headers, iovec lists), keyed by transport.
@@ -58,24 +64,39 @@ class Message:
             view[:] = b
         return True
 
-    def fill(self, pattern: Pattern) -> None:
-        for arr, expected in zip(self.arrays, pattern.arrays, strict=False):
-            arr[:] = expected
+    def fill(self, pattern: Pattern, iteration: int = 0) -> None:
+        """Write the pattern's content for this iteration (every byte differs from the last iteration's)."""
+        key = pattern.key(iteration)
+        for arr, base in zip(self.arrays, pattern.arrays, strict=False):
+            np.bitwise_xor(base, key, out=arr)
 
     def clear(self) -> None:
         for arr in self.arrays:
             arr.fill(0)
 
-    def matches(self, pattern: Pattern) -> bool:
-        return all(np.array_equal(a, e) for a, e in zip(self.arrays, pattern.arrays, strict=False))
+    def matches(self, pattern: Pattern, iteration: int = 0) -> bool:
+        """True if the buffers hold exactly the pattern's content for this iteration."""
+        key = pattern.key(iteration)
+        for arr, base, scratch in zip(self.arrays, pattern.arrays, pattern.scratch, strict=False):
+            np.bitwise_xor(arr, key, out=scratch)
+            if not np.array_equal(scratch, base):
+                return False
+        return True
 
 
 class Pattern:
-    """The expected content of a message under ``--validate``: seeded, never zero bytes.
+    """The expected content of a message under ``--validate``: seeded bytes, folded with the iteration.
 
-    Both ends derive the same pattern from (seed, sizes), so nothing about it crosses the wire.
+    Both ends derive the same pattern from (seed, origin rank, sizes), so nothing about it crosses the
+    wire. Iteration i's content is the base XOR a key in 1..255 that changes every iteration (OSU
+    folds the iteration into its value), so a stale, repeated or reordered delivery does not match.
     """
 
-    def __init__(self, sizes: Sequence[int], seed: int) -> None:
-        rng = np.random.default_rng([seed, 0x5EED])
+    def __init__(self, sizes: Sequence[int], seed: int, origin: int = 0) -> None:
+        rng = np.random.default_rng([seed, origin, 0x5EED])
         self.arrays = [rng.integers(1, 256, size=int(s), dtype=np.uint8) for s in sizes]
+        self.scratch = buffers.carve([int(s) for s in sizes])
+
+    @staticmethod
+    def key(iteration: int) -> np.uint8:
+        return np.uint8(iteration % 255 + 1)

@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import sys
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
@@ -67,6 +68,7 @@ def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequ
     return {
         "type": "meta",
         "bench": bench,
+        "run_id": uuid.uuid4().hex[:12],
         "start": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": [program_name(), *sys.argv[1:]],
         "hosts": list(hosts),
@@ -77,27 +79,48 @@ def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequ
 
 
 class ResultsWriter:
-    """Appends rows as they are measured; a killed run keeps every completed row."""
+    """Appends rows as they are measured; a killed run keeps every completed row.
+
+    CSV carries every field JSONL does: a row with a field the header lacks rewrites the file with
+    the wider header (lists and dicts as JSON text).
+    """
 
     def __init__(self, path: str | os.PathLike, meta: dict, columns: Sequence[str]) -> None:
         self.path = Path(path)
         self.csv = self.path.suffix == ".csv"
         self.columns = list(columns)
+        self.meta = meta
+        self.rows: list[dict] = []
         if self.csv:
-            self.fh = open(self.path, "w", newline="")
-            self.fh.write(META_PREFIX + json.dumps(meta) + "\n")
-            self.writer = csv.DictWriter(self.fh, fieldnames=self.columns, extrasaction="ignore")
-            self.writer.writeheader()
+            self._rewrite()
         else:
             self.fh = open(self.path, "a")
             self.fh.write(json.dumps(meta) + "\n")
+            self.fh.flush()
+
+    def _rewrite(self) -> None:
+        if getattr(self, "fh", None):
+            self.fh.close()
+        self.fh = open(self.path, "w", newline="")
+        self.fh.write(META_PREFIX + json.dumps(self.meta) + "\n")
+        self.writer = csv.DictWriter(self.fh, fieldnames=self.columns)
+        self.writer.writeheader()
+        for row in self.rows:
+            self.writer.writerow(row)
         self.fh.flush()
 
     def row(self, row: dict) -> None:
         if "type" in row:
             raise ValueError("'type' marks JSONL records; name the column something else")
         if self.csv:
-            self.writer.writerow({k: _csv_value(v) for k, v in row.items()})
+            flat = {k: _csv_value(v) for k, v in row.items()}
+            self.rows.append(flat)
+            new = [k for k in flat if k not in self.columns]
+            if new:
+                self.columns += new
+                self._rewrite()
+            else:
+                self.writer.writerow(flat)
         else:
             self.fh.write(json.dumps({"type": "row", **row}) + "\n")
         self.fh.flush()
@@ -107,7 +130,9 @@ class ResultsWriter:
 
 
 def _csv_value(v: object) -> object:
-    return repr(v) if isinstance(v, float) else v
+    if isinstance(v, float):
+        return repr(v)
+    return json.dumps(v) if isinstance(v, (list, dict)) else v
 
 
 @dataclass
@@ -172,6 +197,8 @@ def _read_csv(p: Path, text: str) -> Iterator[Run]:
 
 
 def _parse_scalar(v: str) -> object:
+    if v == "":
+        return None  # CSV's empty cell: a value the row did not have (e.g. p99 below 100 samples)
     for kind in (int, float):
         try:
             return kind(v)

@@ -18,7 +18,7 @@ class Column:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             text = self.fmt.format(value)
         else:
-            text = "" if value is None else str(value)
+            text = "-" if value is None else str(value)
         return text.rjust(self.width) if self.width > 0 else text.ljust(-self.width)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.core import buffers
 from commbench.core.errors import UsageError
 from commbench.core.message import Message
 from commbench.transports.base import Link, Transport
@@ -37,8 +38,9 @@ class AllReduce:
         if algorithm == "native" and transport.name != "mpi":
             raise UsageError("--algorithm native is MPI_Allreduce: use it with -t mpi")
         self.rank, self.size, self.links, self.t = rank, size, links, transport
-        self.inp = np.zeros(count, np.float32)
-        self.out = np.zeros(count, np.float32)
+        self.inp = buffers.array(count, np.float32)
+        self.out = buffers.array(count, np.float32)
+        self.scratch: list[np.ndarray] = []
         self.run = getattr(self, "_plan_" + algorithm.replace("-", "_"))()
 
     # -- ring ------------------------------------------------------------------------------------
@@ -48,7 +50,8 @@ class AllReduce:
             return self._copy_only
         bounds = np.linspace(0, len(self.out), n + 1).astype(int)
         chunks = [self.out[bounds[i]:bounds[i + 1]] for i in range(n)]
-        scratch = [np.zeros_like(c) for c in chunks]
+        scratch = [buffers.array(len(c), np.float32) for c in chunks]
+        self.scratch += scratch
         send = [Message.over([c]) for c in chunks]
         recv_scratch = [Message.over([s]) for s in scratch]
         right, left = self.links[(r + 1) % n], self.links[(r - 1) % n]
@@ -69,7 +72,8 @@ class AllReduce:
     def _plan_recursive_doubling(self):
         n, r = self.size, self.rank
         p = 1 << (n.bit_length() - 1)  # largest power of two <= n
-        whole, scratch = Message.over([self.out]), np.zeros_like(self.out)
+        whole, scratch = Message.over([self.out]), buffers.array(len(self.out), np.float32)
+        self.scratch.append(scratch)
         recv = Message.over([scratch])
         progress, out, inp, links = self.t.progress, self.out, self.inp, self.links
         partners = [] if r >= p else [r ^ (1 << k) for k in range(p.bit_length() - 1)]
@@ -95,7 +99,8 @@ class AllReduce:
         n, r = self.size, self.rank
         children = [c for c in (2 * r + 1, 2 * r + 2) if c < n]
         parent = (r - 1) // 2 if r else None
-        whole, scratch = Message.over([self.out]), np.zeros_like(self.out)
+        whole, scratch = Message.over([self.out]), buffers.array(len(self.out), np.float32)
+        self.scratch.append(scratch)
         recv = Message.over([scratch])
         out, inp, links = self.out, self.inp, self.links
 
@@ -114,7 +119,8 @@ class AllReduce:
     # -- reduce to root, broadcast ---------------------------------------------------------------
     def _plan_reduce_bcast(self):
         n, r = self.size, self.rank
-        whole, scratch = Message.over([self.out]), np.zeros_like(self.out)
+        whole, scratch = Message.over([self.out]), buffers.array(len(self.out), np.float32)
+        self.scratch.append(scratch)
         recv = Message.over([scratch])
         out, inp, links = self.out, self.inp, self.links
 
@@ -139,6 +145,11 @@ class AllReduce:
         def run() -> None:
             comm.Allreduce(inp, out, op=MPI.SUM)
         return run
+
+    def clear(self) -> None:
+        """Checked mode: NaN in the output and scratch, so nothing left from an earlier round can pass."""
+        for arr in (self.out, *self.scratch):
+            arr.fill(np.nan)
 
     def _copy_only(self) -> None:
         np.copyto(self.out, self.inp)

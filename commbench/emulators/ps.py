@@ -11,8 +11,10 @@ thread of its own and applies every push on arrival, ``var -= lr * grad``; worke
 without waiting for each other (pulls may read a variable while another worker's update lands).
 
 Worker w's gradient is the constant (w + 1) / 1024 and lr = 0.5, so every value is exact in
-float32: after k steps every variable is -k (W + 1) / 4096 in sync mode (workers check each pull
-with ``--validate``) and -k W (W + 1) / 4096 in async mode, whatever the order (shards check).
+float32 by construction: the W pushes sum to W (W + 1) / 2048 exactly, the mean is a correctly
+rounded division whose true value is representable, so after k steps every variable is exactly
+-k (W + 1) / 4096 in sync mode (workers check each pull with ``--validate``) and -k W (W + 1) / 4096
+in async mode, whatever the order (shards check), for every W while k W (W + 1) < 2^24.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 
 import numpy as np
 
+from commbench.core import buffers
 from commbench.core.message import Message
 from commbench.transports.base import Link
 
@@ -50,9 +53,12 @@ class Shard:
         self.workers = workers
         self.links = links
         self.vars = Message(sizes)
+        self.vars.clear()  # every variable starts at 0
         self.grad = Message(sizes)
         self.var_f, self.grad_f = floats(self.vars), floats(self.grad)
-        self.acc = [np.zeros_like(v) for v in self.var_f]
+        self.acc = [buffers.array(len(v)) for v in self.var_f]
+        for acc in self.acc:
+            acc.fill(0)
         self.ack, self.req = Message(CONTROL), Message(CONTROL)
         self.steps = 0
 
@@ -64,9 +70,13 @@ class Shard:
     def step(self) -> None:
         for w in self.workers:
             self.links[w].serve(1, self.grad, self.accumulate)
-        scale = np.float32(LR / len(self.workers))
+        nw, lr = np.float32(len(self.workers)), np.float32(LR)
         for var, acc in zip(self.var_f, self.acc, strict=True):
-            var -= acc * scale
+            # the mean by a division: correctly rounded, so exact whenever the true mean is representable
+            # (multiplying by a rounded LR / W was not: W = 13, 14, 26, ... drifted)
+            np.divide(acc, nw, out=acc)
+            acc *= lr
+            var -= acc
             acc.fill(0)
         self.steps += 1
         for w in self.workers:
@@ -110,7 +120,7 @@ class Shard:
 
 class Worker:
     def __init__(self, rank: int, nworkers: int, shard_sizes: dict[int, list[int]], links: dict[int, Link],
-                 validate: bool, asynchronous: bool = False) -> None:
+                 validate: bool, asynchronous: bool = False, corrupt_every: int = 0) -> None:
         self.asynchronous = asynchronous
         self.shards = sorted(shard_sizes)
         self.links = links
@@ -126,6 +136,8 @@ class Worker:
         self.wrong = 0
         self.push_ns: list[int] = []
         self.pull_ns: list[int] = []
+        self.corrupt_every = corrupt_every  # test hook: every Nth push carries one flipped byte
+        self.pushes = 0
 
     def start(self, n: int) -> None:
         """Preallocate this run's per-RPC timings."""
@@ -138,6 +150,9 @@ class Worker:
             return self.step_async()
         clock, links, slot = time.perf_counter_ns, self.links, self.slot
         for i, s in enumerate(self.shards):
+            if self.corrupt_every:
+                self.push_corrupted(s)
+                continue
             t = clock()
             links[s].call(self.grads[s], self.ack)
             self.push_ns[slot + i] = clock() - t
@@ -151,6 +166,17 @@ class Worker:
             want = np.float32(expected_value(self.steps, self.nworkers))
             for m in self.vars.values():
                 self.wrong += any(bool(np.any(f != want)) for f in floats(m))
+
+    def push_corrupted(self, shard: int) -> None:
+        """The test hook's push: every Nth one with a byte of the first gradient flipped (then restored)."""
+        self.pushes += 1
+        arr = self.grads[shard].arrays[0]
+        bad = self.pushes % self.corrupt_every == 0 and len(arr) > 0
+        if bad:
+            arr[len(arr) // 2] ^= 0xFF
+        self.links[shard].call(self.grads[shard], self.ack)
+        if bad:
+            arr[len(arr) // 2] ^= 0xFF
 
     def step_async(self) -> None:
         """Push to a shard and pull from it at once, shard after shard; no step barrier among workers."""

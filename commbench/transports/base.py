@@ -3,7 +3,9 @@
 A ``Transport`` is created on every rank with the world and the parsed options; ``connect``
 (a collective) returns one ``Link`` per peer. A link moves ``Message``s: ``send``, ``recv_into``
 preallocated buffers, ``call`` (request and reply) and ``serve`` (the answering side of calls).
-``progress`` runs sends and receives on several links at once (bidirectional bandwidth, rings).
+Non-blocking: ``isend`` / ``irecv`` return a ``Request``; ``Transport.wait_all`` completes a list of
+them (MPI: Isend/Irecv + Waitall; elsewhere the transport's ``progress`` engine, which runs sends and
+receives on several links at once). ``barrier`` synchronises the ranks before each measured point.
 Benchmarks never know which transport they drive.
 """
 
@@ -54,8 +56,25 @@ class Link(ABC):
             self.recv_into(request)
             self.send(respond if isinstance(respond, Message) else respond())
 
+    def isend(self, msg: Message) -> Request:
+        """Start sending msg; its buffers must stay untouched until a wait completes the request."""
+        return Request(self, msg, False)
+
+    def irecv(self, msg: Message) -> Request:
+        """Start receiving the next message into msg; its content is there once a wait completes it."""
+        return Request(self, msg, True)
+
     def close(self) -> None:
         """Release the link; the transport's close() does the rest."""
+
+
+class Request:
+    """A send or receive started by isend / irecv; complete it with ``Transport.wait_all``."""
+
+    __slots__ = ("link", "msg", "recv")
+
+    def __init__(self, link: Link, msg: Message, recv: bool) -> None:
+        self.link, self.msg, self.recv = link, msg, recv
 
 
 def queues(pairs: Sequence[tuple[Link, Message]]) -> dict:
@@ -94,6 +113,24 @@ class Transport(ABC):
     @abstractmethod
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         """Collective: connect to ``peers`` (every rank calls it; peer lists are symmetric)."""
+
+    def wait_all(self, requests: Sequence) -> None:
+        """Complete every request (in order per link and direction). Only sends, or only receives,
+        complete one after another with the blocking calls; a mix goes through ``progress``."""
+        kinds = {r.recv for r in requests}
+        if kinds == {False}:
+            for r in requests:
+                r.link.send(r.msg)
+        elif kinds == {True}:
+            for r in requests:
+                r.link.recv_into(r.msg)
+        elif kinds:
+            self.progress([(r.link, r.msg) for r in requests if not r.recv],
+                          [(r.link, r.msg) for r in requests if r.recv])
+
+    def barrier(self) -> None:
+        """Every rank reaches this point before any leaves it (before each measured point)."""
+        self.world.barrier("point")
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Complete all sends and receives, in order per link, at the same time.

@@ -356,6 +356,14 @@ class GrpcTransport(Transport):
             methods[f"ExchangeStream{p}"] = grpc.stream_stream_rpc_method_handler(exchange_stream(p))
         return grpc.method_handlers_generic_handler(self.service, methods)
 
+    def progress(self, sends, recvs) -> None:
+        """Sends never block here (futures, or writes queued on a stream), so: all sends, then all
+        receives, in the caller's thread; no helper thread per call."""
+        for link, msg in sends:
+            link.send(msg)
+        for link, msg in recvs:
+            link.recv_into(msg)
+
     def close(self) -> None:
         for link in self.links.values():
             link.close()

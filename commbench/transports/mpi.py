@@ -104,6 +104,16 @@ class MpiLink(Link):
         except self.MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with {self.name}: {exc}") from None
 
+    def isend(self, msg: Message):
+        if self.objects:
+            return super().isend(msg)
+        return self.comm.Isend(msg.cache.get("mpi") or self.spec(msg), self.peer, TAG)
+
+    def irecv(self, msg: Message):
+        if self.objects:
+            return super().irecv(msg)
+        return self.comm.Irecv(msg.cache.get("mpi") or self.spec(msg), self.peer, TAG)
+
     def recv_into_check(self, msg: Message) -> None:
         got = self.status.Get_count(self.MPI.BYTE)
         if got != msg.nbytes:
@@ -151,6 +161,17 @@ class MpiTransport(Transport):
         self.links = {p: MpiLink(self.comm, p, self.world.describe(p), self.objects)
                       for p in sorted(set(peers) - {self.world.rank})}
         return dict(self.links)
+
+    def wait_all(self, requests: Sequence) -> None:
+        if self.objects:
+            return super().wait_all(requests)
+        try:
+            self.MPI.Request.Waitall(requests)
+        except self.MPI.Exception as exc:
+            raise PeerError(f"MPI error exchanging with peers: {exc}") from None
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         MPI = self.MPI

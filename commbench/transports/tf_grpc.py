@@ -6,8 +6,9 @@ message's buffers (one tensor each) to task 1 and back; a window of sends is one
 moves every message of the window to task 1 and returns one byte per buffer. Grappler is switched
 off so that the cross-device identities are not folded away (naive versions measure nothing); the
 buffers become tensors once, at their first send, so the timed path is TF's, not numpy's.
-Rank 1 takes no part in a call: it cannot see or validate what arrives, so ``--validate`` works
-for p2p-latency only (rank 0 checks what comes back).
+Rank 1 takes no part in a call: it cannot see or validate what arrives, and the tensors are constants
+(content as of the first send, where validation changes content every iteration), so ``--validate``
+is refused.
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ class TfGrpcTransport(Transport):
         bench = getattr(args, "bench", None)
         if bench is not None and bench.name not in SUPPORTED:
             raise UsageError(f"the tf-grpc transport runs {' and '.join(SUPPORTED)}, not {bench.name}")
-        if bench is not None and bench.name != "p2p-latency" and getattr(args, "validate", False):
-            raise UsageError("tf-grpc validates p2p-latency only (rank 1 is a bare TF server); drop --validate")
+        if getattr(args, "validate", None):
+            raise UsageError("tf-grpc cannot validate: it sends each message's tensors as they were at the first "
+                             "send (TF constants) and rank 1 is a bare TF server; drop --validate")
 
     def mode(self) -> str:
         return "TF runtime, grappler off"

