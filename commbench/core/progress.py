@@ -21,15 +21,18 @@ class Progress:
             from rich.progress import Progress as Bar
 
             self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                           TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                           auto_refresh=False)  # no redraw thread in a timing process: drawn in advance()
             self.task = self.bar.add_task(f"{what} ({unit})", total=total)
             self.bar.start()
+            self.bar.refresh()
         self.enabled = enabled
 
     def advance(self, n: int = 1) -> None:
         self.done += n
         if self.bar is not None:
             self.bar.update(self.task, completed=self.done)
+            self.bar.refresh()
             return
         now = time.monotonic()
         if self.enabled and now - self.last >= PLAIN_EVERY and self.done < self.total:
