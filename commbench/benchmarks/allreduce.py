@@ -102,16 +102,16 @@ class AllReduceBench(Benchmark):
                     red.run()
             return Side(step=step)
         wrong, it = [0], [0]
-        total = np.float32(n * (n + 1) // 2)
+        sums = [b * np.float32(n * (n + 1) // 2) for b in base]  # what every rank's b adds up to
 
         def checked_step() -> None:  # inputs rank r: (r + 1) b + i; the sum: n (n + 1) / 2 b + n i, exact
             i = it[0] = it[0] + 1
-            for red, b in zip(reducers, base, strict=True):
+            for red, b, total in zip(reducers, base, sums, strict=True):
                 np.multiply(b, np.float32(world.rank + 1), out=red.inp)
                 red.inp += np.float32(i % 64)
                 red.clear()
                 red.run()
-                wrong[0] += int(np.count_nonzero(red.out != b * total + np.float32(n * (i % 64))))
+                wrong[0] += int(np.count_nonzero(red.out != total + np.float32(n * (i % 64))))
         return Side(step=checked_step, wrong=lambda: wrong[0])
 
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:

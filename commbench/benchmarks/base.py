@@ -26,7 +26,6 @@ from commbench.transports.base import Link, Transport
 SIZE = Column("size", "Size", -14)
 PAYLOAD = Column("payload", "Payload", -30)
 WRONG = Column("wrong", "#wrong", 7, "{:d}")
-CHECK_MODES = ("every", "untimed")
 
 
 @dataclass

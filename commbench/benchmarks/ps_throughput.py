@@ -31,8 +31,8 @@ class PSThroughput(Benchmark):
     loops = PS_LOOPS
     metric, better = "steps_s", "higher"
     loop_source = "commbench's PS"  # 100 steps / 10 warm-up up to 8 KiB, 10 / 2 above
-    units = ("steps/s per worker; RPC/s and MB/s (10^6 B/s) summed over workers; push/pull latency in ms "
-             "per RPC; Shard MB = bytes each shard holds")
+    units = ("steps/s per worker, averaged; RPC/s and MB/s (10^6 B/s): all workers' over the slowest worker's "
+             "time; push/pull latency in ms per RPC (p99 from 100 RPCs); Shard MB = bytes each shard holds")
     columns = [Column("workers", "W", 3, "{:d}"), Column("ps", "P", 3, "{:d}"),
                Column("iterations", "Steps", 6, "{:d}"),
                Column("steps_s", "Steps/s", 9, MS), Column("rpc_s", "RPC/s", 9, "{:.1f}"),

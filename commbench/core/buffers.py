@@ -35,10 +35,6 @@ def configure(hugepages: bool) -> None:
     _set_madvise_hugepage(hugepages)
 
 
-def hugepages() -> bool:
-    return _policy["hugepages"]
-
-
 def region(nbytes: int) -> np.ndarray:
     """An untouched uint8 array over a fresh anonymous mapping advised by the current policy."""
     huge = _policy["hugepages"]
@@ -74,12 +70,9 @@ def carve(sizes: Sequence[int], salt: int = 0) -> list[np.ndarray]:
     return [mem[o:o + s] for o, s in zip(offsets, sizes, strict=True)]
 
 
-def array(count: int, dtype: np.dtype | type = np.float32, salt: int = 0) -> np.ndarray:
+def array(count: int, dtype: np.dtype | type = np.float32) -> np.ndarray:
     """A touched array of ``count`` elements (contents arbitrary until the caller writes them)."""
-    itemsize = np.dtype(dtype).itemsize
-    mem = region(count * itemsize)
-    touch(mem, salt)
-    return mem.view(dtype)
+    return carve([count * np.dtype(dtype).itemsize])[0].view(dtype)
 
 
 def system_thp() -> str:

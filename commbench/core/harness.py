@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -151,7 +151,6 @@ class Timing:
     wall_ns: int
     samples: np.ndarray | None = None
     stop: str = "count"  # why the loop ended: count, time, precision, max-time
-    extra: dict = field(default_factory=dict)
 
 
 class Sync:
@@ -201,7 +200,7 @@ def _calibrate(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, si
 
 def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
     batch = max(MIN_PRECISION_SAMPLES, int(BATCH_S * 1e9 / per))
-    parts: list[np.ndarray] = []
+    whole: np.ndarray | None = None  # rank 0's samples so far
     n = wall = 0
     while True:
         samples, w = side.go(batch)
@@ -210,15 +209,13 @@ def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
         if sync.rank == 0:
             if samples is None:
                 raise UsageError("--precision needs a benchmark whose rank 0 times every iteration")
-            parts.append(samples)
-            whole = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            parts = [whole]
+            whole = samples if whole is None else np.concatenate([whole, samples])
             pct = ci_halfwidth_pct(np.sort(whole))
             decision = "precision" if pct is not None and pct <= loops.precision else \
                 "max-time" if wall / 1e9 >= loops.max_time else ""
         stop = sync.bcast("precision", decision)
         if stop:
-            return Timing(n, wall, parts[0] if parts else None, str(stop))
+            return Timing(n, wall, whole, str(stop))
 
 
 def median_ci(sorted_samples: np.ndarray) -> tuple[float, float] | None:
@@ -232,12 +229,16 @@ def median_ci(sorted_samples: np.ndarray) -> tuple[float, float] | None:
     return float(sorted_samples[lo]), float(sorted_samples[hi])
 
 
+def halfwidth_pct(lo: float | None, hi: float | None, median: float) -> float | None:
+    """A confidence interval's half-width as a percentage of the median (None without an interval)."""
+    if lo is None or hi is None or median <= 0:
+        return None
+    return (hi - lo) / 2 / median * 100
+
+
 def ci_halfwidth_pct(sorted_samples: np.ndarray) -> float | None:
     ci = median_ci(sorted_samples)
-    med = float(np.median(sorted_samples)) if len(sorted_samples) else 0.0
-    if ci is None or med <= 0:
-        return None
-    return (ci[1] - ci[0]) / 2 / med * 100
+    return halfwidth_pct(*ci, float(np.median(sorted_samples))) if ci else None
 
 
 @dataclass(frozen=True)
@@ -269,9 +270,7 @@ class Summary:
 
     @property
     def ci_pct(self) -> float | None:
-        if self.ci_lo is None or self.ci_hi is None or self.p50 <= 0:
-            return None
-        return (self.ci_hi - self.ci_lo) / 2 / self.p50 * 100
+        return halfwidth_pct(self.ci_lo, self.ci_hi, self.p50)
 
     def as_row(self, suffix: str = "_us") -> dict[str, float | None]:
         row: dict[str, float | None] = {f"{k}{suffix}": getattr(self, k)
