@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 
 from commbench import __version__
-from commbench.core.errors import CommbenchError, RunAborted, UsageError
+from commbench.core.config import RunConfig, freeze
+from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError
 from commbench.core.harness import Loops
 from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.sizes import parse_range, parse_size
@@ -149,36 +150,54 @@ def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
 
 
 def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Check everything that can be checked before any rank starts, decide the run's configuration
+    (frozen from here on), then launch the ranks or, inside a launcher, run this one."""
     from commbench import transports
 
     bench_cls = args.bench
     transport_cls = transports.get(args.transport)
-    if args.poll is None:
-        args.poll = transport_cls.poll_modes[0]
-    if args.poll not in transport_cls.poll_modes:
-        raise UsageError(f"the {args.transport} transport waits inside its own library and has no {args.poll} "
-                         f"mode (it has: {', '.join(transport_cls.poll_modes)}); drop --poll {args.poll}")
+    poll = args.poll or transport_cls.poll_modes[0]
+    if poll not in transport_cls.poll_modes:
+        raise UsageError(f"the {args.transport} transport waits inside its own library and has no {poll} "
+                         f"mode (it has: {', '.join(transport_cls.poll_modes)}); drop --poll {poll}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
-    transport_cls.check_usable(args)
+    ranks = bench_cls.ranks(args)
+    if args.np is not None and args.np != ranks:
+        raise UsageError(f"{bench_cls.name} runs on {ranks} ranks here, not --np {args.np}")
+    check_capabilities(bench_cls, args, ranks, transport_cls, transports.registry())
+    try:
+        transport_cls.check_usable(args)
+    except Unavailable as exc:
+        from commbench.devices import usable_here
+
+        raise Unavailable(f"{exc}; usable transports here: {usable_here(but=transport_cls.name)}") from None
     loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time, args.precision, args.max_time)
     points, spec = bench_cls.plan_points(args) or plan_points(args)
-    args.largest_message = max((p.nbytes for p in points), default=0)  # sizes pools registered once (verbs)
-    if args.np is not None and args.np != bench_cls.ranks(args):
-        if bench_cls.name.startswith("p2p-b") and args.np >= 2 and args.np % 2 == 0:
-            args.pairs = args.np // 2
-        else:
-            raise UsageError(f"{bench_cls.name} runs on {bench_cls.ranks(args)} ranks here, not --np {args.np}")
+    config = RunConfig(freeze(args), ranks, poll, tuple(points), spec, loops)
     from commbench.launch.local import here_or_launch
 
-    placement = here_or_launch(bench_cls.ranks(args), argv, args, bench_cls.name)
+    placement = here_or_launch(ranks, argv, config.args, bench_cls.name)
     if isinstance(placement, int):
         return placement
     from commbench.benchmarks.runner import run_rank
 
-    return run_rank(placement, bench_cls, transport_cls, args, points, loops, spec)
+    return run_rank(placement, bench_cls, transport_cls, config)
+
+
+def check_capabilities(bench_cls, args: argparse.Namespace, ranks: int, transport_cls, registry: dict) -> None:
+    """The benchmark's needs against what the transport declares it can do; the error names who can."""
+    from commbench.transports.base import CAPABILITIES
+
+    needs = bench_cls.needs(args) | ({"many-ranks"} if ranks > 2 else set())
+    missing = sorted(needs - transport_cls.capabilities)
+    if missing:
+        what = "; ".join(f"{m} ({CAPABILITIES[m]})" if m in CAPABILITIES else m for m in missing)
+        able = [name for name, cls in registry.items() if needs <= cls.capabilities]
+        raise UsageError(f"{bench_cls.name} with these options needs what the {transport_cls.name} transport "
+                         f"cannot do: {what}; transports that can: {', '.join(able) or 'none'}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.placement import detect
 from commbench.core.results import read_runs
 from commbench.core.table import Column, header_line, row_line
+from commbench.report import metric_of
 
 # (label, transport, extra flags): what a user weighs when choosing a transport.
 CONFIGS = [
@@ -131,13 +132,13 @@ def print_summary(paths: Sequence[Path | str]) -> None:
             label = config_label(run.meta)
             row = rows.setdefault(label, {"config": label})
             by_size = {r["size"]: r for r in run.rows}
+            metric = metric_of(run.meta)["key"]  # as the benchmark declared it: p50_us, mb_s
             if run.meta["bench"] == "p2p-latency":
                 for key, size in (("lat8", 8), ("lat1m", 1 << 20)):
                     if size in by_size:
-                        r = by_size[size]
-                        row[key] = r["p50_us"] if r.get("p50_us") is not None else r["avg_us"]  # older files
+                        row[key] = by_size[size].get(metric)
             elif run.meta["bench"] == "p2p-bandwidth" and (4 << 20) in by_size:
-                row["bw4m"] = by_size[4 << 20]["mb_s"]
+                row["bw4m"] = by_size[4 << 20].get(metric)
     base = rows.get("tcp blocking", {})
     for row in rows.values():
         if "lat8" in row and "lat8" in base:

@@ -79,10 +79,28 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def transports_status() -> dict[str, str]:
+def statuses() -> dict[str, str | None]:
+    """Each transport's own check with default options here: None if usable, else the reason."""
     from commbench import transports
+    from commbench.core.errors import CommbenchError
 
-    return {name: "usable" if why is None else f"not usable: {why}" for name, why in transports.statuses().items()}
+    out: dict[str, str | None] = {}
+    for name, cls in transports.registry().items():
+        try:
+            cls.check_usable(argparse.Namespace(iface=None, bind=None, over="tcp", transport=name))
+            out[name] = None
+        except CommbenchError as exc:
+            out[name] = str(exc)
+    return out
+
+
+def usable_here(but: str = "") -> str:
+    """'tcp, grpc, ...': the transports usable here (for errors naming another that is not)."""
+    return ", ".join(name for name, why in statuses().items() if why is None and name != but) or "none"
+
+
+def transports_status() -> dict[str, str]:
+    return {name: "usable" if why is None else f"not usable: {why}" for name, why in statuses().items()}
 
 
 def report() -> dict:

@@ -1,12 +1,13 @@
 """``commbench report FILES...``: plots and one page from results files; ``--compare A B``: ratios.
 
-Figures (matplotlib, PNG): latency and bandwidth against size (log axes, one line per
-transport/mode/poll/payload, and per file when several hold the same series), PS throughput
-against workers, all-reduce bus bandwidth against size, and training images/s predicted against
-measured. The page (``--format html``: one self-contained file with the tables from pandas and
+Figures (matplotlib, PNG): every benchmark's declared main metric (``metric`` in the results'
+metadata: p50 latency, MB/s, busbw, ...) against message size (log axes, one line per
+transport/mode/poll/payload/algorithm, and per file when several hold the same series), PS
+throughput against workers, and training images/s predicted against measured. The page
+(``--format html``: one self-contained file with the tables from pandas and
 the PNGs inlined; ``md``: Markdown beside the PNGs) lists every run with its command and hosts.
 ``--compare A B`` matches the points of two files and prints B / A of each point's main metric,
-as pyperf's compare does, with "faster"/"slower" read the right way for that metric.
+as pyperf's compare does, "better"/"worse" read the way the benchmark declared (higher or lower).
 """
 
 from __future__ import annotations
@@ -15,27 +16,26 @@ import argparse
 import base64
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from commbench.core.errors import UsageError
 from commbench.core.results import Run, read_runs
 
-
-@dataclass(frozen=True)
-class Metric:
-    column: str
-    label: str
-    higher_is_better: bool
+TRAINING = {"key": "images_s", "better": "higher"}  # train and predict rows
 
 
-METRICS = {"p2p-latency": Metric("avg_us", "one-way latency (us)", False),
-           "p2p-bandwidth": Metric("mb_s", "bandwidth (MB/s)", True),
-           "p2p-bibw": Metric("mb_s", "bidirectional bandwidth (MB/s)", True),
-           "ps-throughput": Metric("steps_s", "steps/s", True),
-           "allreduce": Metric("busbw", "bus bandwidth (GB/s)", True),
-           "train": Metric("images_s", "images/s", True),
-           "predict": Metric("images_s", "predicted images/s", True)}
+def metric_of(meta: dict) -> dict:
+    """The run's main metric as its benchmark declared it ({"key", "better"}): from the file's metadata,
+    or for files written before it was recorded, from the benchmark's class."""
+    if meta.get("metric"):
+        return meta["metric"]
+    from commbench import benchmarks
+
+    cls = benchmarks.registry().get(meta.get("bench", ""))
+    return {"key": cls.metric, "better": cls.better} if cls else TRAINING
+
+
+NOT_BY_SIZE = ("ps-throughput", "train", "predict")  # every other benchmark is plotted over message size
 KEYS = ("transport", "mode", "poll", "payload", "size", "workers", "ps", "algorithm", "count", "strategy", "model",
         "batch", "label")
 
@@ -68,7 +68,8 @@ def load(runs: Sequence[tuple[str, Run]]):
     """One DataFrame row per result row, with the run's file, bench, placement and series label."""
     pd = pandas()
     records = [{"file": Path(f).name, "bench": run.meta.get("bench"),
-                "placement": run.meta.get("options", {}).get("placement"), **row}
+                "placement": run.meta.get("options", {}).get("placement"), "metric": metric_of(run.meta)["key"],
+                "higher": metric_of(run.meta)["better"] == "higher", **row}
                for f, run in runs for row in run.rows]
     if not records:
         raise UsageError(f"no result rows in {', '.join(sorted({f for f, _ in runs}))}")
@@ -124,16 +125,11 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
     """(title, png path, the table shown beside it) for every kind of result present."""
     plt = pyplot()
     made = []
-    lat = df[df.bench == "p2p-latency"]
-    if len(lat):
-        p = out / "latency.png"
-        _line_plot(plt, lat, "size", "avg_us", "p2p latency (one-way, avg)", "us", "message size (B)", p)
-        made.append(("Latency", p, lat.pivot_table(index="size", columns="series", values="avg_us")))
-    bw = df[df.bench.isin(["p2p-bandwidth", "p2p-bibw"])]
-    if len(bw):
-        p = out / "bandwidth.png"
-        _line_plot(plt, bw, "size", "mb_s", "p2p bandwidth", "MB/s", "message size (B)", p)
-        made.append(("Bandwidth", p, bw.pivot_table(index="size", columns="series", values="mb_s")))
+    for bench, g in df[~df.bench.isin(NOT_BY_SIZE)].groupby("bench", sort=False) if "size" in df else ():
+        key = g["metric"].iloc[0]
+        p = out / f"{bench}.png"
+        _line_plot(plt, g, "size", key, f"{bench}: {key}", key, "message size (B)", p)
+        made.append((f"{bench} ({key})", p, g.pivot_table(index="size", columns="series", values=key)))
     ps = df[df.bench == "ps-throughput"]
     if len(ps):
         p = out / "ps.png"
@@ -142,11 +138,6 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
                    "workers", p, logx=False, logy=False)
         made.append(("Parameter-server throughput", p,
                      ps[["series", "workers", "ps", "all_steps_s", "steps_s", "mb_s", "push_p50_ms", "pull_p50_ms"]]))
-    ar = df[df.bench == "allreduce"]
-    if len(ar):
-        p = out / "allreduce.png"
-        _line_plot(plt, ar, "size", "busbw", "all-reduce bus bandwidth", "GB/s", "message size (B)", p)
-        made.append(("All-reduce", p, ar.pivot_table(index="size", columns="series", values="busbw")))
     pr = df[df.bench == "predict"]
     tr = df[df.bench == "train"]
     if len(pr) or len(tr):
@@ -185,18 +176,18 @@ def compare(a: str, b: str):
     m = da.merge(db, on=keys, suffixes=("_a", "_b"))
     rows = []
     for _, r in m.iterrows():
-        metric = METRICS.get(r["bench"])
-        if metric is None or f"{metric.column}_a" not in r:
+        key, higher = r["metric_a"], bool(r["higher_a"])
+        if f"{key}_a" not in r or r[f"{key}_a"] is None or r[f"{key}_a"] != r[f"{key}_a"]:
             continue
-        va, vb = float(r[f"{metric.column}_a"]), float(r[f"{metric.column}_b"])
+        va, vb = float(r[f"{key}_a"]), float(r[f"{key}_b"])
         ratio = vb / va if va else float("nan")
-        better = (ratio > 1) == metric.higher_is_better
-        speed = vb / va if metric.higher_is_better else va / vb if vb else float("nan")
+        better = (ratio > 1) == higher
+        speed = vb / va if higher else va / vb if vb else float("nan")
         shown = [str(r[k]) for k in keys if k not in ("bench", "payload") and r[k] == r[k] and r[k] is not None]
         if "payload" in keys and str(r["payload"]) != str(r.get("size")):
             shown.insert(0, str(r["payload"]))
         point = " ".join(shown)
-        rows.append({"bench": r["bench"], "point": point, "metric": metric.column, "a": va, "b": vb,
+        rows.append({"bench": r["bench"], "point": point, "metric": key, "a": va, "b": vb,
                      "b_over_a": ratio, "verdict": "same" if abs(ratio - 1) < 0.02 else
                      f"{max(speed, 1 / speed):.2f}x {'better' if better else 'worse'}"})
     if not rows:

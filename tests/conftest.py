@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,18 @@ class Result:
     code: int
     out: str
     err: str
+
+
+BIN = Path(sys.executable).parent
+MPI_ENV = {**ENV, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OPAL_PREFIX": str(BIN.parent), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def mpiexec(n: int, *args: str, timeout: float = 180) -> Result:
+    """n ranks of commbench under the wheel's mpiexec (root allowed, oversubscribed)."""
+    p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(n), str(BIN / "commbench"), *args],
+                       capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    return Result(p.returncode, p.stdout, p.stderr)
 
 
 def commbench(*args: str, timeout: float = 240, env: dict | None = None) -> Result:

@@ -3,8 +3,8 @@
 import pytest
 from conftest import commbench, table_rows
 
+from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.core.results import read_runs
-from commbench.emulators.allreduce import bus_factor
 
 ALGOS = ["ring", "recursive-doubling", "tree", "reduce-bcast"]
 
@@ -26,7 +26,7 @@ def test_every_algorithm_sums_exactly(tmp_path, algorithm, ranks):
 
 
 def test_bus_factor():
-    assert [bus_factor(n) for n in (2, 4, 8)] == [1.0, 1.5, 1.75]
+    assert [AllReduceBench.bus_factor(n) for n in (2, 4, 8)] == [1.0, 1.5, 1.75]
 
 
 @pytest.mark.parametrize("transport", [["-t", "grpc"], ["-t", "tcp", "--poll", "busy"]])
@@ -48,7 +48,7 @@ def test_model_payload_with_buckets(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--ranks", "1"], "allreduce needs at least 2 ranks"),
-    (["-a", "native"], "--algorithm native is MPI_Allreduce: use it with -t mpi"),
+    (["-a", "native"], "needs what the tcp transport cannot do: native:allreduce; transports that can: mpi"),
     (["-b", "1M", "-e", "4K"], "need 4 <= -b"),
 ])
 def test_allreduce_bad_input(args, needle):

@@ -12,6 +12,7 @@ import psutil
 import pytest
 from conftest import free_port, spawn
 
+from commbench.core.config import RunConfig, freeze
 from commbench.core.framing import encode
 from commbench.core.placement import Placement
 from commbench.core.results import read_runs
@@ -127,7 +128,7 @@ def test_stray_at_a_data_port_is_refused():
     listener.bind(("127.0.0.1", port))
     listener.listen()
     token = "t" * 32
-    args = argparse.Namespace(timeout=10.0, poll="blocking", port=port, bind=None, iface=None)
+    config = RunConfig(freeze(argparse.Namespace(timeout=10.0, port=port, bind=None, iface=None)), 2)
     links, errors = {}, []
 
     class SlowDial(TcpTransport):  # rank 0 dials late, so the stray is first in rank 1's accept queue
@@ -139,7 +140,7 @@ def test_stray_at_a_data_port_is_refused():
         try:
             p = Placement(r, 2, "127.0.0.1", port, token, "local", listener.fileno() if r == 0 else None)
             w = World(p, 10.0)
-            t = (SlowDial if r == 0 else TcpTransport)(w, args)
+            t = (SlowDial if r == 0 else TcpTransport)(w, config)
             links[r] = (w, t, t.connect([1 - r]))
         except Exception as exc:  # reported below
             errors.append(exc)

@@ -5,23 +5,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ENV, Result, table_rows
+from conftest import BIN, MPI_ENV, mpiexec, table_rows
 
 from commbench import cli
 from commbench.core.mpi_env import decode_buffers, encode_buffers
 
 pytest.importorskip("mpi4py")
-BIN = Path(sys.executable).parent
-MPI_ENV = {**ENV, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OPAL_PREFIX": str(BIN.parent), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-
-
-def mpiexec(n: int, *args: str, timeout: float = 180) -> Result:
-    import subprocess
-
-    p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(n), str(BIN / "commbench"), *args],
-                       capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
-    return Result(p.returncode, p.stdout, p.stderr)
 
 
 @pytest.mark.parametrize("mode", ["buffer", "pickle"])

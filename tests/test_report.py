@@ -20,21 +20,22 @@ def test_report_makes_every_figure_and_the_page(tmp_path, fmt, page):
     r = commbench("report", *ALL, "-o", str(out), "--format", fmt)
     assert r.code == 0, r.err
     pngs = {p.name for p in out.glob("*.png")}
-    assert pngs == {"latency.png", "bandwidth.png", "ps.png", "allreduce.png", "training.png"}
+    assert pngs == {"p2p-latency.png", "p2p-bandwidth.png", "ps.png", "allreduce.png", "training.png"}
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / p).stat().st_size > 10_000 for p in pngs)
     text = (out / page).read_text()
-    for title in ("Latency", "Bandwidth", "Parameter-server throughput", "All-reduce", "Training"):
+    for title in ("p2p-latency (p50_us)", "p2p-bandwidth (mb_s)", "Parameter-server throughput", "allreduce (busbw)",
+                  "Training"):
         assert title in text
     if fmt == "html":
         assert text.count("data:image/png;base64,") == 5  # self-contained
         assert "grpc (raw/unary)" in text and "tcp (blocking)" in text and "p2p-latency" in text
     else:
-        assert "![Latency](latency.png)" in text and "| size |" in text
+        assert "![p2p-latency (p50_us)](p2p-latency.png)" in text and "| size |" in text
 
 
 def _latency_file(path: Path, values: dict[int, float], transport: str) -> None:
     meta = {"type": "meta", "bench": "p2p-latency", "hosts": ["h"], "command": ["commbench"],
-            "options": {"transport": transport}}
+            "options": {"transport": transport}, "metric": {"key": "avg_us", "better": "lower"}}  # as declared
     rows = [{"type": "row", "bench": "p2p-latency", "transport": transport, "mode": "m", "poll": "blocking",
              "payload": str(s), "size": s, "avg_us": v} for s, v in values.items()]
     path.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")

@@ -142,8 +142,9 @@ def test_tf_grpc_latency_and_bandwidth_at_two_sizes():
 
 
 def test_tf_grpc_refuses_what_it_cannot_run():
-    for args, needle in ((["allreduce"], "runs p2p-latency and p2p-bandwidth, not allreduce"),
-                         (["p2p-bibw"], "not p2p-bibw"),
+    for args, needle in ((["allreduce"], "needs what the tf-grpc transport cannot do: exchange (sending and "
+                                       "receiving at once, as bibw and collectives); many-ranks"),
+                         (["p2p-bibw"], "cannot do: exchange"), (["ps-throughput"], "cannot do: many-ranks"),
                          (["p2p-bandwidth", "--validate"], "tf-grpc cannot validate"),
                          (["p2p-latency", "--validate"], "tf-grpc cannot validate")):
         r = commbench(*args, "-t", "tf-grpc")

@@ -13,8 +13,10 @@ import pytest
 import verbs_fake
 from conftest import commbench
 
+from commbench.core.config import RunConfig, freeze
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message, Pattern
+from commbench.core.payload import Payload
 from commbench.transports import _verbs_plan as vp
 from commbench.transports import verbs
 
@@ -172,9 +174,13 @@ def fake(monkeypatch):
 
 
 def args(**kw):
-    base = dict(timeout=5.0, poll="busy", verbs_op="send", ib_dev=None, ib_port=1, gid_index=0, verbs_pool_mb=1,
-                largest_message=1 << 20)
+    base = dict(timeout=5.0, verbs_op="send", ib_dev=None, ib_port=1, gid_index=0, verbs_pool_mb=1)
     return argparse.Namespace(**{**base, **kw})
+
+
+def config(poll: str = "busy", largest: int = 1 << 20, **kw) -> RunConfig:
+    """A run's configuration as the CLI makes it: these options, messages up to ``largest`` bytes."""
+    return RunConfig(freeze(args(**kw)), 2, poll, (Payload(str(largest), (largest,)),))
 
 
 def pair(fn0, fn1, **kw):
@@ -183,7 +189,7 @@ def pair(fn0, fn1, **kw):
     w = verbs_fake.worlds(2)
 
     def run(rank, fn):
-        t = verbs.VerbsTransport(w[rank], args(**kw))
+        t = verbs.VerbsTransport(w[rank], config(**kw))
         try:
             links = t.connect([1 - rank])
             out[rank] = fn(t, links[1 - rank])
@@ -250,7 +256,7 @@ def test_registration_happens_once_per_buffer(fake):
         req = Message(sizes)
         link.serve(100, req, req)
 
-    registered, _ = pair(client, server, largest_message=8192)
+    registered, _ = pair(client, server, largest=8192)
     assert registered == (1, 1)  # both request buffers carved from one mapping: one registration, at the first call
 
 
@@ -269,7 +275,7 @@ def test_message_views_of_one_tensor_share_one_registration(fake):
         link.send(Message((1,)))
         return np.array_equal(np.frombuffer(b"".join(bytes(v) for v in into.views), np.float32), tensor)
 
-    registered, same = pair(sender, receiver, largest_message=tensor.nbytes)
+    registered, same = pair(sender, receiver, largest=tensor.nbytes)
     assert registered == 1 and same
 
 
@@ -297,7 +303,7 @@ def test_window_beyond_the_pool_depth_flows_on_credits(fake, op):
             link.send(ack)
         return wrong
 
-    depth, wrong = pair(sender, receiver, verbs_op=op, largest_message=256 << 10)
+    depth, wrong = pair(sender, receiver, verbs_op=op, largest=256 << 10)
     assert depth == 4 and wrong == 0
 
 
@@ -312,7 +318,7 @@ def test_bidirectional_progress_beyond_the_depth_does_not_deadlock(fake):
         t.progress([(link, out)] * window, [(link, m) for m in inbox])
         return sum(not m.matches(pat) for m in inbox)
 
-    assert pair(both, both, largest_message=256 << 10) == [0, 0]
+    assert pair(both, both, largest=256 << 10) == [0, 0]
 
 
 def test_size_mismatch_and_silent_peer_are_peer_errors(fake):
@@ -366,7 +372,7 @@ def test_mismatched_ops_fail_at_connect(fake):
     errors = []
 
     def run(rank):
-        t = verbs.VerbsTransport(w[rank], args(verbs_op="send" if rank == 0 else "write"))
+        t = verbs.VerbsTransport(w[rank], config(verbs_op="send" if rank == 0 else "write"))
         try:
             t.connect([1 - rank])
         except UsageError as exc:

@@ -1,8 +1,9 @@
 """What a benchmark is (nccl-tests' testColl, OSU's per-benchmark file): a name, its columns and units,
-its loop defaults, its main metric and which way is better, who talks to whom, how one rank prepares
-a point (``prepare`` -> ``Side``), and how rank 0 turns every rank's report into the row (``row``).
+its loop defaults, its main metric and which way is better, what it needs of a transport, who talks
+to whom, how one rank prepares a point (``prepare`` -> ``Side``), and how rank 0 turns every rank's
+report into the row (``row``). Collectives declare less still (collective.py).
 
-The runner (runner.py) owns the world, the transport, the table and the results file; the harness
+The runner (runner.py) owns the session, the transport, the table and the results file; the harness
 (core/harness.py) owns warm-up, barriers, timing and statistics; ``measure_point`` here owns
 validation and the gathering of every rank's report. A benchmark file is short.
 """
@@ -16,6 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from commbench.core.config import RunConfig
 from commbench.core.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
 from commbench.core.message import Message, Pattern
 from commbench.core.payload import Payload
@@ -35,7 +37,7 @@ class Context:
     world: World
     transport: Transport
     links: dict[int, Link]
-    args: argparse.Namespace
+    config: RunConfig
     loops: Loops
     validate: str | None  # None, "every" (timings include checking) or "untimed" (nccl-tests: one checked round)
     seed: int
@@ -59,8 +61,9 @@ class Benchmark(ABC):
     metric: ClassVar[str]  # the row key report and compare read
     better: ClassVar[str] = "lower"  # or "higher"
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.args = config.args
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -68,7 +71,13 @@ class Benchmark(ABC):
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:
+        """How many ranks the options ask for (``--np`` where the benchmark takes any number)."""
         return 2
+
+    @classmethod
+    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+        """The transport capabilities these options use (transports/base.py CAPABILITIES, native:OP)."""
+        return frozenset({"call"})
 
     @classmethod
     def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:

@@ -14,6 +14,7 @@ import argparse
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
+from commbench.core.config import RunConfig
 from commbench.core.errors import UsageError
 from commbench.core.harness import BANDWIDTH_LOOPS, Side, Timing, untimed_loop
 from commbench.core.message import Message
@@ -45,16 +46,25 @@ class P2PBandwidth(Benchmark):
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:
+        """2 x --pairs, or --np (even): N pairs as osu_mbw_mr runs on 2N ranks."""
         if args.window < 1:
             raise UsageError(f"-W/--window must be at least 1, not {args.window}")
         if args.pairs < 1:
             raise UsageError(f"--pairs must be at least 1, not {args.pairs}")
+        if args.np is not None and args.pairs == 1:
+            if args.np < 2 or args.np % 2:
+                raise UsageError(f"{cls.name} runs on pairs of ranks: --np must be even, not {args.np}")
+            return args.np
         return 2 * args.pairs
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args)
-        self.pairs = args.pairs
-        self.window = args.window
+    @classmethod
+    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+        return frozenset({"stream"} if cls.directions == 1 else {"exchange"})
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self.pairs = config.ranks // 2
+        self.window = config.args.window
 
     def peers(self, world: World) -> list[int]:
         return [world.rank + self.pairs if world.rank < self.pairs else world.rank - self.pairs]

@@ -13,6 +13,7 @@ import argparse
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
+from commbench.core.config import RunConfig
 from commbench.core.errors import UsageError
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
 from commbench.core.payload import Payload
@@ -59,9 +60,9 @@ class PSThroughput(Benchmark):
             raise UsageError(f"--ps must be at least 1, not {args.ps}")
         return args.workers + args.ps
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args)
-        self.nw, self.np_ = args.workers, args.ps
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self.nw, self.np_ = config.args.workers, config.args.ps
 
     def peers(self, world: World) -> list[int]:
         workers, shards = range(self.nw), range(self.nw, self.nw + self.np_)

@@ -13,6 +13,11 @@ class UsageError(CommbenchError):
     exit_code = 2
 
 
+class Unavailable(UsageError):
+    """A transport that cannot run here: a module, device or interface is missing. The CLI adds the
+    transports that can. Exit status 2."""
+
+
 class PeerError(CommbenchError):
     """A peer died, hung, or broke the protocol. Exit status 1."""
 

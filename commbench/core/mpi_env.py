@@ -13,7 +13,8 @@ import socket
 import struct
 from typing import Any
 
-from commbench.core.errors import UsageError
+from commbench.core.errors import Unavailable, UsageError
+from commbench.core.sockets import bind_listener
 
 _COUNT = struct.Struct("<I")
 MAX_BUFFERS = 1 << 20
@@ -54,7 +55,7 @@ def mpi() -> Any:
         try:
             from mpi4py import MPI
         except ImportError as exc:
-            raise UsageError(f"the mpi transport needs mpi4py and an MPI library ({exc}); "
+            raise Unavailable(f"the mpi transport needs mpi4py and an MPI library ({exc}); "
                              "install them with: pip install 'commbench[mpi]'") from None
         MPI.pickle.__init__(encode_buffers, decode_buffers)
         _MPI = MPI
@@ -78,8 +79,6 @@ def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) 
     of a JSON byte buffer. Returns (hosts, port, token, listening fd on rank 0)."""
     import numpy as np
     import psutil
-
-    from commbench.core.world import bind_listener
 
     MPI = check_world_size(size, launcher)
     comm = MPI.COMM_WORLD

@@ -1,14 +1,14 @@
 """All-reduce algorithms over any transport: float32 sum, out of place (input -> output), as
 nccl-tests measures. Every algorithm is a plan built once per buffer (messages over chunks of the
-output, scratch space) and a ``run`` that moves data with links' send / recv_into and the
-transport's ``progress`` (simultaneous send and receive); the reductions are numpy additions.
+output, scratch space) and a ``run`` that moves data with links' send / recv_into, or isend / irecv
+completed together by the transport's ``wait_all``; the reductions are numpy additions.
 
 - ring: reduce-scatter then all-gather around the ring, n - 1 steps each (bandwidth-optimal);
 - recursive-doubling: log2(p) exchanges of the whole buffer with rank ^ 2^k; ranks beyond the
   largest power of two p fold their data into a partner first and get the result back last;
 - tree: reduce up a binary tree (children 2r + 1, 2r + 2) to rank 0, then broadcast down;
-- reduce-bcast: every rank sends to rank 0, which adds and sends the sum back to all;
-- native: MPI_Allreduce (mpi transport only).
+- reduce-bcast: every rank sends to rank 0, which adds and sends the sum back to all.
+(The transport's own all-reduce, MPI_Allreduce, is ``Transport.native``.)
 """
 
 from __future__ import annotations
@@ -20,26 +20,18 @@ from commbench.core.errors import UsageError
 from commbench.core.message import Message
 from commbench.transports.base import Link, Transport
 
-ALGORITHMS = ("ring", "recursive-doubling", "tree", "reduce-bcast", "native")
-
-
-def bus_factor(n: int) -> float:
-    """nccl-tests: busbw = algbw * 2 (n - 1) / n for all-reduce."""
-    return 2 * (n - 1) / n
+ALGORITHMS = ("ring", "recursive-doubling", "tree", "reduce-bcast")
 
 
 class AllReduce:
-    """One buffer's all-reduce on this rank: ``run()`` reduces ``inp`` into ``out``."""
+    """One buffer's all-reduce on this rank: ``run()`` reduces ``inp`` into ``out`` (same length)."""
 
     def __init__(self, algorithm: str, rank: int, size: int, links: dict[int, Link], transport: Transport,
-                 count: int) -> None:
+                 inp: np.ndarray, out: np.ndarray) -> None:
         if algorithm not in ALGORITHMS:
             raise UsageError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-        if algorithm == "native" and transport.name != "mpi":
-            raise UsageError("--algorithm native is MPI_Allreduce: use it with -t mpi")
         self.rank, self.size, self.links, self.t = rank, size, links, transport
-        self.inp = buffers.array(count, np.float32)
-        self.out = buffers.array(count, np.float32)
+        self.inp, self.out = inp, out
         self.scratch: list[np.ndarray] = []
         self.run = getattr(self, "_plan_" + algorithm.replace("-", "_"))()
 
@@ -55,17 +47,17 @@ class AllReduce:
         send = [Message.over([c]) for c in chunks]
         recv_scratch = [Message.over([s]) for s in scratch]
         right, left = self.links[(r + 1) % n], self.links[(r - 1) % n]
-        progress, out, inp = self.t.progress, self.out, self.inp
+        wait_all, out, inp = self.t.wait_all, self.out, self.inp
 
         def run() -> None:
             np.copyto(out, inp)
             for k in range(n - 1):  # reduce-scatter: after it, chunk (r + 1) % n is complete here
                 s, d = (r - k) % n, (r - k - 1) % n
-                progress([(right, send[s])], [(left, recv_scratch[d])])
+                wait_all([left.irecv(recv_scratch[d]), right.isend(send[s])])
                 np.add(chunks[d], scratch[d], out=chunks[d])
             for k in range(n - 1):  # all-gather
                 s, d = (r + 1 - k) % n, (r - k) % n
-                progress([(right, send[s])], [(left, send[d])])
+                wait_all([left.irecv(send[d]), right.isend(send[s])])
         return run
 
     # -- recursive doubling ------------------------------------------------------------------------
@@ -75,7 +67,7 @@ class AllReduce:
         whole, scratch = Message.over([self.out]), buffers.array(len(self.out), np.float32)
         self.scratch.append(scratch)
         recv = Message.over([scratch])
-        progress, out, inp, links = self.t.progress, self.out, self.inp, self.links
+        wait_all, out, inp, links = self.t.wait_all, self.out, self.inp, self.links
         partners = [] if r >= p else [r ^ (1 << k) for k in range(p.bit_length() - 1)]
 
         def run() -> None:
@@ -88,7 +80,7 @@ class AllReduce:
                 links[r + p].recv_into(recv)
                 np.add(out, scratch, out=out)
             for q in partners:
-                progress([(links[q], whole)], [(links[q], recv)])
+                wait_all([links[q].irecv(recv), links[q].isend(whole)])
                 np.add(out, scratch, out=out)
             if r + p < n:
                 links[r + p].send(whole)
@@ -136,20 +128,6 @@ class AllReduce:
             for q in range(1, n):
                 links[q].send(whole)
         return run
-
-    # -- MPI_Allreduce ---------------------------------------------------------------------------
-    def _plan_native(self):
-        MPI = self.t.MPI  # type: ignore[attr-defined]
-        comm, inp, out = self.t.comm, [self.inp, MPI.FLOAT], [self.out, MPI.FLOAT]  # type: ignore[attr-defined]
-
-        def run() -> None:
-            comm.Allreduce(inp, out, op=MPI.SUM)
-        return run
-
-    def clear(self) -> None:
-        """Checked mode: NaN in the output and scratch, so nothing left from an earlier round can pass."""
-        for arr in (self.out, *self.scratch):
-            arr.fill(np.nan)
 
     def _copy_only(self) -> None:
         np.copyto(self.out, self.inp)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 
 from commbench.core.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
-from commbench.core.world import bind_listener
+from commbench.core.sockets import bind_listener
 
 GRACE = 2.0
 

@@ -239,7 +239,8 @@ def save(args: argparse.Namespace, out: dict) -> None:
     options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
     keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
             "images_s", "measured_images_s", "error_pct", "measured_step_ms", "min_beta_mb_s", "shared_host"]
-    w = ResultsWriter(args.output, run_metadata("predict", options, [], ("numpy",)), keys)
+    meta = {**run_metadata("predict", options, [], ("numpy",)), "metric": {"key": "images_s", "better": "higher"}}
+    w = ResultsWriter(args.output, meta, keys)
     w.row({"bench": "predict", **{k: out[k] for k in keys[1:]}})
     w.close()
 

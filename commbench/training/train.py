@@ -19,14 +19,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from commbench.core.config import FrozenArgs, freeze
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
-from commbench.core.results import ResultsWriter, run_metadata
+from commbench.core.session import Session
 from commbench.core.table import Column, header_line, row_line
-from commbench.core.watchdog import Watchdog
-from commbench.core.world import World
 
 IMAGE_MODELS = ("small_cnn", "resnet50", "resnet152", "inception_v3", "inception_resnet_v2", "vgg16",
                 "mobilenet_v2")
@@ -63,10 +62,11 @@ def add_parser(sub) -> None:
     p.set_defaults(func=train)
 
 
-def check_args(args: argparse.Namespace) -> None:
-    args.model = args.model.replace("-", "_")
-    if args.model not in IMAGE_MODELS:
-        raise UsageError(f"unknown model {args.model!r} for train; known: {', '.join(IMAGE_MODELS)}")
+def check_args(args: argparse.Namespace) -> FrozenArgs:
+    """The options checked, frozen, with the model's name normalised."""
+    model = args.model.replace("-", "_")
+    if model not in IMAGE_MODELS:
+        raise UsageError(f"unknown model {model!r} for train; known: {', '.join(IMAGE_MODELS)}")
     for name in ("workers", "batch", "steps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1, not {getattr(args, name)}")
@@ -76,6 +76,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--warmup-steps must be >= 0 and --timeout positive")
     if not tf_installed():
         raise UsageError("train runs TensorFlow, which is not installed here: pip install 'commbench[tf]'")
+    return freeze(argparse.Namespace(**{**vars(args), "model": model}))
 
 
 def tf_installed() -> bool:
@@ -101,7 +102,7 @@ def cluster_spec(addresses: Sequence[str], rs: Sequence[tuple[str, int]]) -> dic
 
 
 def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    check_args(args)
+    args = check_args(args)
     n = ranks(args)
     from commbench.launch.local import here_or_launch
 
@@ -122,14 +123,9 @@ def _tf_port(args: argparse.Namespace, rank: int, host: str) -> int:
 
 
 def run_rank(placement: Placement, args: argparse.Namespace) -> int:
-    from commbench.benchmarks.runner import check_same_command, end_run
-
-    world = World(placement, args.timeout)
-    watchdog = Watchdog(world)
-    writer: ResultsWriter | None = None
-    ok = False
-    try:
-        check_same_command(world, args)
+    options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    with Session(placement, args.timeout, None, options, PACKAGES) as run:
+        world = run.world
         rs = roles(args)
         job, index = rs[world.rank]
         addr = world.store.local_address
@@ -146,11 +142,11 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             _server = tf_loops.start_server(job, index)  # serves until this process ends
             world.bcast_json("train-done", timeout=budget)  # the chief says when
         else:
-            run = tf_loops.run_ps if args.strategy == "ps" else tf_loops.run_mirrored
+            step_fn = tf_loops.run_ps if args.strategy == "ps" else tf_loops.run_mirrored
             progress = Progress(f"train {args.strategy} {args.model}", args.steps, "steps", enabled=reporter)
             try:
-                times = run(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed, args.lr,
-                            progress.advance)
+                times = step_fn(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed,
+                                args.lr, progress.advance)
             finally:
                 progress.close()
             row = summarize(args, times) if reporter else None
@@ -162,9 +158,8 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         computes = world.gather_json("compute-ms", ms)
         if reporter:
             row["compute_ms"] = float(np.median([c for c in computes if c is not None]))
-            options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
-            options.update(ranks=world.size, tf_cluster=cluster_spec(endpoints, rs))
-            meta = run_metadata("train", options, world.hosts, PACKAGES)
+            meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
+            meta["metric"] = {"key": "images_s", "better": "higher"}
             step = "a round of one step per worker (W closures, then join)" if args.strategy == "ps" else \
                 "one synchronous step of every worker"
             print(f"# commbench train: {args.strategy}, {args.model}, {args.workers} workers"
@@ -173,23 +168,12 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
                   f"measured steps / time; compute = one step of one worker without communication (all workers "
                   f"at once, as in training; median)\n" + header_line(COLUMNS), flush=True)
             print(row_line(COLUMNS, row), flush=True)
-            if args.output:
-                writer = ResultsWriter(args.output, meta, ["bench", *(c.key for c in COLUMNS)])
+            writer = run.open_results(args.output, meta, ["bench", *(c.key for c in COLUMNS)])
+            if writer:
                 writer.row({"bench": "train", **row})
-        world.barrier("train-end")
-        watchdog.stop()
-        ok = True
-        return 0
-    except Exception as exc:
-        end_run(world, exc)
-        raise
-    finally:
-        watchdog.stopped.set()
-        if writer:
-            writer.close()
-        if ok:
-            world.close()
-        sys.stdout.flush()
+        run.finish("train-end")
+    sys.stdout.flush()
+    return 0
 
 
 def summarize(args: argparse.Namespace, times) -> dict:

@@ -28,37 +28,3 @@ def get(name: str) -> type[Transport]:
     if name not in reg:
         raise UsageError(f"unknown transport {name!r}; choose one of {', '.join(reg)}")
     return reg[name]
-
-
-_checking: set[str] = set()  # transports whose check is running: their checks may ask for this list again
-
-
-def statuses(exclude: str | None = None) -> dict[str, str | None]:
-    """Each transport's check with default options here: None if usable, else the reason."""
-    import argparse
-
-    from commbench.core.errors import CommbenchError
-
-    out: dict[str, str | None] = {}
-    if exclude:
-        _checking.add(exclude)
-    try:
-        for name, cls in registry().items():
-            if name in _checking:
-                continue
-            _checking.add(name)
-            try:
-                cls.check_usable(argparse.Namespace(iface=None, bind=None, over="tcp", transport=name))
-                out[name] = None
-            except CommbenchError as exc:
-                out[name] = str(exc)
-            finally:
-                _checking.discard(name)
-    finally:
-        _checking.discard(exclude or "")
-    return out
-
-
-def usable_transports(exclude: str) -> list[str]:
-    """The transports usable here, for 'usable transports here: ...' in a transport's own error."""
-    return [name for name, why in statuses(exclude).items() if why is None]

@@ -3,10 +3,14 @@
 A ``Transport`` is created on every rank with the world and the parsed options; ``connect``
 (a collective) returns one ``Link`` per peer. A link moves ``Message``s: ``send``, ``recv_into``
 preallocated buffers, ``call`` (request and reply) and ``serve`` (the answering side of calls).
-Non-blocking: ``isend`` / ``irecv`` return a ``Request``; ``Transport.wait_all`` completes a list of
-them (MPI: Isend/Irecv + Waitall; elsewhere the transport's ``progress`` engine, which runs sends and
-receives on several links at once). ``barrier`` synchronises the ranks before each measured point.
-Benchmarks never know which transport they drive.
+Non-blocking: ``isend`` / ``irecv`` return a request; ``Transport.wait`` / ``wait_all`` / ``test``
+complete them (MPI: Isend/Irecv + Waitall / Testall; elsewhere the transport's ``progress`` engine,
+which runs sends and receives on several links at once: tcp's poll loop, grpc's futures and stream
+writes, verbs' work requests). ``barrier`` synchronises the ranks before each measured point.
+
+A transport declares what it can do (``capabilities``: call, stream, exchange, many-ranks, and
+``native:OP`` for a library collective it runs with ``native``); the CLI matches them against what a
+benchmark ``needs``. Benchmarks never know which transport they drive.
 """
 
 from __future__ import annotations
@@ -19,9 +23,16 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import ClassVar
 
-from commbench.core.errors import PeerError
+from commbench.core.config import RunConfig
+from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message
 from commbench.core.world import World
+
+BASIC = frozenset({"call", "stream", "exchange", "many-ranks"})
+CAPABILITIES = {"call": "request and reply, as latency and PS RPCs",
+                "stream": "a window of one-way messages, as bandwidth",
+                "exchange": "sending and receiving at once, as bibw and collectives",
+                "many-ranks": "more than two ranks"}
 
 
 class Link(ABC):
@@ -69,7 +80,8 @@ class Link(ABC):
 
 
 class Request:
-    """A send or receive started by isend / irecv; complete it with ``Transport.wait_all``."""
+    """A send or receive started by isend / irecv and run by the transport's engine when waited for
+    (MPI returns its own requests instead); complete it with ``Transport.wait`` / ``wait_all`` / ``test``."""
 
     __slots__ = ("link", "msg", "recv")
 
@@ -91,12 +103,14 @@ class Transport(ABC):
     name: ClassVar[str]
     help: ClassVar[str]
     poll_modes: ClassVar[tuple[str, ...]] = ("blocking", "busy")  # the first is the default
+    capabilities: ClassVar[frozenset[str]] = BASIC  # what benchmarks may ask of it (see CAPABILITIES)
 
-    def __init__(self, world: World, args: argparse.Namespace) -> None:
+    def __init__(self, world: World, config: RunConfig) -> None:
         self.world = world
-        self.args = args
-        self.timeout: float = args.timeout
-        self.busy: bool = args.poll == "busy"
+        self.config = config
+        self.args = config.args  # this transport's own flags
+        self.timeout: float = config.args.timeout
+        self.busy: bool = config.poll == "busy"
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -113,6 +127,21 @@ class Transport(ABC):
     @abstractmethod
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         """Collective: connect to ``peers`` (every rank calls it; peer lists are symmetric)."""
+
+    def native(self, op: str, send, recv, root: int = 0) -> Callable[[], None]:
+        """The library's own collective ``op`` (a ``native:OP`` capability) over numpy arrays, as a
+        zero-argument callable: allreduce (sum), allgather, alltoall, broadcast (from ``root``)."""
+        raise UsageError(f"the {self.name} transport has no native {op}")
+
+    def wait(self, request) -> None:
+        """Complete one request."""
+        self.wait_all([request])
+
+    def test(self, requests: Sequence) -> bool:
+        """True once every request is complete. Engines that progress only while waited for (the
+        socket and gRPC transports) complete them here, as MPI_Test may."""
+        self.wait_all(requests)
+        return True
 
     def wait_all(self, requests: Sequence) -> None:
         """Complete every request (in order per link and direction). Only sends, or only receives,

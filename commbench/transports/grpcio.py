@@ -26,6 +26,7 @@ from concurrent import futures  # noqa: E402
 
 import grpc  # noqa: E402
 
+from commbench.core.config import RunConfig  # noqa: E402
 from commbench.core.errors import PeerError, UsageError  # noqa: E402
 from commbench.core.message import Message  # noqa: E402
 from commbench.transports._net import check_socket_args, data_port, local_endpoint  # noqa: E402
@@ -271,8 +272,9 @@ class GrpcTransport(Transport):
         g.add_argument("--grpc-call", choices=("unary", "stream"), default="unary",
                        help="one RPC per message, or messages on a long-lived stream (default unary)")
 
-    def __init__(self, world, args: argparse.Namespace) -> None:
-        super().__init__(world, args)
+    def __init__(self, world, config: RunConfig) -> None:
+        super().__init__(world, config)
+        args = config.args
         self.codec = ProtoCodec() if args.grpc_mode == "proto" else RawCodec()
         self.call = args.grpc_call
         self.service = f"cb{world.placement.token}"

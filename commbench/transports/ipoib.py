@@ -8,11 +8,13 @@ is a parameter so that discovery can be tested against a fake tree.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from commbench.core.errors import UsageError
+from commbench.core.config import RunConfig, freeze
+from commbench.core.errors import Unavailable, UsageError
 from commbench.core.message import Message
 from commbench.transports.base import Link, Transport
 
@@ -59,11 +61,8 @@ def choose(iface: str | None, sysfs: str | Path | None = None) -> str:
         return iface
     if not found:
         existing = ", ".join(f"{n} ({i['link']})" for n, i in interfaces(sysfs).items())
-        from commbench.transports import usable_transports
-
-        raise UsageError(f"no IPoIB interface found (none with type 32 in {sysfs}/class/net); interfaces here: "
-                         f"{existing or 'none'}; usable transports here: "
-                         f"{', '.join(usable_transports(exclude='ipoib')) or 'none'}")
+        raise Unavailable(f"no IPoIB interface found (none with type 32 in {sysfs}/class/net); interfaces here: "
+                          f"{existing or 'none'}")
     return found[0]
 
 
@@ -87,11 +86,11 @@ class IpoibTransport(Transport):
 
         return GrpcTransport if over == "grpc" else TcpTransport
 
-    def __init__(self, world, args: argparse.Namespace) -> None:
-        super().__init__(world, args)
-        inner_args = argparse.Namespace(**{**vars(args), "iface": choose(getattr(args, "iface", None))})
-        self.inner = self.inner_class(args.over)(world, inner_args)
-        self.iface = inner_args.iface
+    def __init__(self, world, config: RunConfig) -> None:
+        super().__init__(world, config)
+        self.iface = choose(getattr(config.args, "iface", None))
+        inner = argparse.Namespace(**{**vars(config.args), "iface": self.iface})
+        self.inner = self.inner_class(config.args.over)(world, dataclasses.replace(config, args=freeze(inner)))
 
     def mode(self) -> str:
         return f"{self.args.over} over {self.iface}, {self.inner.mode()}"
@@ -101,6 +100,12 @@ class IpoibTransport(Transport):
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         self.inner.progress(sends, recvs)
+
+    def wait_all(self, requests: Sequence) -> None:
+        self.inner.wait_all(requests)
+
+    def barrier(self) -> None:
+        self.inner.barrier()
 
     def close(self) -> None:
         self.inner.close()

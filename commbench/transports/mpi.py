@@ -13,12 +13,14 @@ spins (Open MPI and MPICH default), so this transport reports busy polling.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
+from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError
 from commbench.core.message import Message
 from commbench.core.mpi_env import check_world_size, mpi
-from commbench.transports.base import Link, Transport
+from commbench.transports.base import BASIC, Link, Transport
 
 TAG = 77
 
@@ -129,6 +131,7 @@ class MpiTransport(Transport):
     name = "mpi"
     help = "MPI via mpi4py (--mpi-mode buffer|pickle); install with pip install 'commbench[mpi]'"
     poll_modes = ("busy",)
+    capabilities = BASIC | {f"native:{op}" for op in ("allreduce", "allgather", "alltoall", "broadcast")}
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -145,8 +148,9 @@ class MpiTransport(Transport):
             mpi()  # raises the one-line UsageError naming pip install 'commbench[mpi]'
 
 
-    def __init__(self, world, args: argparse.Namespace) -> None:
-        super().__init__(world, args)
+    def __init__(self, world, config: RunConfig) -> None:
+        super().__init__(world, config)
+        args = config.args
         self.MPI = check_world_size(world.size, world.placement.launcher)
         comm = self.MPI.COMM_WORLD
         if comm.Get_rank() != world.rank:
@@ -170,8 +174,27 @@ class MpiTransport(Transport):
         except self.MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with peers: {exc}") from None
 
+    def test(self, requests: Sequence) -> bool:
+        if self.objects:
+            return super().test(requests)
+        return bool(self.MPI.Request.Testall(requests))
+
     def barrier(self) -> None:
         self.comm.Barrier()
+
+    def native(self, op: str, send, recv, root: int = 0) -> Callable[[], None]:
+        """MPI's own collectives on the arrays (datatype from numpy's): Allreduce (sum), Allgather,
+        Alltoall, Bcast (``recv`` on every rank but the root, which sends ``send``)."""
+        MPI, comm = self.MPI, self.comm
+        if op == "allreduce":
+            return partial(comm.Allreduce, send, recv, MPI.SUM)
+        if op == "allgather":
+            return partial(comm.Allgather, send, recv)
+        if op == "alltoall":
+            return partial(comm.Alltoall, send, recv)
+        if op == "broadcast":
+            return partial(comm.Bcast, send if comm.Get_rank() == root else recv, root)
+        return super().native(op, send, recv, root)
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         MPI = self.MPI

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from commbench.core.errors import PeerError
 from commbench.core.framing import FrameError, read_frame, send_frame
 from commbench.core.message import Message
-from commbench.core.world import bind_listener
+from commbench.core.sockets import bind_listener
 from commbench.transports._net import check_socket_args, data_port, local_endpoint
 from commbench.transports.base import Link, Transport, queues
 

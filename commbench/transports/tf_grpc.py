@@ -20,12 +20,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from commbench.core.errors import PeerError, UsageError
+from commbench.core.errors import PeerError, Unavailable, UsageError
 from commbench.core.imports import installed
 from commbench.core.message import Message
 from commbench.transports.base import Link, Transport
 
-SUPPORTED = ("p2p-latency", "p2p-bandwidth")
 LOCAL, REMOTE = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
 
 
@@ -34,7 +33,7 @@ def _tf():
     try:
         import tensorflow as tf
     except ImportError:
-        raise UsageError("the tf-grpc transport runs TensorFlow, which is not installed here: "
+        raise Unavailable("the tf-grpc transport runs TensorFlow, which is not installed here: "
                          "pip install 'commbench[tf]'") from None
     return tf
 
@@ -111,14 +110,12 @@ class TfGrpcTransport(Transport):
     name = "tf-grpc"
     help = "TensorFlow's own C++ gRPC runtime: two TF tasks, tensors moved by tf.function (reference)"
     poll_modes = ("blocking",)
+    capabilities = frozenset({"call", "stream"})  # rank 0 drives two TF tasks; rank 1 is a bare server
 
     @classmethod
     def check_usable(cls, args: argparse.Namespace) -> None:
         if not installed("tensorflow"):
             _tf()
-        bench = getattr(args, "bench", None)
-        if bench is not None and bench.name not in SUPPORTED:
-            raise UsageError(f"the tf-grpc transport runs {' and '.join(SUPPORTED)}, not {bench.name}")
         if getattr(args, "validate", None):
             raise UsageError("tf-grpc cannot validate: it sends each message's tensors as they were at the first "
                              "send (TF constants) and rank 1 is a bare TF server; drop --validate")

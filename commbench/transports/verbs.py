@@ -37,7 +37,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from commbench.core.errors import PeerError, UsageError
+from commbench.core.config import RunConfig
+from commbench.core.errors import PeerError, Unavailable, UsageError
 from commbench.core.message import Message
 from commbench.transports._verbs_plan import (
     Conn,
@@ -71,17 +72,10 @@ def load_api() -> SimpleNamespace:
         from pyverbs import addr, cq, device, mr, pd, qp, wr
         from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
     except ImportError as exc:
-        raise UsageError(f"pyverbs is not importable ({exc}): install the distribution's python3-pyverbs "
-                         "(rdma-core) and re-run launchers/setup.sh, which links it into .venv; "
-                         f"usable transports here: {usable_here()}") from None
+        raise Unavailable(f"pyverbs is not importable ({exc}): install the distribution's python3-pyverbs "
+                          "(rdma-core) and re-run launchers/setup.sh, which links it into .venv") from None
     return SimpleNamespace(addr=addr, cq=cq, device=device, mr=mr, pd=pd, qp=qp, wr=wr, e=enums,
                            Error=PyverbsError, RDMAError=PyverbsRDMAError)
-
-
-def usable_here() -> str:
-    from commbench.transports import usable_transports  # the package, not a sibling transport
-
-    return ", ".join(usable_transports(exclude="verbs")) or "none"
 
 
 def _name(dev) -> str:
@@ -99,7 +93,7 @@ def open_port(api: SimpleNamespace, dev: str | None, port: int, gid_index: int):
         why = "the device list is empty"
     names = [_name(d) for d in devs]
     if not names:
-        raise UsageError(f"no RDMA device found (pyverbs: {why}); usable transports here: {usable_here()}")
+        raise Unavailable(f"no RDMA device found (pyverbs: {why})")
     if dev is None:
         dev = names[0]
     elif dev not in names:
@@ -414,15 +408,16 @@ class VerbsTransport(Transport):
                         getattr(args, "gid_index", 0))[0]
         ctx.close()
 
-    def __init__(self, world, args: argparse.Namespace) -> None:
-        super().__init__(world, args)
+    def __init__(self, world, config: RunConfig) -> None:
+        super().__init__(world, config)
+        args = config.args
         self.api = load_api()
-        self.events = args.poll == "blocking"
+        self.events = config.poll == "blocking"
         self.op, self.port, self.gid_index = args.verbs_op, args.ib_port, args.gid_index
         self.ctx, self.dev, self.port_attr, self.gid, dattr = open_port(self.api, args.ib_dev, self.port,
                                                                         self.gid_index)
         self.max_sge = max(1, min(int(dattr.max_sge), 30))
-        largest = int(getattr(args, "largest_message", None) or DEFAULT_LARGEST)
+        largest = config.largest_message or DEFAULT_LARGEST
         self.plan = plan_pool(largest, self.op, int(args.verbs_pool_mb * (1 << 20)),
                               max_mr_size=int(dattr.max_mr_size), max_qp_wr=int(dattr.max_qp_wr))
         self.largest = largest

@@ -1,0 +1,196 @@
+"""What a collective benchmark is (nccl-tests' testColl): the operation's name, its bus factor, the
+algorithms it emulates over any transport's links, how many input elements one output needs, and
+what each rank's output must hold. This base owns the rest, once for every collective:
+
+- points: ``-b`` to ``-e`` by factor ``-f`` (bytes of float32 output), or ``--payload`` (one
+  collective per tensor); counts rounded to whole blocks where the output has one per rank;
+- buffers: touched, from core/buffers.py; ``native`` is the transport's own collective (MPI);
+- validation: rank r's input at iteration i is ``base x (r + 1) + i mod 64`` (base = 1..7 repeating,
+  so every sum is exact in float32); output and scratch are set to NaN before each checked round;
+  #wrong counts output elements that differ from ``expect``;
+- the row: time per collective, each rank's mean averaged over ranks with the fastest and slowest
+  rank's (nccl-tests' default), algbw = bytes / time, busbw = algbw x bus factor (GB = 10^9 B).
+
+A new collective is one file: a subclass naming ``name``, ``help``, ``op``, ``algorithms``, and
+defining ``bus_factor``, ``plan`` and ``expect`` (``in_count`` and ``blocks`` where not 1:1).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from commbench.benchmarks.base import Benchmark, Context
+from commbench.core import buffers
+from commbench.core.errors import UsageError
+from commbench.core.harness import COLLECTIVE_LOOPS, Side, Timing, spread
+from commbench.core.payload import Payload
+from commbench.core.sizes import parse_size
+from commbench.core.table import Column
+from commbench.core.world import World
+
+GBS = "{:.3f}"
+US = "{:.2f}"
+F32 = np.float32
+Plan = tuple[Callable[[], None], list[np.ndarray]]  # run one collective; scratch to clear when checking
+
+
+@dataclass
+class Part:
+    """One buffer's collective on this rank (a point has one per tensor or bucket)."""
+
+    inp: np.ndarray
+    out: np.ndarray
+    base: np.ndarray
+    run: Callable[[], None]
+    scratch: list[np.ndarray]
+    expected: np.ndarray | None
+
+
+class Collective(Benchmark):
+    op: ClassVar[str]  # the native operation's name (transports' native:OP capability)
+    algorithms: ClassVar[tuple[str, ...]]  # emulated over links; the first is the default; "native" is added
+    redop: ClassVar[str] = "none"
+    blocks: ClassVar[bool] = False  # the output holds one block per rank: counts are multiples of the ranks
+    rooted: ClassVar[bool] = False  # takes --root
+    loops = COLLECTIVE_LOOPS
+    metric, better = "busbw", "higher"
+    units = ("time in us per collective: each rank's mean, averaged over ranks (min/max: fastest and slowest rank); "
+             "count = float32 elements of the output; algbw and busbw in GB/s = 10^9 B/s from the average, "
+             "as nccl-tests")
+    columns = [Column("count", "Count", 11, "{:d}"), Column("dtype", "Type", 7), Column("redop", "Op", 4),
+               Column("root", "Root", 5, "{:d}"), Column("algorithm", "Algorithm", 19),
+               Column("time_us", "Time(us)", 11, US), Column("time_min_us", "Min", 10, US),
+               Column("time_max_us", "Max", 10, US), Column("algbw", "Algbw", 9, GBS),
+               Column("busbw", "Busbw", 9, GBS), Column("wrong", "#wrong", 7, "{:d}")]
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        names = (*cls.algorithms, "native")
+        parser.add_argument("--algorithm", "-a", choices=names, default=names[0],
+                            help=f"default {names[0]}; native: the transport's own {cls.op} (MPI)")
+        parser.add_argument("--ranks", type=int, help="ranks the local launcher starts (default 4; as --np)")
+        parser.add_argument("-b", "--minbytes", default="4K", help="smallest output size (default 4K)")
+        parser.add_argument("-e", "--maxbytes", default="4M", help="largest output size (default 4M)")
+        parser.add_argument("-f", "--stepfactor", type=int, default=2, help="size factor between points (default 2)")
+        if cls.rooted:
+            parser.add_argument("--root", type=int, default=0, help="the root rank (default 0)")
+
+    @classmethod
+    def ranks(cls, args: argparse.Namespace) -> int:
+        n = args.ranks or args.np or 4
+        if n < 2:
+            raise UsageError(f"{cls.name} needs at least 2 ranks, not {n}")
+        if cls.rooted and not 0 <= args.root < n:
+            raise UsageError(f"--root must be a rank, 0 to {n - 1}, not {args.root}")
+        return n
+
+    @classmethod
+    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+        return frozenset({f"native:{cls.op}"} if args.algorithm == "native" else {"exchange"})
+
+    @classmethod
+    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
+        if args.payload:
+            return None  # the common --payload handling (models, schemes)
+        lo, hi = parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e")
+        if lo < 4 or lo > hi or args.stepfactor < 2:
+            raise UsageError(f"need 4 <= -b ({lo}) <= -e ({hi}) and -f >= 2 ({args.stepfactor})")
+        unit = cls.ranks(args) if cls.blocks else 1
+        points: list[Payload] = []
+        s = lo
+        while s <= hi:
+            nbytes = 4 * max(unit, s // 4 // unit * unit)
+            if not points or points[-1].nbytes != nbytes:
+                points.append(Payload(str(nbytes), (nbytes,)))
+            s *= args.stepfactor
+        return points, None
+
+    @property
+    def root(self) -> int:
+        return self.args.root if self.rooted else -1
+
+    def peers(self, world: World) -> list[int]:
+        return [r for r in range(world.size) if r != world.rank]
+
+    # -- what a collective defines ------------------------------------------------------------------
+    @staticmethod
+    def bus_factor(n: int) -> float:
+        """busbw / algbw on n ranks (nccl-tests' PERFORMANCE.md)."""
+        raise NotImplementedError
+
+    def counts(self, payload: Payload) -> list[int]:
+        """Output elements of each collective of a point (one per buffer of the payload)."""
+        unit = self.config.ranks if self.blocks else 1
+        return [max(unit, s // 4 // unit * unit) for s in payload.sizes]
+
+    def in_count(self, count: int, n: int) -> int:
+        """Input elements for an output of ``count`` elements."""
+        return count
+
+    def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
+        """The emulated algorithm (``self.args.algorithm``) over ``ctx.links`` and ``ctx.transport``."""
+        raise NotImplementedError
+
+    def expect(self, rank: int, n: int, base: np.ndarray, k: F32, into: np.ndarray) -> bool:
+        """Write the output rank ``rank`` must hold when rank r's input is ``base x (r + 1) + k``;
+        False if this rank's output is not defined (nothing to check)."""
+        raise NotImplementedError
+
+    # -- what the base does with it -----------------------------------------------------------------
+    def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
+        me, n = ctx.world.rank, ctx.world.size
+        parts = []
+        for count in self.counts(payload):
+            m = self.in_count(count, n)
+            inp, out = buffers.array(m, F32), buffers.array(count, F32)
+            base = (np.arange(m) % 7 + 1).astype(F32)
+            np.multiply(base, F32(me + 1), out=inp)
+            if self.args.algorithm == "native":
+                run, scratch = ctx.transport.native(self.op, inp, out, max(self.root, 0)), []
+            else:
+                run, scratch = self.plan(ctx, inp, out)
+            parts.append(Part(inp, out, base, run, scratch, buffers.array(count, F32) if checked else None))
+        if not checked:
+            if len(parts) == 1:
+                return Side(step=parts[0].run)
+            runs = [p.run for p in parts]
+
+            def step() -> None:
+                for run in runs:
+                    run()
+            return Side(step=step)
+        return self._checked(ctx, parts)
+
+    def _checked(self, ctx: Context, parts: list[Part]) -> Side:
+        me, n = ctx.world.rank, ctx.world.size
+        corrupter = me == max(self.root, 0) and ctx.corrupt_every
+        wrong, it = [0], [0]
+
+        def step() -> None:
+            i = it[0] = it[0] + 1
+            k = F32(i % 64)
+            for p in parts:
+                np.multiply(p.base, F32(me + 1), out=p.inp)
+                p.inp += k
+                defined = self.expect(me, n, p.base, k, p.expected)
+                if corrupter and i % ctx.corrupt_every == 0:  # test hook: data that differs from what it should be
+                    p.inp[0] += 1
+                for arr in (p.out, *p.scratch):
+                    arr.fill(np.nan)
+                p.run()
+                if defined:
+                    wrong[0] += int(np.count_nonzero(p.out != p.expected))
+        return Side(step=step, wrong=lambda: wrong[0])
+
+    def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        avg, lo, hi = spread([r["mean_ns"] / 1e3 for r in reports])
+        count = sum(self.counts(payload))
+        algbw = 4 * count / (avg * 1e-6) / 1e9
+        return {"iterations": timing.n, "count": count, "dtype": "float32", "redop": self.redop, "root": self.root,
+                "algorithm": self.args.algorithm, "time_us": avg, "time_min_us": lo, "time_max_us": hi,
+                "algbw": algbw, "busbw": algbw * self.bus_factor(len(reports))}

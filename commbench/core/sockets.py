@@ -1,0 +1,21 @@
+"""Listening sockets for the rendezvous and the socket transports."""
+
+from __future__ import annotations
+
+import socket
+
+from commbench.core.errors import UsageError
+
+
+def bind_listener(host: str, port: int, what: str) -> socket.socket:
+    """A listening TCP socket; a port that is taken is the user's to change (exit 2)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen for the {what} on {host}:{port}: {exc.strerror}; "
+                         "choose a free port with --port (or leave it out to pick one)") from None
+    sock.listen(128)
+    return sock
