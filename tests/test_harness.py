@@ -6,6 +6,7 @@ follow their rules; the results schema is pinned."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.benchmarks.p2p_bandwidth import P2PBandwidth, P2PBibw
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.benchmarks.ps_throughput import PSThroughput
-from commbench.core.harness import Loops, Summary, median_ci
+from commbench.core.harness import Loops, Side, Summary, Sync, median_ci
 from commbench.core.message import Message
 from commbench.core.payload import Payload
 from commbench.emulators.ps import Shard, Worker, expected_value
@@ -153,3 +154,41 @@ def test_touched_buffers_are_not_zero_pages():
     m = Message([4 << 20, 100])
     assert all(np.count_nonzero(a) > 0.9 * len(a) for a in m.arrays)
     assert len(np.unique(m.arrays[0][:4096])) > 200  # not a constant
+
+
+def test_watchdog_sleeps_through_timed_loops():
+    """No heartbeat while a timed loop runs (the timing rank stays quiet); beats resume after it."""
+    from commbench.core.watchdog import INTERVAL, Watchdog
+
+    beats: list[float] = []
+
+    class Client:
+        def beat(self, timeout: float) -> dict:
+            beats.append(time.monotonic())
+            return {}
+
+        def close(self) -> None:
+            pass
+
+    class World:
+        rank, host, timeout = 0, "here", 10.0
+
+    wd = Watchdog.__new__(Watchdog)
+    wd.world, wd.timeout, wd.client = World(), 10.0, Client()
+    wd.stopped, wd.loud = threading.Event(), threading.Event()
+    wd.loud.set()
+    wd.quiet_interval = max(INTERVAL, wd.timeout / 2)
+    wd.thread = threading.Thread(target=wd._run, daemon=True)
+    wd.thread.start()
+    time.sleep(3 * INTERVAL)
+    assert len(beats) >= 2
+    sync = Sync(0, lambda: None, lambda name, obj=None: obj, wd.quiet)
+    side = Side(step=lambda: time.sleep(0.01))
+    before = len(beats)
+    t0 = time.monotonic()
+    samples, wall = sync.timed(side, 150)  # 1.5 s of timed loop: 3 beats' worth
+    assert time.monotonic() - t0 >= 1.5 and len(samples) == 150
+    assert len(beats) == before, "the watchdog beat during the timed loop"
+    time.sleep(3 * INTERVAL)
+    assert len(beats) > before
+    wd.stop()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -42,13 +44,14 @@ class Context:
     validate: str | None  # None, "every" (timings include checking) or "untimed" (nccl-tests: one checked round)
     seed: int
     corrupt_every: int = 0  # test hook: flip a byte in every Nth outgoing message (validation tests)
+    quiet: Callable[[], AbstractContextManager] = nullcontext  # the run's background work asleep (timed loops)
 
     def checker(self, payload: Payload, origin: int) -> Checker:
         """A checker for messages of this payload sent by rank ``origin``."""
         return Checker(Pattern(payload.sizes, self.seed, origin), self.corrupt_every)
 
     def sync(self) -> Sync:
-        return Sync(self.world.rank, self.transport.barrier, self.world.bcast_json)
+        return Sync(self.world.rank, self.transport.barrier, self.world.bcast_json, self.quiet)
 
 
 class Benchmark(ABC):

@@ -29,7 +29,8 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         transport = transport_cls(world, config)
         run.on_close(transport.close)
         links = transport.connect(bench.peers(world))
-        ctx = Context(world, transport, links, config, config.loops, args.validate, args.seed, args.inject_corruption)
+        ctx = Context(world, transport, links, config, config.loops, args.validate, args.seed, args.inject_corruption,
+                      run.watchdog.quiet)
         meta = run.metadata(bench.name, {"poll": config.poll, "mode": transport.mode(), "ranks": world.size,
                                          "loops": config.loops.describe(bench.loop_source),
                                          "payload_spec": config.payload_spec})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,10 +155,17 @@ class Timing:
 
 
 class Sync:
-    """What the harness needs from the run: rank, a barrier, and rank 0's decisions sent to all."""
+    """What the harness needs from the run: rank, a barrier, rank 0's decisions sent to all, and
+    ``quiet``: a context in which the run's own background work (the watchdog's heartbeats) sleeps."""
 
-    def __init__(self, rank: int, barrier: Callable[[], None], bcast: Callable[[str, object], object]) -> None:
-        self.rank, self.barrier, self.bcast = rank, barrier, bcast
+    def __init__(self, rank: int, barrier: Callable[[], None], bcast: Callable[[str, object], object],
+                 quiet: Callable[[], AbstractContextManager] = nullcontext) -> None:
+        self.rank, self.barrier, self.bcast, self.quiet = rank, barrier, bcast, quiet
+
+    def timed(self, side: Side, n: int) -> tuple[np.ndarray | None, int]:
+        """n timed iterations with the process quiet."""
+        with self.quiet():
+            return side.go(n)
 
 
 def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side: Side) -> Timing:
@@ -167,13 +175,13 @@ def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side:
         if warmup:
             side.go(warmup)
         sync.barrier()
-        samples, wall = side.go(n)
+        samples, wall = sync.timed(side, n)
         return Timing(n, wall, samples)
     per = _calibrate(sync, loops, defaults, nbytes, side)
     sync.barrier()
     if loops.time is not None:
         n = int(sync.bcast("loops", max(1, int(loops.time * 1e9 / per)) if sync.rank == 0 else None))
-        samples, wall = side.go(n)
+        samples, wall = sync.timed(side, n)
         return Timing(n, wall, samples, "time")
     return _until_precise(sync, loops, side, per)
 
@@ -203,7 +211,7 @@ def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
     whole: np.ndarray | None = None  # rank 0's samples so far
     n = wall = 0
     while True:
-        samples, w = side.go(batch)
+        samples, w = sync.timed(side, batch)
         n, wall = n + batch, wall + w
         decision = None
         if sync.rank == 0:

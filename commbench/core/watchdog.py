@@ -6,6 +6,10 @@ connection, heartbeats every half second and learns the run's status. If a rank 
 the main thread has not reported it within GRACE s) or a rank's heartbeat is older than the
 timeout plus GRACE (a stopped or hung process), it prints one line naming that rank and host and ends this
 process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound).
+
+While a point's timed loop runs (``quiet``), the thread sleeps: it beats once every timeout / 2 s
+instead of every INTERVAL, so the timing rank has no background wake-ups or rendezvous traffic
+(the server marks a rank stale only after timeout + GRACE), and it wakes the moment the loop ends.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from commbench.core.errors import CommbenchError
 from commbench.core.rendezvous import StoreClient
@@ -28,6 +34,9 @@ class Watchdog:
         self.world = world
         self.timeout = world.timeout
         self.stopped = threading.Event()
+        self.loud = threading.Event()  # cleared while a timed loop runs
+        self.loud.set()
+        self.quiet_interval = max(INTERVAL, self.timeout / 2)
         self.client = StoreClient(world.root_address[0], world.root_address[1], p.token, world.rank, world.size,
                                   world.host, world.timeout, role="watchdog")
         self.client.beat(self.timeout)  # registered before any data moves, so a rank stopped early is seen too
@@ -37,7 +46,7 @@ class Watchdog:
     def _run(self) -> None:
         me = f"rank {self.world.rank} on host {self.world.host}"
         failed_since = None
-        while not self.stopped.wait(INTERVAL):
+        while not self._sleep():
             try:
                 status = self.client.beat(self.timeout + GRACE)  # a transport's own timeout speaks first
             except CommbenchError as exc:
@@ -55,6 +64,24 @@ class Watchdog:
                     return self._die(f"{me}: rank {rank} on host {host} stopped responding "
                                      f"(no heartbeat for {age:g} s; hung or stopped; see --timeout)")
 
+    def _sleep(self) -> bool:
+        """Wait for the next beat: INTERVAL, and while a timed loop runs, until it ends (at most
+        quiet_interval). True once stopped."""
+        if self.stopped.wait(INTERVAL):
+            return True
+        if not self.loud.is_set():
+            self.loud.wait(self.quiet_interval)
+        return self.stopped.is_set()
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No beats (but one every timeout / 2 s) while the block runs: a timed loop."""
+        self.loud.clear()
+        try:
+            yield
+        finally:
+            self.loud.set()
+
     def _die(self, message: str) -> None:
         if self.stopped.is_set():
             return
@@ -63,5 +90,6 @@ class Watchdog:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.loud.set()
         self.thread.join(2 * INTERVAL + 1)
         self.client.close()

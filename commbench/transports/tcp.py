@@ -332,77 +332,102 @@ class TcpTransport(Transport):
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Sends and receives on several sockets at once, driven by poll() (or spinning when busy)."""
-        outq: dict[TcpLink, deque[Message]] = queues(sends)
-        inq: dict[TcpLink, deque[Message]] = queues(recvs)
-        cur_out: dict[TcpLink, list] = {}  # link -> [rest iov, bytes left]
-        cur_in: dict[TcpLink, list] = {}  # link -> [rest iov, bytes left, header, msg]
-        poller = select.poll()
-        fdmap = {}
-        for link in set(outq) | set(inq):
-            fdmap[link.sock.fileno()] = link
+        ex = _Exchange(sends, recvs)
         deadline = time.monotonic() + self.timeout
-        dontwait = socket.MSG_DONTWAIT
-        while outq or inq or cur_out or cur_in:
-            moved = False
-            for link in list(outq.keys() | cur_out.keys()):
-                if link not in cur_out:
-                    iov, total = link.send_iov(outq[link].popleft())
-                    if not outq[link]:
-                        del outq[link]
-                    cur_out[link] = [iov, total]
-                st = cur_out[link]
-                try:
-                    n = link.sock.sendmsg(st[0][:IOV_MAX], (), dontwait)
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    raise link.lost(exc) from None
-                moved = True
-                st[1] -= n
-                if st[1] == 0:
-                    del cur_out[link]
-                else:
-                    st[0] = _advance(st[0], n)
-            for link in list(inq.keys() | cur_in.keys()):
-                if link not in cur_in:
-                    msg = inq[link].popleft()
-                    if not inq[link]:
-                        del inq[link]
-                    iov, total, hdr = link.recv_iov(msg)
-                    cur_in[link] = [iov, total, hdr, msg]
-                st = cur_in[link]
-                try:
-                    n = link.sock.recvmsg_into(st[0][:IOV_MAX], 0, dontwait)[0]
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    raise link.lost(exc) from None
-                if n == 0:
-                    raise link.lost()
-                moved = True
-                st[1] -= n
-                if st[1] == 0:
-                    del cur_in[link]
-                    link.check_header(st[2], st[3])
-                else:
-                    st[0] = _advance(st[0], n)
-            if moved:
+        while ex.pending():
+            if ex.push() | ex.pull():
                 deadline = time.monotonic() + self.timeout
                 continue
             if time.monotonic() > deadline:
-                waiting = sorted({link.name for link in (*cur_in, *inq, *cur_out, *outq)})
-                raise PeerError(f"timed out after {self.timeout:g} s exchanging with {', '.join(waiting)}")
+                raise PeerError(f"timed out after {self.timeout:g} s exchanging with {', '.join(ex.waiting())}")
             if not self.busy:
-                for fd, link in fdmap.items():
-                    ev = (select.POLLIN if (link in inq or link in cur_in) else 0) | \
-                         (select.POLLOUT if (link in outq or link in cur_out) else 0)
-                    if ev:
-                        poller.register(fd, ev)
-                    else:
-                        with contextlib.suppress(KeyError):
-                            poller.unregister(fd)
-                poller.poll(min(1000, int(self.timeout * 1000)))
+                ex.poll(min(1000, int(self.timeout * 1000)))
 
     def close(self) -> None:
         for link in getattr(self, "links", {}).values():
             link.close()
+
+
+class _Exchange:
+    """One ``progress`` call: per link a FIFO of messages to send and one to receive, each moved with
+    non-blocking sendmsg / recvmsg_into as far as the socket allows."""
+
+    def __init__(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
+        self.outq: dict[TcpLink, deque[Message]] = queues(sends)
+        self.inq: dict[TcpLink, deque[Message]] = queues(recvs)
+        self.cur_out: dict[TcpLink, list] = {}  # link -> [rest iov, bytes left]
+        self.cur_in: dict[TcpLink, list] = {}  # link -> [rest iov, bytes left, header, msg]
+        self.fds = {link.sock.fileno(): link for link in set(self.outq) | set(self.inq)}
+        self.poller = select.poll()
+
+    def pending(self) -> bool:
+        return bool(self.outq or self.inq or self.cur_out or self.cur_in)
+
+    def push(self) -> bool:
+        """Send what each socket takes now; True if any byte moved."""
+        moved = False
+        for link in list(self.outq.keys() | self.cur_out.keys()):
+            if link not in self.cur_out:
+                self.cur_out[link] = list(link.send_iov(_next(self.outq, link)))
+            st = self.cur_out[link]
+            try:
+                n = link.sock.sendmsg(st[0][:IOV_MAX], (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise link.lost(exc) from None
+            moved = True
+            st[1] -= n
+            if st[1] == 0:
+                del self.cur_out[link]
+            else:
+                st[0] = _advance(st[0], n)
+        return moved
+
+    def pull(self) -> bool:
+        """Receive what each socket holds now; True if any byte moved."""
+        moved = False
+        for link in list(self.inq.keys() | self.cur_in.keys()):
+            if link not in self.cur_in:
+                msg = _next(self.inq, link)
+                self.cur_in[link] = [*link.recv_iov(msg), msg]
+            st = self.cur_in[link]
+            try:
+                n = link.sock.recvmsg_into(st[0][:IOV_MAX], 0, socket.MSG_DONTWAIT)[0]
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise link.lost(exc) from None
+            if n == 0:
+                raise link.lost()
+            moved = True
+            st[1] -= n
+            if st[1] == 0:
+                del self.cur_in[link]
+                link.check_header(st[2], st[3])
+            else:
+                st[0] = _advance(st[0], n)
+        return moved
+
+    def waiting(self) -> list[str]:
+        return sorted({link.name for link in (*self.cur_in, *self.inq, *self.cur_out, *self.outq)})
+
+    def poll(self, timeout_ms: int) -> None:
+        """Sleep in poll() until a socket with work left is ready."""
+        for fd, link in self.fds.items():
+            ev = (select.POLLIN if (link in self.inq or link in self.cur_in) else 0) | \
+                 (select.POLLOUT if (link in self.outq or link in self.cur_out) else 0)
+            if ev:
+                self.poller.register(fd, ev)
+            else:
+                with contextlib.suppress(KeyError):
+                    self.poller.unregister(fd)
+        self.poller.poll(timeout_ms)
+
+
+def _next(fifo: dict, link: TcpLink) -> Message:
+    """The next message of link's FIFO (the FIFO goes when empty)."""
+    msg = fifo[link].popleft()
+    if not fifo[link]:
+        del fifo[link]
+    return msg
