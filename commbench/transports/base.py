@@ -75,6 +75,14 @@ class Link(ABC):
         """Start receiving the next message into msg; its content is there once a wait completes it."""
         return Request(self, msg, True)
 
+    def isender(self, msg: Message) -> Callable[[], Request]:
+        """The fastest zero-argument callable doing ``isend(msg)`` (a window's inner loop; MPI: C-level)."""
+        return partial(self.isend, msg)
+
+    def ireceiver(self, msg: Message) -> Callable[[], Request]:
+        """The fastest zero-argument callable doing ``irecv(msg)``."""
+        return partial(self.irecv, msg)
+
     def close(self) -> None:
         """Release the link; the transport's close() does the rest."""
 
@@ -132,6 +140,10 @@ class Transport(ABC):
         """The library's own collective ``op`` (a ``native:OP`` capability) over numpy arrays, as a
         zero-argument callable: allreduce (sum), allgather, alltoall, broadcast (from ``root``)."""
         raise UsageError(f"the {self.name} transport has no native {op}")
+
+    def waiter(self) -> Callable[[Sequence], None]:
+        """The fastest callable doing ``wait_all`` (a window's; MPI: Request.Waitall itself)."""
+        return self.wait_all
 
     def wait(self, request) -> None:
         """Complete one request."""

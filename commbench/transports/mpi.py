@@ -116,6 +116,16 @@ class MpiLink(Link):
             return super().irecv(msg)
         return self.comm.Irecv(msg.cache.get("mpi") or self.spec(msg), self.peer, TAG)
 
+    def isender(self, msg: Message):
+        if self.objects:
+            return super().isender(msg)
+        return partial(self.comm.Isend, self.spec(msg), self.peer, TAG)
+
+    def ireceiver(self, msg: Message):
+        if self.objects:
+            return super().ireceiver(msg)
+        return partial(self.comm.Irecv, self.spec(msg), self.peer, TAG)
+
     def recv_into_check(self, msg: Message) -> None:
         got = self.status.Get_count(self.MPI.BYTE)
         if got != msg.nbytes:
@@ -173,6 +183,9 @@ class MpiTransport(Transport):
             self.MPI.Request.Waitall(requests)
         except self.MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with peers: {exc}") from None
+
+    def waiter(self) -> Callable[[Sequence], None]:
+        return super().waiter() if self.objects else self.MPI.Request.Waitall
 
     def test(self, requests: Sequence) -> bool:
         if self.objects:
