@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from commbench.core import buffers
 from commbench.core.config import RunConfig
 from commbench.core.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
 from commbench.core.message import Message, Pattern
@@ -166,7 +167,8 @@ def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | No
         sync.barrier()
         checked.go(1)
         wrong += checked.wrong()
-    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop, **side.report()}
+    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop,
+            "huge_kb": buffers.huge_kb(), **side.report()}  # page backing while the point's buffers exist
     if timing.samples is not None:
         mine["mean_ns"] = float(np.mean(timing.samples))
     reports = ctx.world.gather_json(f"{bench.name}-point", mine)
@@ -174,6 +176,7 @@ def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | No
         return None
     row = bench.row(payload, timing, reports)
     row.setdefault("wrong", sum(r["wrong"] for r in reports))
+    row["huge_kb"] = reports[0]["huge_kb"]
     if timing.stop != "count":
         row.setdefault("stop", timing.stop)
     return row

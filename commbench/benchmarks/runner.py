@@ -53,7 +53,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
                 raise AssertionError(f"{bench.name} rows must not set the runner's keys {sorted(clash)}")
             row = {"bench": bench.name, "run_id": meta["run_id"], "transport": transport.name,
                    "mode": transport.mode(), "poll": config.poll, "payload": payload.label, "size": payload.nbytes,
-                   "buffers": len(payload.sizes), **got, "huge_kb": buffers.huge_kb()}
+                   "buffers": len(payload.sizes), **got}
             print(row_line(columns, row), flush=True)
             if writer:
                 writer.row(row)
