@@ -16,6 +16,7 @@ from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.benchmarks.p2p_bandwidth import P2PBandwidth, P2PBibw
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.benchmarks.ps_throughput import PSThroughput
+from commbench.core import buffers
 from commbench.core.harness import Loops, Side, Summary, Sync, median_ci
 from commbench.core.message import Message
 from commbench.core.payload import Payload
@@ -192,3 +193,25 @@ def test_watchdog_sleeps_through_timed_loops():
     time.sleep(3 * INTERVAL)
     assert len(beats) > before
     wd.stop()
+
+
+@pytest.mark.skipif(buffers.system_thp() == "never",
+                    reason="transparent huge pages are off in this kernel")
+def test_page_backing_is_what_was_asked(tmp_path):
+    """--hugepages on: both buffers of every point from 4 KiB up sit in huge pages (rows say so while the
+    buffers exist); off: none."""
+    from conftest import commbench
+
+    from commbench.core.results import read_runs
+
+    for mode in ("on", "off"):
+        out = tmp_path / f"{mode}.jsonl"
+        r = commbench("p2p-latency", "-m", "64K,1M,4M", "-i", "20", "-x", "2", "--hugepages", mode, "-o", str(out))
+        assert r.code == 0, r.err
+        (run,) = read_runs(out)
+        assert run.meta["memory"]["hugepages"] == mode
+        for row in run.rows:
+            if mode == "off":
+                assert row["huge_kb"] == 0, row
+            else:  # s_buf and r_buf, each in whole 2 MiB pages
+                assert row["huge_kb"] >= 2 * max(2048, row["size"] // 1024), row

@@ -38,12 +38,13 @@ def configure(hugepages: bool) -> None:
 def region(nbytes: int) -> np.ndarray:
     """An untouched uint8 array over a fresh anonymous mapping advised by the current policy."""
     huge = _policy["hugepages"]
-    extra = HUGE if huge and nbytes >= HUGE else 0
-    m = mmap.mmap(-1, max(nbytes + extra, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with_ = mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE
-    m.madvise(with_)
+    # on: whole huge pages, 2 MiB aligned, so that a message of any size >= 4 KiB sits in huge pages
+    # (a mapping smaller than one, or unaligned, would get 4 KiB pages however it is advised)
+    span = -(-nbytes // HUGE) * HUGE + HUGE if huge and nbytes >= TOUCH_BLOCK else nbytes
+    m = mmap.mmap(-1, max(span, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
     raw = np.frombuffer(m, dtype=np.uint8)
-    start = (-raw.ctypes.data) % HUGE if extra else 0
+    start = (-raw.ctypes.data) % HUGE if span != nbytes else 0
     return raw[start:start + nbytes]
 
 
