@@ -14,7 +14,9 @@ sweep with ``--precision 2`` (every point's median known within 2 %), wall clock
 Page backing is the same for all three: ``--hugepages off`` (default) gives commbench
 ``--hugepages off``, OMB-Py NUMPY_MADVISE_HUGEPAGE=0, and OMB C glibc's default malloc (no THP with the
 kernel's 'madvise' mode); ``on`` gives commbench ``--hugepages on``, OMB-Py numpy's madvise, and OMB C
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 with a 1 MiB mmap threshold. OMB-Py's buffers are numpy zeros
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 with the mmap threshold at its 32 MiB maximum, so its buffers
+come from the THP-aligned heap and are wholly in huge pages (with mmap'd chunks, not 2 MiB aligned,
+only half of them were). OMB-Py's buffers are numpy zeros
 that it never writes (its large-message numbers ride on the shared zero page); ``--touch-omb-py`` writes
 them first, as OMB C and commbench do.
 """
@@ -145,7 +147,9 @@ def main() -> None:
     src = build(a.tarball)
     env_c, env_py = dict(ENV), dict(ENV, PYTHONPATH=str(src / "python"))
     if a.hugepages == "on":
-        env_c["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=1048576"
+        # from the THP-aligned sbrk heap (threshold at glibc's 32 MiB maximum): both 4 MiB buffers in huge
+        # pages (AnonHugePages 8-10 MiB a rank); with mmap'd chunks (1 MiB threshold) only half (4 MiB)
+        env_c["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432"
     else:
         env_py["NUMPY_MADVISE_HUGEPAGE"] = "0"
     if a.touch_omb_py:
