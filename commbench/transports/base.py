@@ -55,9 +55,10 @@ class Link(ABC):
         self.send(request)
         self.recv_into(reply)
 
-    def caller(self, request: Message, reply: Message) -> Callable[[], None]:
+    def caller(self, request: Message, reply: Message) -> Callable[[], object] | tuple:
         """The fastest zero-argument callable doing one ``call(request, reply)``: what timed loops run.
-        Transports may return a C-level callable here so that no Python frame sits in the timed path."""
+        Transports may return a C-level callable, or a pair of them (send, then receive), so that no
+        Python frame of commbench's sits in the timed path."""
         return partial(self.call, request, reply)
 
     def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:

@@ -67,13 +67,10 @@ class MpiLink(Link):
     def caller(self, request: Message, reply: Message):
         if self.objects:
             return super().caller(request, reply)
-        # Send then Recv with everything bound: no lookups in the timed path (MPI_Sendrecv measured slower)
-        send, recv, out, into, peer = self.comm.Send, self.comm.Recv, self.spec(request), self.spec(reply), self.peer
-
-        def step() -> None:
-            send(out, peer, TAG)
-            recv(into, peer, TAG)
-        return step
+        # Send then Recv, each bound in C: the timed loop runs the pair with no Python frame between
+        # (MPI_Sendrecv measured slower)
+        return (partial(self.comm.Send, self.spec(request), self.peer, TAG),
+                partial(self.comm.Recv, self.spec(reply), self.peer, TAG))
 
     def call(self, request: Message, reply: Message) -> None:
         if self.objects:
