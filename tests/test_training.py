@@ -10,6 +10,7 @@ import pytest
 from conftest import ENV, commbench, table_rows
 
 from commbench.core.errors import UsageError
+from commbench.core.imports import TF_NOISE
 from commbench.core.results import read_runs
 from commbench.training import predict as pr
 
@@ -119,6 +120,7 @@ def test_train_ps_small_then_predict(tmp_path):
     assert row["images_s"] > 0 and row["compute_ms"] > 0 and row["steps"] == 16
     assert row["loss_last"] < row["loss_first"]  # it learns the (fixed, synthetic) batch
     assert len(table_rows(r.out)) == 1
+    assert not any(n in r.err for n in TF_NOISE), r.err  # TensorFlow's start-up notices are not the user's
     p2p = tmp_path / "lat.jsonl"
     assert commbench("p2p-latency", "-t", "grpc", "-m", "8,64K,1M", "-i", "50", "-o", str(p2p)).code == 0
     r = commbench("predict", "--p2p", str(p2p), "--train", str(out), "--json")
@@ -139,6 +141,22 @@ def test_tf_grpc_latency_and_bandwidth_at_two_sizes():
     r = commbench("p2p-bandwidth", "-t", "tf-grpc", "-m", "8,1M", "-i", "5", timeout=300)
     assert r.code == 0, r.err
     assert [float(row[4]) > 0 for row in table_rows(r.out)] == [True, True]
+
+
+@pytest.mark.slow
+def test_tf_grpc_passive_rank_waits_while_the_driver_measures():
+    """Rank 1 (a bare TF server) has nothing to do in a point; it waits at the next barrier as long as
+    rank 0 lives, not --timeout: a point several times longer than the timeout completes."""
+    import time
+
+    t0 = time.monotonic()
+    r = commbench("p2p-latency", "-t", "tf-grpc", "-m", "64K,128K", "-i", "3000", "--timeout", "1.5", timeout=300)
+    assert r.code == 0, r.err
+    rows = table_rows(r.out)
+    assert [row[0] for row in rows] == ["65536", "131072"] and all(row[1] == "3000" for row in rows)
+    assert not any(n in r.err for n in TF_NOISE), r.err  # no TensorFlow start-up notices
+    point_s = 3000 * 2 * float(rows[0][2]) / 1e6  # the timed loop of the first point alone
+    assert point_s > 1.5 and time.monotonic() - t0 > 2 * 1.5, (point_s, r.out)
 
 
 def test_tf_grpc_refuses_what_it_cannot_run():

@@ -33,7 +33,7 @@ class ThreadWorld:
         with self.shared["lock"]:
             return self.shared["slots"].setdefault((self.seq, name), {})
 
-    def barrier(self, name: str = "barrier") -> None:
+    def barrier(self, name: str = "barrier", patient: bool = False) -> None:
         self.shared["barrier"].wait(10)
 
     def bcast_json(self, name: str, obj: object = None, root: int = 0, timeout: float | None = None) -> object:
@@ -43,7 +43,7 @@ class ThreadWorld:
         self.barrier()
         return slot["v"]
 
-    def gather_json(self, name: str, obj: object, root: int = 0) -> list | None:
+    def gather_json(self, name: str, obj: object, root: int = 0, patient: bool = False) -> list | None:
         slot = self._slot(name)
         slot[self.rank] = obj
         self.barrier()

@@ -171,7 +171,7 @@ def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | No
             "huge_kb": buffers.huge_kb(), **side.report()}  # page backing while the point's buffers exist
     if timing.samples is not None:
         mine["mean_ns"] = float(np.mean(timing.samples))
-    reports = ctx.world.gather_json(f"{bench.name}-point", mine)
+    reports = ctx.world.gather_json(f"{bench.name}-point", mine, patient=True)
     if reports is None:
         return None
     row = bench.row(payload, timing, reports)

@@ -22,6 +22,10 @@ class PeerError(CommbenchError):
     """A peer died, hung, or broke the protocol. Exit status 1."""
 
 
+class PeerTimeout(PeerError):
+    """No answer from a peer within the timeout (it may still be alive and busy)."""
+
+
 class RunAborted(CommbenchError):
     """Another rank aborted the run and already reported why; exit quietly with its code."""
 

@@ -13,3 +13,40 @@ def installed(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+# TensorFlow's start-up lines that say nothing about the run (absl's pre-init notice, oneDNN's info)
+TF_NOISE = ("WARNING: All log messages before absl::InitializeLog()", "oneDNN custom operations are on",
+            "Unable to register cu", "Could not find cuda drivers", "TF-TRT Warning", "computation placer already")
+
+
+def import_tensorflow(missing: str):
+    """Import TensorFlow with its C++ INFO/WARNING logs off (TF_CPP_MIN_LOG_LEVEL=2 unless set) and its
+    start-up notices, written to fd 2 before any log level applies, dropped; anything else it writes
+    then is passed on. ``missing``: the one-line error if it is not installed."""
+    import os
+    import tempfile
+
+    from commbench.core.errors import Unavailable
+
+    if "tensorflow" in sys.modules and sys.modules["tensorflow"] is not None:
+        return sys.modules["tensorflow"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            import tensorflow as tf
+        except ImportError:
+            tf = None
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                    if not any(n in line for n in TF_NOISE)]
+    sys.stderr.write("".join(kept))
+    if tf is None:
+        raise Unavailable(missing)
+    return tf

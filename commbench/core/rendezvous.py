@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from commbench.core.errors import PeerError, RunAborted
+from commbench.core.errors import PeerError, PeerTimeout, RunAborted
 from commbench.core.framing import FrameError, read_frame, send_frame
 
 HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT = range(1, 11)
@@ -231,6 +231,8 @@ class StoreClient:
             return blob
         if obj.get("kind") == "aborted":
             raise RunAborted(str(obj.get("message")), int(obj.get("code", 1)))
+        if obj.get("kind") == "timeout":
+            raise PeerTimeout(str(obj.get("message")))
         raise PeerError(str(obj.get("message")))
 
     def check(self) -> None:

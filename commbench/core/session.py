@@ -83,8 +83,9 @@ class Session:
         self._closers.append(close)
 
     def finish(self, name: str = "done") -> None:
-        """Every rank got here: stop the watchdog; the world closes in an orderly way on exit."""
-        self.world.barrier(name)
+        """Every rank got here (waiting as long as the others live: the last point may be long on one
+        rank); stop the watchdog; the world closes in an orderly way on exit."""
+        self.world.barrier(name, patient=True)
         self.watchdog.stop()
         self._finished = True
 

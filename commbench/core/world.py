@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 
+from commbench.core.errors import PeerTimeout
 from commbench.core.placement import Placement
 from commbench.core.rendezvous import StoreClient, StoreServer
 from commbench.core.sockets import bind_listener
@@ -81,10 +82,20 @@ class World:
         self._seq += 1
         return f"{self._seq}:{name}"
 
-    def allgather(self, name: str, value: bytes) -> list[bytes]:
+    def allgather(self, name: str, value: bytes, patient: bool = False) -> list[bytes]:
         key = self._key(name)
         self.store.set(f"{key}/{self.rank}", value)
-        return [value if r == self.rank else self.store.get(f"{key}/{r}") for r in range(self.size)]
+        get = self._patient_get if patient else self.store.get
+        return [value if r == self.rank else get(f"{key}/{r}") for r in range(self.size)]
+
+    def _patient_get(self, key: str) -> bytes:
+        """Wait for key as long as every rank lives: a rank that dies or aborts ends the wait at once
+        (the store says so), one that stops or hangs is caught by the watchdogs (stale heartbeats)."""
+        while True:
+            try:
+                return self.store.get(key)
+            except PeerTimeout:
+                continue
 
     def allgather_json(self, name: str, obj: object) -> list:
         return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
@@ -97,15 +108,18 @@ class World:
             return obj
         return json.loads(self.store.get(key, timeout))
 
-    def gather_json(self, name: str, obj: object, root: int = 0) -> list | None:
+    def gather_json(self, name: str, obj: object, root: int = 0, patient: bool = False) -> list | None:
         key = self._key(name)
         if self.rank != root:
             self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())
             return None
-        return [obj if r == root else json.loads(self.store.get(f"{key}/{r}")) for r in range(self.size)]
+        get = self._patient_get if patient else self.store.get
+        return [obj if r == root else json.loads(get(f"{key}/{r}")) for r in range(self.size)]
 
-    def barrier(self, name: str = "barrier") -> None:
-        self.allgather(name, b"")
+    def barrier(self, name: str = "barrier", patient: bool = False) -> None:
+        """Every rank reaches this point. ``patient``: wait as long as the others live (a rank that only
+        answers waits here while another measures a long point), not the run's timeout."""
+        self.allgather(name, b"", patient)
 
     def check_alive(self) -> None:
         """Raise PeerError if any rank has died, RunAborted if one aborted: for loops waiting on a peer."""

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from commbench.core.errors import UsageError
+from commbench.core.imports import import_tensorflow
 from commbench.profiles.store import ITEMSIZE, Tensor, write
 
 APPLICATIONS = {
@@ -18,12 +19,8 @@ MODELS = [*APPLICATIONS, "bert_base", "small_cnn"]
 
 
 def tensorflow():
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise UsageError("profiling builds the model with TensorFlow; install it with: "
-                         "pip install 'commbench[tf]'") from None
-    return tf
+    return import_tensorflow("profiling builds the model with TensorFlow; install it with: "
+                             "pip install 'commbench[tf]'")
 
 
 def build(name: str):

@@ -171,8 +171,9 @@ class Transport(ABC):
                           [(r.link, r.msg) for r in requests if r.recv])
 
     def barrier(self) -> None:
-        """Every rank reaches this point before any leaves it (before each measured point)."""
-        self.world.barrier("point")
+        """Every rank reaches this point before any leaves it (before each measured point); patient, as
+        a rank may wait here while another still measures the previous point."""
+        self.world.barrier("point", patient=True)
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Complete all sends and receives, in order per link, at the same time.

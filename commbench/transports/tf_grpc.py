@@ -14,14 +14,13 @@ is refused.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 from collections.abc import Iterable
 
 import numpy as np
 
-from commbench.core.errors import PeerError, Unavailable, UsageError
-from commbench.core.imports import installed
+from commbench.core.errors import PeerError, UsageError
+from commbench.core.imports import import_tensorflow, installed
 from commbench.core.message import Message
 from commbench.transports.base import Link, Transport
 
@@ -29,13 +28,8 @@ LOCAL, REMOTE = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replic
 
 
 def _tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's C++ INFO/WARNING lines would bury the table
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise Unavailable("the tf-grpc transport runs TensorFlow, which is not installed here: "
-                         "pip install 'commbench[tf]'") from None
-    return tf
+    return import_tensorflow("the tf-grpc transport runs TensorFlow, which is not installed here: "
+                             "pip install 'commbench[tf]'")
 
 
 class TfDriverLink(Link):
