@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CONFIGS = {"grpc raw/unary": ["-t", "grpc"], "grpc raw/stream": ["-t", "grpc", "--grpc-call", "stream"],
+CONFIGS = {"grpc raw/unary": ["-t", "grpc", "--grpc-call", "unary"], "grpc raw/stream": ["-t", "grpc", "--grpc-call", "stream"],
            "tf-grpc": ["-t", "tf-grpc"]}
 
 

@@ -26,7 +26,7 @@ step() { echo "== $*" >&2; }
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
 step "1. latency and bandwidth on loopback"
-declare -A T=([tcp]="-t tcp" [grpc-raw]="-t grpc --grpc-mode raw" [grpc-proto]="-t grpc --grpc-mode proto"
+declare -A T=([tcp]="-t tcp" [grpc-raw]="-t grpc --grpc-mode raw --grpc-call unary" [grpc-proto]="-t grpc --grpc-mode proto --grpc-call unary"
               [mpi]="-t mpi" [tf-grpc]="-t tf-grpc")
 for name in tcp grpc-raw grpc-proto mpi tf-grpc; do
   if [ "$name" = mpi ]; then launch=(.venv/bin/mpiexec -n 2 "$CB"); else launch=("$CB"); fi
@@ -37,16 +37,16 @@ for name in tcp grpc-raw grpc-proto mpi tf-grpc; do
 done
 
 step "2. parameter-server throughput, resnet50 gradients"
-for t in tcp grpc; do for w in 1 2; do for p in 1 2; do
+for t in "tcp" "grpc --grpc-call unary"; do for w in 1 2; do for p in 1 2; do
   # shellcheck disable=SC2086
-  $CB ps-throughput -t "$t" --workers "$w" --ps "$p" --payload resnet50 $PSI -o "$R/ps.jsonl" >/dev/null
+  $CB ps-throughput -t $t --workers "$w" --ps "$p" --payload resnet50 $PSI -o "$R/ps.jsonl" >/dev/null
 done; done; done
 
 step "3. small-cnn PS training over emulated links"
 for rate in 100mbit 1gbit none; do
   $CB hosts up 4 --rate "$rate" >/dev/null
   # shellcheck disable=SC2086
-  $CB p2p-latency -t grpc --hosts 4 -m 8:1M -i 50 -x 5 -o "$R/link_$rate.jsonl" >/dev/null
+  $CB p2p-latency -t grpc --grpc-call unary --hosts 4 -m 8:1M -i 50 -x 5 -o "$R/link_$rate.jsonl" >/dev/null
   $CB train --hosts 4 --strategy ps --workers 2 --ps 1 --model small-cnn --steps "$STEPS" \
     -o "$R/train_$rate.jsonl" 2>/dev/null | tail -1 >&2
   $CB train --hosts 4 --strategy ps --workers 2 --ps 1 --model small-cnn --steps 20 --batch 1 \

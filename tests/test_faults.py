@@ -47,7 +47,7 @@ def wait_rows(path, n, launcher, limit=60):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-call", "stream"]])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-call", "unary"]])
 @pytest.mark.parametrize("victim", [1, 0])
 def test_killed_peer(tmp_path, transport, victim):
     out = tmp_path / "r.jsonl"
