@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-CONFIGS = {"grpc raw/unary": ["-t", "grpc", "--grpc-call", "unary"], "grpc raw/stream": ["-t", "grpc", "--grpc-call", "stream"],
-           "tf-grpc": ["-t", "tf-grpc"]}
+CONFIGS = {"grpc raw/unary": ["-t", "grpc", "--grpc-call", "unary"],
+           "grpc raw/stream": ["-t", "grpc", "--grpc-call", "stream"], "tf-grpc": ["-t", "tf-grpc"]}
 
 
 def rows(bench: str, args: list[str], extra: list[str]) -> list[dict]:
