@@ -1,0 +1,187 @@
+// A C++ gRPC ping-pong: the reference bench/vs_grpc_cpp.py measures commbench's grpc transport against.
+//
+//   grpc_pingpong server PORT
+//   grpc_pingpong client HOST:PORT unary|stream SIZE ITERATIONS WARMUP
+//
+// Generic (raw bytes, no protobuf) methods through gRPC's async completion-queue API, as TensorFlow's
+// runtime uses it: /cb.Ref/Unary answers each call with a message of the same size; /cb.Ref/Stream
+// echoes every message of a bidi stream. The client times every round trip and prints one line:
+// "size p50_one_way_us mean_one_way_us" (one way = round trip / 2).
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+grpc::ByteBuffer Payload(size_t size) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 131 + 7) & 0xff);  // touched
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+void* Tag(int i) { return reinterpret_cast<void*>(static_cast<intptr_t>(i)); }
+
+// One call on the server: read, write back, until the client is done (a unary call is one round).
+class Call {
+ public:
+  Call(grpc::AsyncGenericService* service, grpc::ServerCompletionQueue* cq) : stream_(&ctx_), cq_(cq) {
+    service->RequestCall(&ctx_, &stream_, cq_, cq_, this);
+  }
+  // Returns false when this call is over (delete it).
+  bool Step(bool ok, grpc::AsyncGenericService* service) {
+    switch (state_) {
+      case kNew:
+        if (!ok) return false;
+        new Call(service, cq_);  // the next incoming call
+        state_ = kRead;
+        stream_.Read(&buf_, this);
+        return true;
+      case kRead:
+        if (!ok) {  // the client half-closed
+          state_ = kDone;
+          stream_.Finish(grpc::Status::OK, this);
+          return true;
+        }
+        if (ctx_.method() == "/cb.Ref/Unary") {  // one round: reply and finish in one batch
+          state_ = kDone;
+          stream_.WriteAndFinish(buf_, grpc::WriteOptions(), grpc::Status::OK, this);
+          return true;
+        }
+        state_ = kWrote;
+        stream_.Write(buf_, this);
+        return true;
+      case kWrote:
+        if (!ok) return false;
+        state_ = kRead;
+        stream_.Read(&buf_, this);
+        return true;
+      default:
+        return false;
+    }
+  }
+
+ private:
+  enum State { kNew, kRead, kWrote, kDone };
+  grpc::GenericServerContext ctx_;
+  grpc::GenericServerAsyncReaderWriter stream_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ByteBuffer buf_;
+  State state_ = kNew;
+};
+
+int Serve(const std::string& port) {
+  grpc::AsyncGenericService service;
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.AddListeningPort("127.0.0.1:" + port, grpc::InsecureServerCredentials());
+  builder.RegisterAsyncGenericService(&service);
+  std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    std::fprintf(stderr, "grpc_pingpong: cannot listen on port %s\n", port.c_str());
+    return 2;
+  }
+  std::printf("listening\n");
+  std::fflush(stdout);
+  new Call(&service, cq.get());
+  void* tag;
+  bool ok;
+  while (cq->Next(&tag, &ok)) {
+    auto* call = static_cast<Call*>(tag);
+    if (!call->Step(ok, &service)) delete call;
+  }
+  return 0;
+}
+
+bool Wait(grpc::CompletionQueue* cq, void* want) {
+  void* tag;
+  bool ok;
+  if (!cq->Next(&tag, &ok) || tag != want) {
+    std::fprintf(stderr, "grpc_pingpong: completion queue out of step\n");
+    std::exit(1);
+  }
+  return ok;
+}
+
+int Client(const std::string& target, const std::string& kind, size_t size, int iters, int warmup) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer request = Payload(size), reply;
+  std::vector<double> us;
+  us.reserve(iters);
+  using Clock = std::chrono::steady_clock;
+  if (kind == "unary") {
+    for (int i = 0; i < warmup + iters; ++i) {
+      auto t0 = Clock::now();
+      grpc::ClientContext ctx;
+      grpc::Status status;
+      auto call = stub.PrepareUnaryCall(&ctx, "/cb.Ref/Unary", request, &cq);
+      call->StartCall();
+      call->Finish(&reply, &status, Tag(1));
+      Wait(&cq, Tag(1));
+      if (!status.ok()) {
+        std::fprintf(stderr, "grpc_pingpong: %s\n", status.error_message().c_str());
+        return 1;
+      }
+      auto t1 = Clock::now();
+      if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+    }
+  } else {
+    grpc::ClientContext ctx;
+    auto stream = stub.PrepareCall(&ctx, "/cb.Ref/Stream", &cq);
+    stream->StartCall(Tag(1));
+    Wait(&cq, Tag(1));
+    for (int i = 0; i < warmup + iters; ++i) {
+      auto t0 = Clock::now();
+      stream->Write(request, Tag(2));
+      Wait(&cq, Tag(2));
+      stream->Read(&reply, Tag(3));
+      if (!Wait(&cq, Tag(3))) {
+        std::fprintf(stderr, "grpc_pingpong: the stream ended early\n");
+        return 1;
+      }
+      auto t1 = Clock::now();
+      if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+    }
+    stream->WritesDone(Tag(4));
+    Wait(&cq, Tag(4));
+    grpc::Status status;
+    stream->Finish(&status, Tag(5));
+    Wait(&cq, Tag(5));
+  }
+  if (reply.Length() != size) {
+    std::fprintf(stderr, "grpc_pingpong: reply of %zu B, not %zu\n", reply.Length(), size);
+    return 1;
+  }
+  std::vector<double> sorted = us;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double v : us) mean += v / us.size();
+  std::printf("%zu %.3f %.3f\n", size, sorted[sorted.size() / 2], mean);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "server") return Serve(argv[2]);
+  if (argc == 7 && std::string(argv[1]) == "client")
+    return Client(argv[2], argv[3], std::strtoull(argv[4], nullptr, 10), std::atoi(argv[5]), std::atoi(argv[6]));
+  std::fprintf(stderr, "usage: grpc_pingpong server PORT | client HOST:PORT unary|stream SIZE ITERS WARMUP\n");
+  return 2;
+}
