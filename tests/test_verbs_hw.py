@@ -35,16 +35,16 @@ DEV = [*(["--ib-dev", os.environ["COMMBENCH_IB_DEV"]] if "COMMBENCH_IB_DEV" in o
 def test_ping_pong(op):
     r = commbench("p2p-latency", "-t", "verbs", "--verbs-op", op, "-m", "8,1M", "-i", "200", "--validate", *DEV)
     assert r.code == 0, r.err
-    rows = table_rows(r.stdout)
+    rows = table_rows(r.out)
     assert [row[0] for row in rows] == ["8", "1048576"] and all(row[-1] == "0" for row in rows)
-    assert f"verbs ({op}," in r.stdout
+    assert f"verbs ({op}," in r.out
 
 
 @pytest.mark.parametrize("op", ["send", "write"])
 def test_bandwidth(op):
     r = commbench("p2p-bandwidth", "-t", "verbs", "--verbs-op", op, "-m", "64K,1M", "-i", "20", "--validate", *DEV)
     assert r.code == 0, r.err
-    rows = table_rows(r.stdout)
+    rows = table_rows(r.out)
     assert len(rows) == 2 and all(float(row[4]) > 0 and row[-1] == "0" for row in rows)  # MB/s, #wrong
 
 
@@ -52,4 +52,4 @@ def test_events_mode_and_skewed_buffers():
     r = commbench("p2p-latency", "-t", "verbs", "--poll", "blocking", "--payload", "skew", "-i", "100",
                   "--validate", *DEV)
     assert r.code == 0, r.err
-    assert all(row[-1] == "0" for row in table_rows(r.stdout))
+    assert all(row[-1] == "0" for row in table_rows(r.out))
