@@ -172,3 +172,77 @@ def test_stray_at_a_data_port_is_refused():
     for r in (1, 0):
         links[r][1].close()
         links[r][0].close()
+
+
+def _connect(port: int) -> socket.socket:
+    for _ in range(200):
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _closed_by_peer(s: socket.socket, within: float) -> bool:
+    """True if the other end closes s within the time (whatever it says first, e.g. 'busy')."""
+    deadline = time.monotonic() + within
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            s.settimeout(left)
+            if s.recv(4096) == b"":
+                return True
+    except ConnectionResetError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+@pytest.mark.slow
+def test_rendezvous_bounds_strangers_before_the_token():
+    """Before a connection shows the run token rank 0 reads at most HELLO_MAX_JSON for it, gives it at
+    most HELLO_TIMEOUT in all however its bytes trickle, and serves at most MAX_UNPROVEN at once (the
+    rest are told 'busy' and closed; ranks of the run that meet the flood try again): frames claiming
+    256 MiB, a trickling hello and 150 idle connections leave the run unharmed."""
+    from commbench.core.rendezvous import HELLO_MAX_JSON, HELLO_TIMEOUT, MAX_UNPROVEN
+
+    port = free_port()
+    launcher = spawn("p2p-latency", "-m", "8,64K", "--time", "8", "--warmup-time", "0.2", "--port", str(port),
+                     "--timeout", "20")
+    big = [_connect(port) for _ in range(8)]
+    for s in big:  # a header claiming 256 MiB of blob behind a small JSON part
+        s.sendall(b"CBv1\x01" + (16).to_bytes(4, "little") + (1 << 28).to_bytes(4, "little"))
+    over = _connect(port)  # JSON just over the pre-token limit
+    over.sendall(b"CBv1\x01" + (HELLO_MAX_JSON + 1).to_bytes(4, "little") + bytes(4))
+    assert _closed_by_peer(over, 2) and all(_closed_by_peer(s, 2) for s in big), "oversized frames were read"
+    trickle, closed_after = _connect(port), []
+    t0 = time.monotonic()
+
+    def drip() -> None:  # one byte every 0.6 s: never a whole hello in time
+        for byte in b"CBv1\x01\x10\x00\x00\x00\x00\x00\x00":
+            try:
+                trickle.send(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.6)
+        if _closed_by_peer(trickle, 2 * HELLO_TIMEOUT):
+            closed_after.append(time.monotonic() - t0)
+
+    dripper = threading.Thread(target=drip)
+    dripper.start()
+    idle = [_connect(port) for _ in range(150)]
+    rank0 = next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                 and c.status == psutil.CONN_LISTEN)
+    threads, rss = psutil.Process(rank0).num_threads(), psutil.Process(rank0).memory_info().rss
+    closed_idle = sum(_closed_by_peer(s, 2 * HELLO_TIMEOUT) for s in idle)
+    dripper.join(30)
+    stdout, stderr = launcher.communicate(timeout=180)
+    for s in (*big, over, *idle, trickle):
+        s.close()
+    assert launcher.returncode == 0, stderr
+    assert [line.split()[0] for line in stdout.splitlines() if not line.startswith("#")] == ["8", "65536"]
+    assert closed_after and closed_after[0] < HELLO_TIMEOUT + 2, closed_after
+    assert closed_idle == 150  # those over MAX_UNPROVEN at once, and the rest after HELLO_TIMEOUT
+    assert threads <= MAX_UNPROVEN + 30 and rss < 400 << 20, (threads, rss)
+    assert f"more than {MAX_UNPROVEN} connections without the run token" in stderr
+    assert "frame too large" in stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 
 MAGIC = b"CBv1"
 HEADER = struct.Struct("<4sBII")  # magic, kind, json length, blob length
@@ -25,11 +26,18 @@ def encode(kind: int, obj: dict, blob: bytes = b"") -> bytes:
     return HEADER.pack(MAGIC, kind, len(body), len(blob)) + body + blob
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """n bytes; with ``deadline`` (time.monotonic()), all of them by then (a peer that trickles bytes
+    cannot hold the connection open past it), else socket.timeout."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            sock.settimeout(left)
         k = sock.recv_into(view[got:])
         if k == 0:
             raise ConnectionError("connection closed")
@@ -37,24 +45,26 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def decode_header(raw: bytes) -> tuple[int, int, int]:
+def decode_header(raw: bytes, max_json: int = MAX_JSON, max_blob: int = MAX_BLOB) -> tuple[int, int, int]:
     magic, kind, jlen, blen = HEADER.unpack(raw)
     if magic != MAGIC:
         raise FrameError(f"bad magic {magic!r}")
-    if jlen > MAX_JSON or blen > MAX_BLOB:
+    if jlen > max_json or blen > max_blob:
         raise FrameError(f"frame too large ({jlen} + {blen} bytes)")
     return kind, jlen, blen
 
 
-def read_frame(sock: socket.socket) -> tuple[int, dict, bytes]:
-    kind, jlen, blen = decode_header(recv_exact(sock, HEADER.size))
+def read_frame(sock: socket.socket, max_json: int = MAX_JSON, max_blob: int = MAX_BLOB,
+               deadline: float | None = None) -> tuple[int, dict, bytes]:
+    """One frame; its sizes are checked against the limits before anything is allocated."""
+    kind, jlen, blen = decode_header(recv_exact(sock, HEADER.size, deadline), max_json, max_blob)
     try:
-        obj = json.loads(recv_exact(sock, jlen)) if jlen else {}
+        obj = json.loads(recv_exact(sock, jlen, deadline)) if jlen else {}
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FrameError(f"bad JSON in frame: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameError("frame JSON is not an object")
-    blob = recv_exact(sock, blen) if blen else b""
+    blob = recv_exact(sock, blen, deadline) if blen else b""
     return kind, obj, blob
 
 

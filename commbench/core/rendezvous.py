@@ -16,10 +16,12 @@ import threading
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
-from commbench.core.framing import FrameError, read_frame, send_frame
+from commbench.core.framing import FrameError, encode, read_frame, send_frame
 
 HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT = range(1, 11)
-HELLO_TIMEOUT = 5.0
+HELLO_TIMEOUT = 5.0  # s for a whole hello, however its bytes trickle in
+HELLO_MAX_JSON = 4096  # before the token is shown nothing larger is read (or allocated)
+MAX_UNPROVEN = 64  # connections that have not shown the token yet, at once; more are closed at once
 
 
 class StoreServer:
@@ -37,6 +39,7 @@ class StoreServer:
         self.aborted: tuple[str, int] | None = None
         self.refused = 0
         self._closing = False
+        self._unproven = threading.BoundedSemaphore(MAX_UNPROVEN)
         threading.Thread(target=self._accept_loop, name="rdv-accept", daemon=True).start()
 
     @property
@@ -49,20 +52,35 @@ class StoreServer:
                 conn, addr = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn, addr), daemon=True).start()
+            if not self._unproven.acquire(blocking=False):  # a flood: no thread, no memory for it
+                with contextlib.suppress(OSError):  # a rank of this run that meets the flood tries again
+                    conn.setblocking(False)
+                    conn.send(encode(ERR, {"kind": "busy"}))
+                self._refuse(conn, addr, f"more than {MAX_UNPROVEN} connections without the run token", quiet=True)
+                continue
+            try:
+                threading.Thread(target=self._serve, args=(conn, addr), daemon=True).start()
+            except RuntimeError:  # no thread to be had: refuse this one, keep serving the run
+                self._unproven.release()
+                self._refuse(conn, addr, "no thread to serve it", quiet=True)
 
-    def _refuse(self, conn: socket.socket, addr: tuple, why: str) -> None:
+    def _refuse(self, conn: socket.socket, addr: tuple, why: str, quiet: bool = False) -> None:
+        """Close a stranger's connection; said on stderr (a flood: the first 10 and every 100th)."""
         with self.cond:
             self.refused += 1
-        print(f"commbench: rank 0: refused a connection from {addr[0]}:{addr[1]} ({why})", file=sys.stderr)
+            n = self.refused
+        if not quiet or n <= 10 or n % 100 == 0:
+            print(f"commbench: rank 0: refused a connection from {addr[0]}:{addr[1]} ({why}; {n} refused so far)",
+                  file=sys.stderr)
         conn.close()
 
     def _serve(self, conn: socket.socket, addr: tuple) -> None:
-        conn.settimeout(HELLO_TIMEOUT)
         try:
-            kind, hello, _ = read_frame(conn)
+            kind, hello, _ = read_frame(conn, HELLO_MAX_JSON, 0, time.monotonic() + HELLO_TIMEOUT)
         except (FrameError, OSError, ConnectionError) as exc:
             return self._refuse(conn, addr, f"not a commbench peer: {exc}")
+        finally:
+            self._unproven.release()
         token = hello.get("token")
         rank = hello.get("rank")
         if kind != HELLO or not isinstance(token, str) \
@@ -191,26 +209,32 @@ class StoreClient:
         deadline = time.monotonic() + timeout
         delay = 0.01
         candidates = host.split(",")  # the MPI bootstrap sends every address rank 0 has
+        hello = {"token": token, "rank": rank, "size": size, "host": my_host, "role": role}
         while True:
             try:
                 self.sock = _connect_any(candidates, port, min(5.0, timeout))
-                break
-            except OSError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise PeerError(f"rank {rank} on host {my_host}: cannot reach the rendezvous at {self.root} "
-                                    f"(rank 0) within {timeout:g} s: {exc}") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(timeout + 5)
-        send_frame(self.sock, HELLO, {"token": token, "rank": rank, "size": size, "host": my_host, "role": role})
-        try:
-            kind, obj, _ = read_frame(self.sock)
-        except (OSError, ConnectionError, FrameError):
-            kind = None
-        if kind != OK:
-            raise PeerError(f"rank {rank} on host {my_host}: the rendezvous at {self.root} refused this rank "
-                            "(another run on that port, or a different run token)")
+            except OSError as exc:  # not listening yet: try again until the timeout
+                why: object = exc
+            else:
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock.settimeout(timeout + 5)
+                try:
+                    send_frame(self.sock, HELLO, hello)
+                    kind, obj, _ = read_frame(self.sock)
+                except (OSError, ConnectionError, FrameError):
+                    kind, obj = None, {}
+                if kind == OK:
+                    break
+                self.sock.close()
+                if obj.get("kind") != "busy":
+                    raise PeerError(f"rank {rank} on host {my_host}: the rendezvous at {self.root} refused this "
+                                    "rank (another run on that port, or a different run token)")
+                why = "busy with connections that have not shown the run token"  # a flood: try again
+            if time.monotonic() + delay > deadline:
+                raise PeerError(f"rank {rank} on host {my_host}: cannot reach the rendezvous at {self.root} "
+                                f"(rank 0) within {timeout:g} s: {why}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
         self.local_address = self.sock.getsockname()[0]
 
     def set(self, key: str, value: bytes) -> None:

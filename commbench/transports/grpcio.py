@@ -284,6 +284,8 @@ class GrpcTransport(Transport):
         self.links: dict[int, GrpcLink] = {}
         self.server: grpc.Server | None = None
         self._lost: set[int] = set()
+        self.closing = False
+        _hush_grpc_threads(self)
 
     @classmethod
     def check_usable(cls, args: argparse.Namespace) -> None:
@@ -370,7 +372,22 @@ class GrpcTransport(Transport):
             link.recv_into(msg)
 
     def close(self) -> None:
+        self.closing = True  # from here grpcio's own threads may fail with the channels: see _hush_grpc_threads
         for link in self.links.values():
             link.close()
         if self.server:
             self.server.stop(grace=1.0).wait(5)
+
+
+def _hush_grpc_threads(transport: GrpcTransport) -> None:
+    """grpcio consumes a stream's requests in threads of its own; when a peer has died or the run is
+    closing, they fail with the channel (a closed channel, a cancelled call) and Python would print
+    their tracebacks after the main thread's one-line report. Only those are silenced."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if transport.closing or transport._lost:
+            return
+        previous(args)
+
+    threading.excepthook = hook
