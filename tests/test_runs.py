@@ -2,6 +2,8 @@
 a corrupted payload is counted, and the results file reads back as the printed table."""
 
 import json
+import os
+import re
 
 import pandas as pd
 import pytest
@@ -125,3 +127,30 @@ def test_summary_from_saved_files(tmp_out):
     assert float(row[2]) == pytest.approx(lat_rows[0]["p50_us"], abs=0.01)
     assert float(row[4]) == pytest.approx(read_runs(bw)[0].rows[0]["mb_s"], abs=0.1)
     assert row[5:] == ["1.00", "1.00"]
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_full_disk_is_one_line_and_keeps_whole_rows(tmp_path, suffix):
+    """On a 4 KiB tmpfs the results file fills up mid-run: one line naming the file and the cause,
+    exit 1, every line in the file whole (no torn row), the rows before kept."""
+    import subprocess
+
+    disk = tmp_path / "tiny"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(disk)], check=True)
+    try:
+        out = disk / f"r{suffix}"
+        r = commbench("p2p-latency", "-m", "0:4M", "-i", "20", "-x", "2", "-o", str(out), "--buffers", "1")
+        assert r.code == 1, (r.code, r.err)
+        first = r.err.splitlines()[0]
+        assert str(out) in first and "No space left on device" in first and "Traceback" not in r.err, r.err
+        # (rank 1 may add one line saying rank 0 went away: the abort races rank 0's exit)
+        text = out.read_text()
+        assert text.endswith("\n")
+        (run,) = read_runs(out)  # every line parses
+        kept = int(re.search(r"the (\d+) rows measured before are kept", r.err).group(1))
+        assert len(run.rows) == kept >= (1 if suffix == ".jsonl" else 0)  # a CSV rewrite needs room for two copies
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

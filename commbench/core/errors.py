@@ -18,6 +18,10 @@ class Unavailable(UsageError):
     transports that can. Exit status 2."""
 
 
+class ResultsError(CommbenchError):
+    """The results file cannot be written (a full disk, a read-only directory). Exit status 1."""
+
+
 class PeerError(CommbenchError):
     """A peer died, hung, or broke the protocol. Exit status 1."""
 

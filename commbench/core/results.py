@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as dt
+import io
 import json
 import os
 import platform
@@ -23,7 +24,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 from commbench import __version__
-from commbench.core.errors import UsageError
+from commbench.core.errors import ResultsError, UsageError
 
 META_PREFIX = "# commbench-meta "
 FORMATS = (".jsonl", ".json", ".csv")
@@ -81,8 +82,10 @@ def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequ
 class ResultsWriter:
     """Appends rows as they are measured; a killed run keeps every completed row.
 
+    Every line goes to the file in whole (one write per line, flushed); a write that fails (a full
+    disk) is cut back to the last whole line and ends the run with ResultsError naming the file.
     CSV carries every field JSONL does: a row with a field the header lacks rewrites the file with
-    the wider header (lists and dicts as JSON text).
+    the wider header (lists and dicts as JSON text), into a new file that replaces the old one.
     """
 
     def __init__(self, path: str | os.PathLike, meta: dict, columns: Sequence[str]) -> None:
@@ -90,43 +93,82 @@ class ResultsWriter:
         self.csv = self.path.suffix == ".csv"
         self.columns = list(columns)
         self.meta = meta
-        self.rows: list[dict] = []
+        self.rows: list[dict] = []  # CSV: kept for a rewrite with a wider header
+        self.written = 0
+        self.fd = -1
         if self.csv:
             self._rewrite()
         else:
-            self.fh = open(self.path, "a")
-            self.fh.write(json.dumps(meta) + "\n")
-            self.fh.flush()
+            self.fd = self._open(self.path, os.O_APPEND)
+            self._append((json.dumps(meta) + "\n").encode())
+
+    def _open(self, path: Path, mode: int) -> int:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o644)
+        except OSError as exc:
+            raise ResultsError(f"cannot write results to {path}: {exc.strerror}") from None
+
+    def _append(self, data: bytes, fd: int | None = None, path: Path | None = None) -> None:
+        fd = self.fd if fd is None else fd
+        start = os.lseek(fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)  # no torn line
+            raise ResultsError(f"cannot write results to {path or self.path}: {exc.strerror}; the "
+                               f"{self.written} rows measured before are kept") from None
+
+    def _csv_lines(self, rows: Sequence[dict], header: bool) -> bytes:
+        out = io.StringIO(newline="")
+        writer = csv.DictWriter(out, fieldnames=self.columns)
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue().encode()
 
     def _rewrite(self) -> None:
-        if getattr(self, "fh", None):
-            self.fh.close()
-        self.fh = open(self.path, "w", newline="")
-        self.fh.write(META_PREFIX + json.dumps(self.meta) + "\n")
-        self.writer = csv.DictWriter(self.fh, fieldnames=self.columns)
-        self.writer.writeheader()
-        for row in self.rows:
-            self.writer.writerow(row)
-        self.fh.flush()
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = self._open(tmp, os.O_TRUNC)
+        try:
+            self._append((META_PREFIX + json.dumps(self.meta) + "\n").encode() + self._csv_lines(self.rows, True),
+                         fd, self.path)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd = fd
 
     def row(self, row: dict) -> None:
         if "type" in row:
             raise ValueError("'type' marks JSONL records; name the column something else")
         if self.csv:
             flat = {k: _csv_value(v) for k, v in row.items()}
-            self.rows.append(flat)
             new = [k for k in flat if k not in self.columns]
+            self.rows.append(flat)
             if new:
                 self.columns += new
                 self._rewrite()
             else:
-                self.writer.writerow(flat)
+                try:
+                    self._append(self._csv_lines([flat], False))
+                except ResultsError:
+                    self.rows.pop()
+                    raise
         else:
-            self.fh.write(json.dumps({"type": "row", **row}) + "\n")
-        self.fh.flush()
+            self._append((json.dumps({"type": "row", **row}) + "\n").encode())
+        self.written += 1
 
     def close(self) -> None:
-        self.fh.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _csv_value(v: object) -> object:

@@ -25,7 +25,8 @@ from commbench.core.errors import CommbenchError
 from commbench.core.rendezvous import StoreClient
 
 INTERVAL = 0.5
-GRACE = 2.0
+GRACE = 2.0  # for the main thread to report a failure itself
+ABORT_GRACE = 0.5  # after another rank aborted the run (rank 0 waits up to 3 s for the others to go)
 
 
 class Watchdog:
@@ -51,9 +52,9 @@ class Watchdog:
                 status = self.client.beat(self.timeout + GRACE)  # a transport's own timeout speaks first
             except CommbenchError as exc:
                 return self._die(f"{me}: {exc}")
-            if status.get("aborted"):
+            if status.get("aborted"):  # the rank that aborted said why; this one ends quietly, soon
                 failed_since = failed_since or time.monotonic()
-                if time.monotonic() - failed_since > GRACE:
+                if time.monotonic() - failed_since > ABORT_GRACE:
                     os._exit(int(status["aborted"][1]))
             elif status.get("failed"):
                 failed_since = failed_since or time.monotonic()
