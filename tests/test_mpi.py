@@ -171,3 +171,14 @@ def test_mpi_without_a_launcher_starts_mpiexec(tmp_path):
                   "--validate")
     assert r.code == 0, r.err
     assert [row[5] for row in table_rows(r.out)] == ["native"] and table_rows(r.out)[0][-1] == "0"
+
+
+def test_compare_runs_the_mpi_configuration():
+    """The main job's mpi configurations start under the wheel's mpiexec and reach the summary."""
+    from conftest import commbench
+
+    r = commbench("compare", "--only", "mpi buffer")
+    assert r.code == 0, r.err
+    summary = r.out[r.out.index("# commbench compare"):]
+    row = next(line.split() for line in summary.splitlines() if line.startswith("mpi buffer"))
+    assert float(row[2]) > 0 and float(row[4]) > 0  # latency at 8 B, bandwidth at 4 MiB
