@@ -67,10 +67,11 @@ def read_all(files: Sequence[str]) -> list[tuple[str, Run]]:
 def load(runs: Sequence[tuple[str, Run]]):
     """One DataFrame row per result row, with the run's file, bench, placement and series label."""
     pd = pandas()
+    metrics = [metric_of(run.meta) for _, run in runs]
     records = [{"file": Path(f).name, "bench": run.meta.get("bench"),
-                "placement": run.meta.get("options", {}).get("placement"), "metric": metric_of(run.meta)["key"],
-                "higher": metric_of(run.meta)["better"] == "higher", **row}
-               for f, run in runs for row in run.rows]
+                "placement": run.meta.get("options", {}).get("placement"), "metric": m["key"],
+                "higher": m["better"] == "higher", **row}
+               for (f, run), m in zip(runs, metrics, strict=True) for row in run.rows]
     if not records:
         raise UsageError(f"no result rows in {', '.join(sorted({f for f, _ in runs}))}")
     df = pd.DataFrame.from_records(records)

@@ -2,7 +2,7 @@
 corruption counted, nccl-tests' bus factor."""
 
 import pytest
-from conftest import commbench, mpiexec
+from conftest import commbench, mpiexec, table_rows
 from wire import DELAY, RATE, run_ranks
 
 from commbench.benchmarks.allgather import AllGather
@@ -28,7 +28,7 @@ def test_native_over_mpi():
     r = mpiexec(3, "allgather", "-t", "mpi", "--ranks", "3", "-a", "native", "-b", "12", "-e", "1M", "-f", "64",
                 "-i", "5", "--validate")
     assert r.code == 0, r.err
-    rows = [line.split() for line in r.out.splitlines() if not line.startswith("#")]
+    rows = table_rows(r.out)
     assert [row[5] for row in rows] == ["native"] * 3 and [row[-1] for row in rows] == ["0"] * 3, r.out
 
 

@@ -2,7 +2,7 @@
 corruption counted, busbw = algbw."""
 
 import pytest
-from conftest import commbench, mpiexec
+from conftest import commbench, mpiexec, table_rows
 from wire import DELAY, RATE, run_ranks
 
 from commbench.benchmarks.broadcast import Broadcast
@@ -26,7 +26,7 @@ def test_native_over_mpi():
     r = mpiexec(4, "broadcast", "-t", "mpi", "-a", "native", "--root", "2", "-b", "4", "-e", "1M", "-f", "64",
                 "-i", "5", "--validate")
     assert r.code == 0, r.err
-    rows = [line.split() for line in r.out.splitlines() if not line.startswith("#")]
+    rows = table_rows(r.out)
     assert [row[5] for row in rows] == ["native"] * 4 and [row[-1] for row in rows] == ["0"] * 4, r.out
 
 

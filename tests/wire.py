@@ -84,7 +84,6 @@ class WireTransport(Transport):
 
     def __init__(self, world, wires: dict) -> None:
         self.world, self.wires, self.timeout = world, wires, 10.0
-        self.name = "wire"
 
     def connect(self, peers) -> dict[int, Link]:
         me = self.world.rank

@@ -167,8 +167,7 @@ def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | No
         sync.barrier()
         checked.go(1)
         wrong += checked.wrong()
-    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop,
-            "huge_kb": buffers.huge_kb(), **side.report()}  # page backing while the point's buffers exist
+    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop, **side.report()}
     if timing.samples is not None:
         mine["mean_ns"] = float(np.mean(timing.samples))
     reports = ctx.world.gather_json(f"{bench.name}-point", mine, patient=True)
@@ -176,7 +175,7 @@ def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | No
         return None
     row = bench.row(payload, timing, reports)
     row.setdefault("wrong", sum(r["wrong"] for r in reports))
-    row["huge_kb"] = reports[0]["huge_kb"]
+    row["huge_kb"] = buffers.huge_kb()  # rank 0's page backing, while this point's buffers (side) still exist
     if timing.stop != "count":
         row.setdefault("stop", timing.stop)
     return row

@@ -23,6 +23,12 @@ class FrozenArgs(argparse.Namespace):
                              "put derived values in RunConfig")
 
 
+def plain_options(args: argparse.Namespace, lists: bool = False) -> dict:
+    """The options with plain values (str, int, float, bool, None; and lists if asked), as results keep them."""
+    kinds = (str, int, float, bool, list, type(None)) if lists else (str, int, float, bool, type(None))
+    return {k: v for k, v in vars(args).items() if isinstance(v, kinds)}
+
+
 def freeze(args: argparse.Namespace) -> FrozenArgs:
     frozen = FrozenArgs()
     vars(frozen).update(vars(args))
@@ -47,4 +53,4 @@ class RunConfig:
 
     def options(self) -> dict:
         """The options as saved with the results (plain values only)."""
-        return {k: v for k, v in vars(self.args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
+        return plain_options(self.args, lists=True)

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from commbench.core.config import plain_options
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
 from commbench.core.table import Column, header_line, row_line
@@ -236,7 +237,7 @@ def save(args: argparse.Namespace, out: dict) -> None:
     from commbench.core.results import ResultsWriter, check_output_path, run_metadata
 
     check_output_path(args.output)
-    options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    options = plain_options(args)
     keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
             "images_s", "measured_images_s", "error_pct", "measured_step_ms", "min_beta_mb_s", "shared_host"]
     meta = {**run_metadata("predict", options, [], ("numpy",)), "metric": {"key": "images_s", "better": "higher"}}

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from commbench.core.config import FrozenArgs, freeze
+from commbench.core.config import FrozenArgs, freeze, plain_options
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
 from commbench.core.placement import Placement
@@ -123,7 +123,7 @@ def _tf_port(args: argparse.Namespace, rank: int, host: str) -> int:
 
 
 def run_rank(placement: Placement, args: argparse.Namespace) -> int:
-    options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    options = plain_options(args)
     with Session(placement, args.timeout, None, options, PACKAGES) as run:
         world = run.world
         rs = roles(args)
