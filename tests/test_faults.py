@@ -174,6 +174,21 @@ def test_stray_at_a_data_port_is_refused():
         links[r][0].close()
 
 
+def _port_below_ephemeral(n: int) -> int:
+    """A port P with P .. P + n - 1 free, below the kernel's ephemeral range (so no outgoing socket of
+    this machine can take one as its source port meanwhile)."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for p in range(low - 2000, low - n, 7):
+        try:
+            socks = [socket.create_server(("127.0.0.1", q)) for q in range(p, p + n)]
+        except OSError:
+            continue
+        for s in socks:
+            s.close()
+        return p
+    raise AssertionError("no free ports below the ephemeral range")
+
+
 def _connect(port: int) -> socket.socket:
     for _ in range(200):
         try:
@@ -206,7 +221,7 @@ def test_rendezvous_bounds_strangers_before_the_token():
     256 MiB, a trickling hello and 150 idle connections leave the run unharmed."""
     from commbench.core.rendezvous import HELLO_MAX_JSON, HELLO_TIMEOUT, MAX_UNPROVEN
 
-    port = free_port()
+    port = _port_below_ephemeral(3)  # our 160 stranger sockets take ephemeral source ports: keep P + 1 + r off them
     launcher = spawn("p2p-latency", "-m", "8,64K", "--time", "8", "--warmup-time", "0.2", "--port", str(port),
                      "--timeout", "20")
     big = [_connect(port) for _ in range(8)]
