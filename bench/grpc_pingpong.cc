@@ -1,12 +1,14 @@
 // A C++ gRPC ping-pong: the reference bench/vs_grpc_cpp.py measures commbench's grpc transport against.
 //
-//   grpc_pingpong server PORT
-//   grpc_pingpong client HOST:PORT unary|stream SIZE ITERATIONS WARMUP
+//   grpc_pingpong server PORT [copy]
+//   grpc_pingpong client HOST:PORT unary|stream SIZE ITERATIONS WARMUP [copy]
 //
 // Generic (raw bytes, no protobuf) methods through gRPC's async completion-queue API, as TensorFlow's
 // runtime uses it: /cb.Ref/Unary answers each call with a message of the same size; /cb.Ref/Stream
 // echoes every message of a bidi stream. The client times every round trip and prints one line:
-// "size p50_one_way_us mean_one_way_us" (one way = round trip / 2).
+// "size p50_one_way_us mean_one_way_us" (one way = round trip / 2). With "copy", each side also copies
+// every message it receives out of gRPC's slices into a buffer of its own, as an application that
+// receives into its own memory does (commbench's grpc-cpp transport receives into the caller's buffers).
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +33,20 @@ grpc::ByteBuffer Payload(size_t size) {
 }
 
 void* Tag(int i) { return reinterpret_cast<void*>(static_cast<intptr_t>(i)); }
+
+bool g_copy = false;  // copy each received message into the application's own buffer
+
+void CopyOut(const grpc::ByteBuffer& buf, std::vector<char>* app) {
+  if (!g_copy) return;
+  std::vector<grpc::Slice> slices;
+  buf.Dump(&slices);
+  app->resize(buf.Length());
+  size_t off = 0;
+  for (const grpc::Slice& s : slices) {
+    std::memcpy(app->data() + off, s.begin(), s.size());
+    off += s.size();
+  }
+}
 
 // One call on the server: read, write back, until the client is done (a unary call is one round).
 class Call {
@@ -52,6 +69,7 @@ class Call {
           stream_.Finish(grpc::Status::OK, this);
           return true;
         }
+        CopyOut(buf_, &app_);
         if (ctx_.method() == "/cb.Ref/Unary") {  // one round: reply and finish in one batch
           state_ = kDone;
           stream_.WriteAndFinish(buf_, grpc::WriteOptions(), grpc::Status::OK, this);
@@ -76,6 +94,7 @@ class Call {
   grpc::GenericServerAsyncReaderWriter stream_;
   grpc::ServerCompletionQueue* cq_;
   grpc::ByteBuffer buf_;
+  std::vector<char> app_;
   State state_ = kNew;
 };
 
@@ -122,6 +141,7 @@ int Client(const std::string& target, const std::string& kind, size_t size, int 
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   grpc::ByteBuffer request = Payload(size), reply;
+  std::vector<char> app(size);
   std::vector<double> us;
   us.reserve(iters);
   using Clock = std::chrono::steady_clock;
@@ -138,6 +158,7 @@ int Client(const std::string& target, const std::string& kind, size_t size, int 
         std::fprintf(stderr, "grpc_pingpong: %s\n", status.error_message().c_str());
         return 1;
       }
+      CopyOut(reply, &app);
       auto t1 = Clock::now();
       if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
     }
@@ -155,6 +176,7 @@ int Client(const std::string& target, const std::string& kind, size_t size, int 
         std::fprintf(stderr, "grpc_pingpong: the stream ended early\n");
         return 1;
       }
+      CopyOut(reply, &app);
       auto t1 = Clock::now();
       if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
     }
@@ -179,9 +201,11 @@ int Client(const std::string& target, const std::string& kind, size_t size, int 
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_copy = std::string(argv[argc - 1]) == "copy";
+  if (g_copy) --argc;
   if (argc == 3 && std::string(argv[1]) == "server") return Serve(argv[2]);
   if (argc == 7 && std::string(argv[1]) == "client")
     return Client(argv[2], argv[3], std::strtoull(argv[4], nullptr, 10), std::atoi(argv[5]), std::atoi(argv[6]));
-  std::fprintf(stderr, "usage: grpc_pingpong server PORT | client HOST:PORT unary|stream SIZE ITERS WARMUP\n");
+  std::fprintf(stderr, "usage: grpc_pingpong server PORT [copy] | client HOST:PORT unary|stream SIZE ITERS WARMUP [copy]\n");
   return 2;
 }

@@ -9,7 +9,9 @@ unary calls and for a bidi stream: the C++ reference, bench/grpcio_pingpong.py (
 script: what grpcio can do from Python) and `commbench p2p-latency -t grpc --grpc-call ...`, one after
 another. Prints medians over rounds of the one-way p50 (us; and MB/s = size / one-way time at the
 largest size) with the ratios commbench / C++ and commbench / script (medians of per-round ratios).
-Goals: commbench grpc <= 1.1x the plain script of the same call type.
+Also commbench's grpc-cpp transport (gRPC's C++ API through commbench's extension). Goals: grpc-cpp
+8 B <= 1.15x the C++ reference and its 4 MiB bandwidth >= 0.95x; commbench grpc <= 1.1x the plain
+script of the same call type.
 """
 
 from __future__ import annotations
@@ -67,17 +69,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pingpong(server: list[str], client: list[str], kind: str, sizes: list[int]) -> dict[int, float]:
+def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, sizes: list[int]) -> dict[int, float]:
     """Start a server, run the client once per size; {size: one-way p50 us}."""
     port = str(free_port())
-    srv = subprocess.Popen([*server, port], stdout=subprocess.PIPE, text=True)
+    srv = subprocess.Popen([*server, port, *extra], stdout=subprocess.PIPE, text=True)
     try:
         if srv.stdout.readline().strip() != "listening":
             sys.exit(f"vs_grpc_cpp: {server[0]} did not start")
         out = {}
         for size in sizes:
             n, w = loops(size)
-            line = subprocess.run([*client, f"127.0.0.1:{port}", kind, str(size), str(n), str(w)],
+            line = subprocess.run([*client, f"127.0.0.1:{port}", kind, str(size), str(n), str(w), *extra],
                                   capture_output=True, text=True, timeout=600, check=True).stdout.split()
             out[size] = float(line[1])
         return out
@@ -86,13 +88,16 @@ def pingpong(server: list[str], client: list[str], kind: str, sizes: list[int]) 
         srv.wait()
 
 
-def commbench(kind: str, sizes: list[int]) -> dict[int, float]:
+def commbench(transport: str, kind: str, sizes: list[int]) -> dict[int, float]:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "r.jsonl"
-        subprocess.run([str(BIN / "commbench"), "p2p-latency", "-t", "grpc", "--grpc-call", kind, "-m",
+        subprocess.run([str(BIN / "commbench"), "p2p-latency", "-t", transport, "--grpc-call", kind, "-m",
                         ",".join(map(str, sizes)), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
     return {int(r["size"]): float(r["p50_us"]) for r in rows}
+
+
+TOOLS = ("C++", "C++copy", "grpc-cpp", "grpcio", "grpc")  # references, commbench -t grpc-cpp, script, -t grpc
 
 
 def main() -> None:
@@ -102,33 +107,45 @@ def main() -> None:
     a = ap.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     exe = build()
+    subprocess.run([sys.executable, "-m", "commbench.transports._grpc_cpp"], check=True, stdout=subprocess.DEVNULL)
     py = [sys.executable, str(HERE / "grpcio_pingpong.py")]
-    tools = {"C++": ([str(exe), "server"], [str(exe), "client"]), "grpcio": ([*py, "server"], [*py, "client"])}
+    tools = {"C++": ([str(exe), "server"], [str(exe), "client"], []),
+             "C++copy": ([str(exe), "server"], [str(exe), "client"], ["copy"]),
+             "grpcio": ([*py, "server"], [*py, "client"], [])}
     rounds = []
     t0 = time.monotonic()
     for r in range(a.rounds):
         got = {}
         for kind in KINDS:
-            for name, (srv, cli) in tools.items():
-                got[(name, kind)] = pingpong(srv, cli, kind, sizes)
-            got[("commbench", kind)] = commbench(kind, sizes)
+            for name in TOOLS:
+                got[(name, kind)] = pingpong(*tools[name], kind, sizes) if name in tools else \
+                    commbench(name, kind, sizes)
         rounds.append(got)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    def ratio(kind: str, size: int, num: str, den: str) -> float:
+        return statistics.median(rd[(num, kind)][size] / rd[(den, kind)][size] for rd in rounds)
+
     print(f"# gRPC ping-pong, one-way p50 us (MB/s at the largest size = size / one-way), {a.rounds} interleaved "
           "rounds, medians; ratios: medians of per-round ratios")
-    print(f"{'call':7s} {'size':>8s} {'C++':>10s} {'grpcio':>10s} {'commbench':>10s} {'cb/C++':>8s} {'cb/grpcio':>9s}")
+    print("# C++: bench/grpc_pingpong.cc; C++copy: the same, copying each received message into its own buffer "
+          "(as grpc-cpp receives into the caller's); grpc-cpp: commbench -t grpc-cpp; grpcio: "
+          "bench/grpcio_pingpong.py; grpc: commbench -t grpc")
+    print(f"{'call':7s} {'size':>8s} " + " ".join(f"{t:>9s}" for t in TOOLS) +
+          f" {'cpp/C++':>8s} {'cpp/copy':>8s} {'grpc/py':>8s}")
     for kind in KINDS:
         for size in sizes:
-            v = {t: [rd[(t, kind)][size] for rd in rounds] for t in ("C++", "grpcio", "commbench")}
-            med = {t: statistics.median(x) for t, x in v.items()}
-            rc = statistics.median(c / o for c, o in zip(v["commbench"], v["C++"], strict=True))
-            rp = statistics.median(c / o for c, o in zip(v["commbench"], v["grpcio"], strict=True))
-            print(f"{kind:7s} {size:8d} {med['C++']:10.2f} {med['grpcio']:10.2f} {med['commbench']:10.2f} "
-                  f"{rc:8.2f} {rp:9.2f}")
+            med = {t: statistics.median(rd[(t, kind)][size] for rd in rounds) for t in TOOLS}
+            print(f"{kind:7s} {size:8d} " + " ".join(f"{med[t]:9.2f}" for t in TOOLS) +
+                  f" {ratio(kind, size, 'grpc-cpp', 'C++'):8.2f} {ratio(kind, size, 'grpc-cpp', 'C++copy'):8.2f}"
+                  f" {ratio(kind, size, 'grpc', 'grpcio'):8.2f}")
         big = max(sizes)
-        mbs = {t: big / statistics.median(rd[(t, kind)][big] for rd in rounds) for t in ("C++", "grpcio", "commbench")}
-        print(f"{kind:7s} {'MB/s':>8s} {mbs['C++']:10.1f} {mbs['grpcio']:10.1f} {mbs['commbench']:10.1f}")
-    print("# goal: commbench grpc <= 1.1x the plain grpcio script of the same call type")
+        mbs = {t: big / statistics.median(rd[(t, kind)][big] for rd in rounds) for t in TOOLS}
+        print(f"{kind:7s} {'MB/s':>8s} " + " ".join(f"{mbs[t]:9.1f}" for t in TOOLS) +
+              f" {1 / ratio(kind, big, 'grpc-cpp', 'C++'):8.2f} {1 / ratio(kind, big, 'grpc-cpp', 'C++copy'):8.2f}"
+              f" {1 / ratio(kind, big, 'grpc', 'grpcio'):8.2f}")
+    print("# goals: grpc-cpp 8 B <= 1.15x C++; grpc <= 1.1x the grpcio script of the same call type; "
+          "grpc-cpp MB/s at the largest size >= 0.95x C++ (the MB/s rows give bandwidth ratios)")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,9 @@ def library_versions() -> dict[str, str | None]:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             out[pkg] = None
+    from commbench.transports._grpc_cpp import runtime_version
+
+    out["grpc++ (C++)"] = runtime_version()
     return out
 
 
@@ -145,5 +148,5 @@ def devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print("libraries: " + ", ".join(f"{k} {v}" for k, v in r["libraries"].items() if v))
     print("transports:")
     for name, s in r["transports"].items():
-        print(f"  {name:7s} {s}")
+        print(f"  {name:8s} {s}")
     return 0

@@ -12,11 +12,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "${1:-}" = "--dev" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    # Reference tools for bench/ (sockperf, iperf3), iproute2 for emulated hosts, and a Slurm
-    # cluster for the srun tests (launchers/slurm-cluster.sh).
+    # Reference tools for bench/ (sockperf, iperf3), iproute2 for emulated hosts, a Slurm cluster
+    # for the srun tests (launchers/slurm-cluster.sh), and gRPC's C++ library for -t grpc-cpp.
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 psmisc \
-      slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs >/dev/null
+      slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs libgrpc++-dev pkg-config g++ >/dev/null
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
@@ -30,4 +30,7 @@ for d in /usr/lib/python3/dist-packages/pyverbs /usr/lib64/python3*/site-package
     ln -sfn "$d" "$site/pyverbs"; break
   fi
 done
+# -t grpc-cpp: a small C++ extension over gRPC's C++ API, built where its development files are
+# (Debian: apt-get install libgrpc++-dev pkg-config g++); elsewhere `commbench devices` says why not.
+.venv/bin/python -m commbench.transports._grpc_cpp || true
 echo "commbench installed in $(pwd)/.venv: $(.venv/bin/commbench --version)"

@@ -71,3 +71,30 @@ def table_rows(out: str) -> list[list[str]]:
 @pytest.fixture
 def tmp_out(tmp_path):
     return tmp_path
+
+
+def _grpc_cpp_reason() -> str | None:
+    """Why grpc-cpp cannot run here, or None. Where gRPC's C++ development files exist (CI installs
+    them), the extension must be built and loadable: that is a failure, never a skip."""
+    from commbench.core.errors import Unavailable
+    from commbench.transports import _grpc_cpp
+
+    try:
+        _grpc_cpp.load()
+        return None
+    except Unavailable as exc:
+        if _grpc_cpp.runtime_version() is not None:
+            raise AssertionError(f"gRPC's C++ development files are installed but {exc}") from None
+        return str(exc)
+
+
+GRPC_CPP_REASON = _grpc_cpp_reason()
+
+
+needs_grpc_cpp = pytest.mark.skipif(GRPC_CPP_REASON is not None, reason=GRPC_CPP_REASON or "")
+
+
+def grpc_cpp(*args: str, before: tuple[str, ...] = ()):
+    """A pytest.param of ``[*before, -t grpc-cpp, *args]``, skipped with the reason where it cannot run."""
+    return pytest.param([*before, "-t", "grpc-cpp", *args], id="-".join([*before, "grpc-cpp", *args]),
+                        marks=needs_grpc_cpp)

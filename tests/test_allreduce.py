@@ -1,7 +1,7 @@
 """The all-reduce emulator: every algorithm equals numpy's sum for 2..5 ranks, nccl-tests' formulas."""
 
 import pytest
-from conftest import commbench, table_rows
+from conftest import commbench, grpc_cpp, table_rows
 
 from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.core.results import read_runs
@@ -29,7 +29,7 @@ def test_bus_factor():
     assert [AllReduceBench.bus_factor(n) for n in (2, 4, 8)] == [1.0, 1.5, 1.75]
 
 
-@pytest.mark.parametrize("transport", [["-t", "grpc"], ["-t", "tcp", "--poll", "busy"]])
+@pytest.mark.parametrize("transport", [["-t", "grpc"], ["-t", "tcp", "--poll", "busy"], grpc_cpp()])
 def test_ring_over_other_transports(transport):
     r = commbench("allreduce", *transport, "--ranks", "3", "-b", "1K", "-e", "64K", "-f", "8", "-i", "5",
                   "--validate")

@@ -3,7 +3,7 @@
 import socket
 
 import pytest
-from conftest import commbench, free_port
+from conftest import commbench, free_port, needs_grpc_cpp
 
 
 def one_line_exit_2(r, *needles):
@@ -19,7 +19,7 @@ def one_line_exit_2(r, *needles):
 @pytest.mark.parametrize("args,needles", [
     (["p2p-lateny"], ["invalid choice: 'p2p-lateny'", "p2p-latency"]),
     (["p2p-latency", "-t", "carrier-pigeon"],
-     ["unknown transport 'carrier-pigeon'", "grpc, ipoib, mpi, tcp, tf-grpc, verbs"]),
+     ["unknown transport 'carrier-pigeon'", "grpc, grpc-cpp, ipoib, mpi, tcp, tf-grpc, verbs"]),
     (["p2p-latency", "-m", "4X"], ["bad maximum size '4X'", "K, M or G"]),
     (["p2p-latency", "-m", "4M:1K"], ["minimum 4194304 is larger than maximum 1024", "MIN <= MAX"]),
     (["p2p-latency", "-m", "8,1Q"], ["bad message size '1Q'"]),
@@ -36,6 +36,7 @@ def one_line_exit_2(r, *needles):
     (["p2p-bandwidth", "-W", "0"], ["-W/--window must be at least 1"]),
     (["p2p-latency", "--np", "3"], ["p2p-latency runs on 2 ranks here, not --np 3"]),
     (["p2p-latency", "-t", "grpc", "--poll", "busy"], ["has no busy mode (it has: blocking)", "drop --poll busy"]),
+    (["p2p-latency", "-t", "grpc-cpp", "--grpc-mode", "proto"], ["grpc-cpp transport sends raw bytes", "-t grpc"]),
     (["p2p-latency", "--timeout", "0"], ["--timeout must be a positive number"]),
     (["p2p-latency", "--port", "70000"], ["--port must be between 0 and 65535"]),
     (["p2p-latency", "-o", "/nonexistent-dir/x.jsonl"], ["directory '/nonexistent-dir' does not exist"]),
@@ -65,7 +66,7 @@ def test_rendezvous_port_in_use():
                         f"cannot listen for the rendezvous on 127.0.0.1:{port}", "--port")
 
 
-@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+@pytest.mark.parametrize("transport", ["tcp", "grpc", pytest.param("grpc-cpp", marks=needs_grpc_cpp)])
 def test_data_port_in_use(transport):
     port = free_port()
     with socket.socket() as s:  # rank 0's data port is P + 1

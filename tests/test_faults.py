@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import free_port, spawn
+from conftest import free_port, grpc_cpp, spawn
 
 from commbench.core.config import RunConfig, freeze
 from commbench.core.framing import encode
@@ -47,7 +47,8 @@ def wait_rows(path, n, launcher, limit=60):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-call", "unary"]])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-call", "unary"],
+                                       grpc_cpp(), grpc_cpp("--grpc-call", "unary")])
 @pytest.mark.parametrize("victim", [1, 0])
 def test_killed_peer(tmp_path, transport, victim):
     out = tmp_path / "r.jsonl"
@@ -74,11 +75,11 @@ def test_killed_peer(tmp_path, transport, victim):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], grpc_cpp()])
 def test_hung_peer(tmp_path, transport):
     out = tmp_path / "r.jsonl"
     timeout = 3
-    launcher = spawn("p2p-latency", "-t", transport, "-m", "0:4M", "-i", "400", "-x", "10",
+    launcher = spawn("p2p-latency", *transport, "-m", "0:4M", "-i", "400", "-x", "10",
                      "--timeout", str(timeout), "-o", str(out))
     pids = rank_pids(launcher)
     wait_rows(out, 2, launcher)
@@ -89,6 +90,7 @@ def test_hung_peer(tmp_path, transport):
     assert launcher.returncode != 0
     assert f"rank 0 on host {HOST}:" in stderr and f"rank 1 on host {HOST}" in stderr, stderr
     assert any(s in stderr for s in ("timed out after 3 s", "sent nothing within 3 s", "stopped calling",
+                                     "did not answer within 3 s",
                                      "stopped responding (no heartbeat")), stderr
     assert "still running 3 s after another rank failed; killing it" in stderr
     assert elapsed < 2 * timeout + 6, elapsed  # rank 0 within its timeout; the stopped rank killed after it
@@ -261,3 +263,29 @@ def test_rendezvous_bounds_strangers_before_the_token():
     assert threads <= MAX_UNPROVEN + 30 and rss < 400 << 20, (threads, rss)
     assert f"more than {MAX_UNPROVEN} connections without the run token" in stderr
     assert "frame too large" in stderr
+
+
+@pytest.mark.parametrize("transport", [["-t", "grpc"], grpc_cpp(), grpc_cpp("--grpc-call", "unary")])
+def test_stray_grpc_calls_are_refused(transport):
+    """A gRPC client without the run token gets UNIMPLEMENTED from a rank's data port; garbage bytes get
+    the connection closed; the run goes on and every row arrives."""
+    import grpc
+
+    port = _port_below_ephemeral(3)
+    launcher = spawn("p2p-latency", *transport, "-m", "0:64K", "-i", "1500", "-x", "10", "--port", str(port))
+    target = f"127.0.0.1:{port + 1}"  # rank 0's data port
+    codes = []
+    with grpc.insecure_channel(target) as ch:
+        grpc.channel_ready_future(ch).result(timeout=30)
+        for path in ("/cbnot-the-token/Exchange1", "/cbnot-the-token/DeliverStream1", "/x.Y/Z"):
+            try:
+                ch.unary_unary(path)(b"stray", timeout=5)
+            except grpc.RpcError as exc:
+                codes.append(exc.code())
+    garbage = _connect(port + 1)
+    garbage.sendall(b"GET / HTTP/1.1\r\n\r\n" * 100)
+    stdout, stderr = launcher.communicate(timeout=180)
+    garbage.close()
+    assert launcher.returncode == 0, stderr
+    assert codes == [grpc.StatusCode.UNIMPLEMENTED] * 3
+    assert len([line for line in stdout.splitlines() if not line.startswith("#")]) == 18  # 0 .. 64K

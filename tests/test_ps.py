@@ -1,7 +1,7 @@
 """The parameter-server emulator: TensorFlow-like placement, real updates, any transport."""
 
 import pytest
-from conftest import commbench, table_rows
+from conftest import commbench, grpc_cpp, table_rows
 
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
@@ -32,7 +32,8 @@ def test_placement_rejects(n, p):
         place([4] * n, p)
 
 
-@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-mode", "proto"]])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], ["-t", "grpc", "--grpc-mode", "proto"],
+                                       grpc_cpp(), grpc_cpp("--grpc-call", "unary")])
 @pytest.mark.parametrize("placement", ["round-robin", "greedy"])
 def test_ps_updates_are_real(tmp_path, transport, placement):
     out = tmp_path / "ps.jsonl"

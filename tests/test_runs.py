@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import commbench, table_rows
+from conftest import commbench, grpc_cpp, table_rows
 
 from commbench.core.results import read_runs
 from commbench.show import render
@@ -45,8 +45,20 @@ def test_grpc_validated(mode, call):
     assert wrong_column(bw.out) == [0] * 3
 
 
+@pytest.mark.parametrize("transport", [grpc_cpp("--grpc-call", "unary"), grpc_cpp("--grpc-call", "stream")])
+def test_grpc_cpp_validated(transport):
+    lat = commbench("p2p-latency", *transport, "-m", "0,7,64K,2M", "-i", "30", "-x", "3", "--validate")
+    assert lat.code == 0, lat.err
+    assert wrong_column(lat.out) == [0] * 4
+    assert f"grpc-cpp (raw/{transport[-1]})" in lat.out
+    for bench in ("p2p-bandwidth", "p2p-bibw"):
+        bw = commbench(bench, *transport, "-m", "1,64K,2M", "-i", "5", "-x", "1", "-W", "16", "--validate")
+        assert bw.code == 0, bw.err
+        assert wrong_column(bw.out) == [0] * 3
+
+
 @pytest.mark.parametrize("scheme", ["uniform", "random", "skew"])
-@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc", "--grpc-mode", "proto"]])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc", "--grpc-mode", "proto"], grpc_cpp()])
 def test_payload_schemes_validated(scheme, transport):
     r = commbench("p2p-latency", *transport, "--payload", scheme, "--buffers", "12", "-i", "20", "-x", "2",
                   "--validate", "--seed", "3")
@@ -60,6 +72,8 @@ def test_payload_schemes_validated(scheme, transport):
     ["p2p-latency", "-t", "grpc", "--grpc-mode", "proto"],
     ["p2p-bandwidth", "-t", "tcp", "-W", "4"],
     ["p2p-bandwidth", "-t", "grpc", "-W", "4"],
+    grpc_cpp(before=("p2p-latency",)),
+    grpc_cpp("-W", "4", before=("p2p-bandwidth",)),
 ])
 def test_corruption_is_counted_and_fails_the_run(args):
     # every 5th message a rank sends carries one flipped byte: 20 round trips -> 4 wrong each way;

@@ -34,6 +34,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         meta = run.metadata(bench.name, {"poll": config.poll, "mode": transport.mode(), "ranks": world.size,
                                          "loops": config.loops.describe(bench.loop_source),
                                          "payload_spec": config.payload_spec})
+        meta["versions"].update(transport.versions())
         meta.update(memory=buffers.backing(), harness_overhead_ns=harness_overhead_ns(),
                     metric={"key": bench.metric, "better": bench.better})
         columns = [bench.size_column(meta), *bench.columns]

@@ -129,6 +129,10 @@ class Transport(ABC):
     def check_usable(cls, args: argparse.Namespace) -> None:
         """Raise UsageError naming what is missing (a module, a device) and the fix."""
 
+    def versions(self) -> dict[str, str]:
+        """Versions of libraries this transport uses beyond the Python packages the results record."""
+        return {}
+
     def mode(self) -> str:
         """Short description of the transport's mode for table headers and rows, e.g. 'raw/unary'."""
         return "-"

@@ -1,0 +1,699 @@
+// gRPC's C++ API behind a small C ABI, for commbench's grpc-cpp transport (loaded with ctypes, whose
+// calls release the GIL). Built by launchers/setup.sh (python -m commbench.transports._grpc_cpp).
+//
+// One engine per rank: a gRPC server with a generic (raw-bytes) service, one channel and generic stub
+// per peer, and ONE completion queue for everything. Whoever calls in drives the queue in its own
+// thread (as the C++ reference ping-pong does): no hand-off between threads on the timed path. An idle
+// driver thread polls the queue only while no call has been made for IDLE_AFTER, so that a rank sitting
+// in a barrier still answers gRPC's handshakes and flow control; a call takes the queue back at once
+// (an alarm wakes the idle driver).
+//
+// Methods: /cb<token>/<Kind><rank>, Kind one of Deliver (unary one-way message), DeliverStream (one-way
+// messages on a client stream), Exchange (unary call), ExchangeStream (calls on a bidi stream). A call
+// whose path lacks the run token gets UNIMPLEMENTED. Messages are iovecs: sent from static slices over
+// the caller's buffers (no copy; a send returns once gRPC has written them), received by one copy from
+// gRPC's slices into the caller's buffers. Unary one-way messages are the exception: a unary request is
+// held until its reply, so it is copied once (with its sequence number) to let the sender go on.
+#include <grpcpp/alarm.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kOk = 0, kTick = 1, kFail = -1;
+constexpr size_t kMaxInFlight = 1024;                      // unary one-way sends not yet answered
+constexpr auto kIdleAfter = std::chrono::milliseconds(20);  // no call for this long: the idle driver polls
+enum Kind { kDeliver, kDeliverStream, kExchange, kExchangeStream };
+const char* const kKindNames[] = {"Deliver", "DeliverStream", "Exchange", "ExchangeStream"};
+
+gpr_timespec After(double seconds) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_micros(static_cast<int64_t>(seconds * 1e6),
+                                                                         GPR_TIMESPAN));
+}
+
+struct Op {  // a completion-queue tag
+  virtual void Done(bool ok) = 0;
+  virtual ~Op() = default;
+};
+
+struct Flag final : Op {
+  bool done = true, ok = true;
+  void Arm() { done = ok = false; }
+  void Done(bool o) override { done = true, ok = o; }
+};
+
+// A commbench Message: its buffers as an iovec, and a byte buffer of static slices over them.
+struct Msg {
+  std::vector<std::pair<char*, size_t>> iov;
+  size_t nbytes = 0;
+  grpc::ByteBuffer out;
+};
+
+class Engine;
+struct ServerCall;
+
+struct Link {
+  int peer;
+  std::string deliver, exchange;  // method paths on the peer
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> stub;
+  std::unique_ptr<grpc::ClientContext> dctx, xctx;  // the client streams (stream mode)
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> dstream, xstream;
+  Flag dwrite, xwrite, xread, started;
+  grpc::ByteBuffer xreply;
+  std::deque<struct UnarySend*> sends;  // unary one-way messages in flight
+  uint64_t next_out = 0;
+  // receiving
+  std::map<uint64_t, std::pair<grpc::ByteBuffer, size_t>> inbox;  // seq -> (message, offset of the payload)
+  uint64_t next_in = 0, stream_in = 0;
+  bool in_closed = false, ex_closed = false;
+  std::deque<ServerCall*> exchanges;  // requests waiting for serve()
+  ServerCall* current = nullptr;      // the request being served (serve_next .. serve_reply)
+  uint64_t replies_posted = 0, replies_done = 0;
+  std::string broken;  // why this link cannot be used any more
+};
+
+struct UnarySend final : Op {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request, reply;
+  grpc::Status status;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+  bool done = false, ok = false;
+  void Done(bool o) override { done = true, ok = o; }
+};
+
+bool Scatter(const grpc::ByteBuffer& bb, size_t skip, const Msg* m, std::vector<grpc::Slice>* scratch) {
+  if (bb.Length() != skip + m->nbytes) return false;
+  scratch->clear();
+  if (!bb.Dump(scratch).ok()) return false;
+  size_t seg = 0, segoff = 0;
+  for (const grpc::Slice& s : *scratch) {
+    const char* p = reinterpret_cast<const char*>(s.begin());
+    size_t left = s.size();
+    if (skip) {
+      size_t k = std::min(skip, left);
+      p += k, left -= k, skip -= k;
+    }
+    while (left) {
+      while (seg < m->iov.size() && segoff == m->iov[seg].second) ++seg, segoff = 0;
+      size_t k = std::min(left, m->iov[seg].second - segoff);
+      std::memcpy(m->iov[seg].first + segoff, p, k);
+      p += k, left -= k, segoff += k;
+    }
+  }
+  return true;
+}
+
+uint64_t SeqOf(const grpc::ByteBuffer& bb, std::vector<grpc::Slice>* scratch) {
+  unsigned char b[8] = {0};
+  size_t got = 0;
+  scratch->clear();
+  if (bb.Length() < 8 || !bb.Dump(scratch).ok()) return UINT64_MAX;
+  for (const grpc::Slice& s : *scratch) {
+    for (size_t i = 0; i < s.size() && got < 8; ++i) b[got++] = s.begin()[i];
+    if (got == 8) break;
+  }
+  uint64_t v;
+  std::memcpy(&v, b, 8);  // little-endian hosts (x86-64, aarch64)
+  return v;
+}
+
+class Engine {
+ public:
+  Engine(const std::string& token, int rank, double timeout) : token_(token), rank_(rank), timeout_(timeout) {}
+
+  bool Start(const std::string& host, int port, const std::vector<int>& peers) {
+    for (int p : peers) {
+      auto link = std::make_unique<Link>();
+      link->peer = p;
+      links_[p] = std::move(link);
+    }
+    grpc::ServerBuilder builder;
+    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxSendMessageSize(-1);
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterAsyncGenericService(&service_);
+    cq_ = builder.AddCompletionQueue();
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      error_ = "cannot listen on " + host + ":" + std::to_string(port) + " (address in use?)";
+      cq_->Shutdown();
+      void* tag;
+      bool ok;
+      while (cq_->Next(&tag, &ok)) {
+      }
+      return false;
+    }
+    grpc::Slice nothing;
+    empty_ = grpc::ByteBuffer(&nothing, 1);
+    Accept();
+    idle_ = std::thread([this] { IdleLoop(); });
+    return true;
+  }
+
+  int port() const { return port_; }
+  const char* error() const { return error_.c_str(); }
+  double timeout() const { return timeout_; }
+
+  // Everything below runs between Enter() and Leave(): one thread drives the queue at a time.
+  void Enter() {
+    std::unique_lock<std::mutex> l(m_);
+    want_ = true;
+    if (idle_driving_ && !kick_pending_) {
+      kick_pending_ = true;
+      kick_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &kick_op_);
+    }
+    cv_.wait(l, [this] { return !idle_driving_; });
+    want_ = false;
+    main_in_ = true;
+  }
+  void Leave() {
+    std::lock_guard<std::mutex> l(m_);
+    main_in_ = false;
+    left_at_ = std::chrono::steady_clock::now();
+    if (idle_waits_) cv_.notify_all();
+  }
+
+  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
+  template <class F>
+  int Drive(F done, gpr_timespec deadline) {
+    while (!done()) {
+      void* tag;
+      bool ok;
+      switch (cq_->AsyncNext(&tag, &ok, deadline)) {
+        case grpc::CompletionQueue::GOT_EVENT:
+          static_cast<Op*>(tag)->Done(ok);
+          break;
+        case grpc::CompletionQueue::TIMEOUT:
+          return done() ? kOk : kTick;
+        default:
+          return kFail;
+      }
+    }
+    return kOk;
+  }
+
+  int Fail(const std::string& why) {
+    error_ = why;
+    return kFail;
+  }
+
+  Link* link(int peer) {
+    auto it = links_.find(peer);
+    return it == links_.end() ? nullptr : it->second.get();
+  }
+
+  int Connect(int peer, const std::string& target, bool stream) {
+    Link* l = link(peer);
+    if (!l) return Fail("is not a peer of this rank");
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own per link
+    l->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    l->stub = std::make_unique<grpc::GenericStub>(l->channel);
+    std::string base = "/cb" + token_ + "/";
+    l->deliver = base + kKindNames[stream ? kDeliverStream : kDeliver] + std::to_string(rank_);
+    l->exchange = base + kKindNames[stream ? kExchangeStream : kExchange] + std::to_string(rank_);
+    Leave();  // the idle driver answers peers meanwhile
+    bool up = l->channel->WaitForConnected(After(timeout_));
+    Enter();
+    if (!up) return Fail("cannot be reached at " + target + " within " + Seconds(timeout_) + " s");
+    if (!stream) return kOk;
+    for (auto* s : {&l->dstream, &l->xstream}) {
+      auto& ctx = s == &l->dstream ? l->dctx : l->xctx;
+      ctx = std::make_unique<grpc::ClientContext>();
+      *s = l->stub->PrepareCall(ctx.get(), s == &l->dstream ? l->deliver : l->exchange, cq_.get());
+      l->started.Arm();
+      (*s)->StartCall(&l->started);
+      int rc = Drive([l] { return l->started.done; }, After(timeout_));
+      if (rc != kOk || !l->started.ok) return Fail("did not accept a stream at " + target);
+    }
+    return kOk;
+  }
+
+  int Send(int peer, Msg* m) {
+    Link* l = link(peer);
+    if (!l->broken.empty()) return Fail(l->broken);
+    if (l->dstream) {
+      l->dwrite.Arm();
+      l->dstream->Write(m->out, &l->dwrite);
+      int rc = Drive([l] { return l->dwrite.done; }, After(timeout_));
+      if (rc == kTick) return Cancel(l, "sending to");
+      if (rc != kOk || !l->dwrite.ok) return Broken(l, "closed its stream while this rank sent to it (died or aborted)");
+      return kOk;
+    }
+    // unary: copy (with the sequence number) so that the caller's buffers are free at once
+    auto* u = new UnarySend;
+    grpc::Slice data(8 + m->nbytes);
+    char* p = reinterpret_cast<char*>(const_cast<uint8_t*>(data.begin()));
+    uint64_t seq = l->next_out++;
+    std::memcpy(p, &seq, 8);
+    p += 8;
+    for (const auto& [ptr, len] : m->iov) std::memcpy(p, ptr, len), p += len;
+    u->request = grpc::ByteBuffer(&data, 1);
+    u->ctx.set_deadline(After(timeout_));
+    u->rpc = l->stub->PrepareUnaryCall(&u->ctx, l->deliver, u->request, cq_.get());
+    u->rpc->StartCall();
+    u->rpc->Finish(&u->reply, &u->status, u);
+    l->sends.push_back(u);
+    while (!l->sends.empty() && (l->sends.front()->done || l->sends.size() > kMaxInFlight)) {
+      if (int rc = Reap(l); rc != kOk) return rc;
+    }
+    return kOk;
+  }
+
+  // Complete the oldest unary send.
+  int Reap(Link* l) {
+    UnarySend* u = l->sends.front();
+    Drive([u] { return u->done; }, gpr_inf_future(GPR_CLOCK_MONOTONIC));  // its deadline ends it
+    l->sends.pop_front();
+    grpc::Status st = u->status;
+    delete u;
+    if (!st.ok()) return Broken(l, StatusText(st, "sending to"));
+    return kOk;
+  }
+
+  int Flush(int peer) {
+    Link* l = link(peer);
+    while (!l->sends.empty())
+      if (int rc = Reap(l); rc != kOk) return rc;
+    return kOk;
+  }
+
+  int Recv(int peer, Msg* m, double budget) {
+    Link* l = link(peer);
+    int rc = Drive([l] { return l->inbox.count(l->next_in) || l->in_closed || !l->broken.empty(); },
+                   After(budget));
+    if (rc != kOk) return rc;
+    auto it = l->inbox.find(l->next_in);
+    if (it == l->inbox.end()) return Fail(l->broken.empty() ? Lost() : l->broken);
+    bool fits = Scatter(it->second.first, it->second.second, m, &scratch_);
+    l->inbox.erase(it);
+    ++l->next_in;
+    if (!fits) return Fail("sent a message that does not fit the " + std::to_string(m->nbytes) +
+                           " B expected; do all ranks run the same command?");
+    return kOk;
+  }
+
+  int Call(int peer, Msg* req, Msg* rep) {
+    Link* l = link(peer);
+    if (!l->broken.empty()) return Fail(l->broken);
+    if (l->xstream) {
+      l->xwrite.Arm();
+      l->xread.Arm();
+      l->xstream->Write(req->out, &l->xwrite);
+      l->xstream->Read(&l->xreply, &l->xread);
+      int rc = Drive([l] { return l->xwrite.done && l->xread.done; }, After(timeout_));
+      if (rc == kTick) return Cancel(l, "calling");
+      if (rc != kOk || !l->xwrite.ok || !l->xread.ok) return Broken(l, "closed its stream while this rank called it (died or aborted)");
+      return Fits(l, l->xreply, rep);
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(After(timeout_));
+    grpc::ByteBuffer reply;
+    grpc::Status st;
+    Flag f;
+    f.Arm();
+    auto rpc = l->stub->PrepareUnaryCall(&ctx, l->exchange, req->out, cq_.get());
+    rpc->StartCall();
+    rpc->Finish(&reply, &st, &f);
+    Drive([&f] { return f.done; }, gpr_inf_future(GPR_CLOCK_MONOTONIC));  // the call's deadline ends it
+    if (!st.ok()) return Fail(StatusText(st, "calling"));
+    return Fits(l, reply, rep);
+  }
+
+  // Wait for the next request from peer and copy it into req; it stays current until ServeReply.
+  int ServeNext(int peer, Msg* req, double budget) {
+    Link* l = link(peer);
+    int rc = Drive([l] { return !l->exchanges.empty() || l->ex_closed || !l->broken.empty(); }, After(budget));
+    if (rc != kOk) return rc;
+    if (l->exchanges.empty()) return Fail(l->broken.empty() ? Lost() : l->broken);
+    l->current = l->exchanges.front();
+    l->exchanges.pop_front();
+    if (!Scatter(ServerBuf(l->current), 0, req, &scratch_))
+      return Fail("sent a request that does not fit the " + std::to_string(req->nbytes) + " B expected");
+    return kOk;
+  }
+
+  int ServeReply(int peer, Msg* rep);  // below ServerCall
+
+  // Answer up to n calls with a fixed reply; *done counts them; kTick if none came within budget.
+  int ServeFixed(int peer, int n, Msg* req, Msg* rep, double budget, int* done) {
+    while (*done < n) {
+      if (int rc = ServeNext(peer, req, budget); rc != kOk) return rc;
+      if (int rc = ServeReply(peer, rep); rc != kOk) return rc;
+      ++*done;
+    }
+    return kOk;
+  }
+
+  void Close();
+  void Accept();
+  bool Route(ServerCall* c);
+  static grpc::ByteBuffer& ServerBuf(ServerCall* c);
+
+  static std::string Seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", s);
+    return b;
+  }
+  static std::string Lost() { return "closed its connection (the process died or aborted)"; }
+  int Broken(Link* l, const std::string& what) {
+    l->broken = what;
+    return Fail(l->broken);
+  }
+  std::string StatusText(const grpc::Status& st, const char* doing) {
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+      return "did not answer within " + Seconds(timeout_) + " s of this rank " + doing + " it (hung or too slow; "
+             "see --timeout)";
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE)
+      return std::string("is unreachable (the process died or aborted), found while ") + doing + " it";
+    return "failed a call: gRPC error " + std::to_string(st.error_code()) + " " + doing + " it: " + st.error_message();
+  }
+  int Cancel(Link* l, const char* doing) {  // a stream op outlived the timeout: cancel, collect, fail
+    if (l->dctx) l->dctx->TryCancel();
+    if (l->xctx) l->xctx->TryCancel();
+    Drive([l] { return l->dwrite.done && l->xwrite.done && l->xread.done; }, After(5));
+    l->broken = "did not answer within " + Seconds(timeout_) + " s of this rank " + doing + " it (hung or too slow; "
+                "see --timeout)";
+    return Fail(l->broken);
+  }
+  int Fits(Link* l, const grpc::ByteBuffer& bb, Msg* m) {
+    if (Scatter(bb, 0, m, &scratch_)) return kOk;
+    return Fail("replied with a message that does not fit the " + std::to_string(m->nbytes) + " B expected");
+  }
+
+  std::string token_;
+  int rank_;
+  double timeout_;
+  int port_ = 0;
+  std::string error_;
+  grpc::AsyncGenericService service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::unique_ptr<grpc::Server> server_;
+  std::map<int, std::unique_ptr<Link>> links_;
+  std::vector<grpc::Slice> scratch_;
+  grpc::ByteBuffer empty_;
+  bool closing_ = false;
+
+ private:
+  struct Kick final : Op {
+    explicit Kick(Engine* e) : e(e) {}
+    Engine* e;
+    void Done(bool) override {
+      std::lock_guard<std::mutex> l(e->m_);
+      e->kick_pending_ = false;
+    }
+  };
+  void IdleLoop();
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool want_ = false, main_in_ = false, idle_driving_ = false, idle_waits_ = false, kick_pending_ = false,
+       stop_ = false;
+  std::chrono::steady_clock::time_point left_at_ = std::chrono::steady_clock::now();
+  grpc::Alarm kick_;
+  Kick kick_op_{this};
+  std::thread idle_;
+};
+
+// One incoming call on this rank's server, a state machine on its own tag (one op outstanding at a time).
+struct ServerCall final : Op {
+  explicit ServerCall(Engine* e) : e(e), rw(&ctx) {}
+  Engine* e;
+  grpc::GenericServerContext ctx;
+  grpc::GenericServerAsyncReaderWriter rw;
+  grpc::ByteBuffer buf;
+  Link* link = nullptr;
+  Kind kind = kDeliver;
+  enum { kNew, kRead, kReply, kFinish } state = kNew;
+
+  void Done(bool ok) override {
+    if (e->closing_) {  // shutting down: no new ops; this was the only one outstanding
+      if (state == kReply && link) ++link->replies_done;
+      delete this;
+      return;
+    }
+    switch (state) {
+      case kNew:
+        if (!ok) {
+          delete this;
+          return;
+        }
+        e->Accept();
+        if (!e->Route(this)) {
+          state = kFinish;
+          rw.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not a method of this run"), this);
+          return;
+        }
+        state = kRead;
+        rw.Read(&buf, this);
+        return;
+      case kRead:
+        if (!ok) {  // the client half-closed or went away
+          if (kind == kDeliverStream) link->in_closed = true;
+          if (kind == kExchangeStream) link->ex_closed = true;
+          state = kFinish;
+          rw.Finish(grpc::Status::OK, this);
+          return;
+        }
+        if (kind == kDeliverStream) {
+          link->inbox.emplace(link->stream_in++, std::make_pair(std::move(buf), size_t{0}));
+          buf = grpc::ByteBuffer();
+          rw.Read(&buf, this);
+        } else if (kind == kDeliver) {
+          uint64_t seq = SeqOf(buf, &e->scratch_);
+          link->inbox.emplace(seq, std::make_pair(std::move(buf), size_t{8}));
+          buf = grpc::ByteBuffer();
+          state = kFinish;
+          rw.WriteAndFinish(e->empty_, grpc::WriteOptions(), grpc::Status::OK, this);
+        } else {
+          link->exchanges.push_back(this);  // serve() answers it
+        }
+        return;
+      case kReply:
+        ++link->replies_done;
+        if (!ok) link->broken = "went away before this rank's reply was sent";
+        if (kind == kExchangeStream && ok) {
+          state = kRead;
+          rw.Read(&buf, this);
+          return;
+        }
+        delete this;
+        return;
+      case kFinish:
+        delete this;
+        return;
+    }
+  }
+
+  void Reply(const grpc::ByteBuffer& out) {
+    state = kReply;
+    ++link->replies_posted;
+    if (kind == kExchangeStream)
+      rw.Write(out, this);
+    else
+      rw.WriteAndFinish(out, grpc::WriteOptions(), grpc::Status::OK, this);
+  }
+};
+
+grpc::ByteBuffer& Engine::ServerBuf(ServerCall* c) { return c->buf; }
+
+void Engine::Accept() {
+  auto* c = new ServerCall(this);
+  service_.RequestCall(&c->ctx, &c->rw, cq_.get(), cq_.get(), c);
+}
+
+bool Engine::Route(ServerCall* c) {
+  const std::string& m = c->ctx.method();
+  std::string base = "/cb" + token_ + "/";
+  if (m.compare(0, base.size(), base) != 0) return false;
+  for (int k = kExchangeStream; k >= kDeliver; --k) {  // longest names first
+    std::string name = kKindNames[k];
+    if (m.compare(base.size(), name.size(), name) != 0) continue;
+    std::string rest = m.substr(base.size() + name.size());
+    if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos || rest.size() > 9) return false;
+    Link* l = link(std::stoi(rest));
+    if (!l) return false;
+    c->link = l;
+    c->kind = static_cast<Kind>(k);
+    return true;
+  }
+  return false;
+}
+
+int Engine::ServeReply(int peer, Msg* rep) {
+  Link* l = link(peer);
+  ServerCall* c = l->current;
+  if (!c) return Fail("has no request waiting for a reply");
+  l->current = nullptr;
+  c->Reply(rep->out);
+  int rc = Drive([l] { return l->replies_done == l->replies_posted; }, After(timeout_));
+  if (rc == kTick) return Fail("did not take this rank's reply within " + Seconds(timeout_) + " s (hung or too slow; "
+                               "see --timeout)");
+  if (rc != kOk) return rc;
+  return l->broken.empty() ? kOk : Fail(l->broken);
+}
+
+void Engine::IdleLoop() {
+  std::unique_lock<std::mutex> l(m_);
+  while (!stop_) {
+    if (main_in_ || want_) {
+      idle_waits_ = true;
+      cv_.wait(l);
+      idle_waits_ = false;
+      continue;
+    }
+    auto idle_for = std::chrono::steady_clock::now() - left_at_;
+    if (idle_for < kIdleAfter) {
+      cv_.wait_for(l, kIdleAfter - idle_for);
+      continue;
+    }
+    idle_driving_ = true;
+    l.unlock();
+    void* tag;
+    bool ok;
+    auto st = cq_->AsyncNext(&tag, &ok, After(0.2));
+    if (st == grpc::CompletionQueue::GOT_EVENT) static_cast<Op*>(tag)->Done(ok);
+    l.lock();
+    idle_driving_ = false;
+    cv_.notify_all();
+    if (st == grpc::CompletionQueue::SHUTDOWN) break;
+  }
+}
+
+void Engine::Close() {
+  Enter();
+  {
+    std::lock_guard<std::mutex> g(m_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  Leave();
+  if (idle_.joinable()) idle_.join();
+  for (auto& [p, l] : links_) {
+    while (!l->sends.empty()) Reap(l.get());
+    if (l->dctx) l->dctx->TryCancel();
+    if (l->xctx) l->xctx->TryCancel();
+    Drive([&] { return l->dwrite.done && l->xwrite.done && l->xread.done && l->started.done; }, After(2));
+  }
+  closing_ = true;
+  if (server_) server_->Shutdown(After(1));
+  cq_->Shutdown();
+  void* tag;
+  bool ok;
+  while (cq_->Next(&tag, &ok)) static_cast<Op*>(tag)->Done(ok);
+  for (auto& [p, l] : links_) {
+    for (ServerCall* c : l->exchanges) delete c;
+    delete l->current;
+    l->exchanges.clear();
+    l->current = nullptr;
+  }
+}
+
+// Scoped Enter/Leave for the C entry points.
+struct Held {
+  explicit Held(Engine* e) : e(e) { e->Enter(); }
+  ~Held() { e->Leave(); }
+  Engine* e;
+};
+
+}  // namespace
+
+extern "C" {
+
+// Start this rank's server on host:port (0: any free port) for the given peers; NULL with *err set if not.
+void* cbg_new(const char* host, int port, const char* token, int rank, const int* peers, int npeers,
+              double timeout, char* err, int errlen) {
+  auto* e = new Engine(token, rank, timeout);
+  if (!e->Start(host, port, std::vector<int>(peers, peers + npeers))) {
+    std::snprintf(err, errlen, "%s", e->error());
+    delete e;
+    return nullptr;
+  }
+  return e;
+}
+
+int cbg_port(void* e) { return static_cast<Engine*>(e)->port(); }
+const char* cbg_error(void* e) { return static_cast<Engine*>(e)->error(); }
+
+int cbg_connect(void* e, int peer, const char* target, int stream) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->Connect(peer, target, stream != 0);
+}
+
+// A message over n caller-owned buffers (they must outlive it).
+void* cbg_msg(int n, char* const* ptrs, const uint64_t* lens) {
+  auto* m = new Msg;
+  std::vector<grpc::Slice> slices;
+  for (int i = 0; i < n; ++i) {
+    m->iov.emplace_back(ptrs[i], lens[i]);
+    m->nbytes += lens[i];
+    if (lens[i]) slices.emplace_back(ptrs[i], lens[i], grpc::Slice::STATIC_SLICE);
+  }
+  if (slices.empty()) slices.emplace_back();  // an empty message is one empty slice
+  m->out = grpc::ByteBuffer(slices.data(), slices.size());
+  return m;
+}
+
+void cbg_msg_free(void* m) { delete static_cast<Msg*>(m); }
+
+int cbg_send(void* e, int peer, void* m) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->Send(peer, static_cast<Msg*>(m));
+}
+
+int cbg_flush(void* e, int peer) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->Flush(peer);
+}
+
+int cbg_recv(void* e, int peer, void* m, double budget) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->Recv(peer, static_cast<Msg*>(m), budget);
+}
+
+int cbg_call(void* e, int peer, void* req, void* rep) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->Call(peer, static_cast<Msg*>(req), static_cast<Msg*>(rep));
+}
+
+int cbg_serve_next(void* e, int peer, void* req, double budget) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->ServeNext(peer, static_cast<Msg*>(req), budget);
+}
+
+int cbg_serve_reply(void* e, int peer, void* rep) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->ServeReply(peer, static_cast<Msg*>(rep));
+}
+
+int cbg_serve_fixed(void* e, int peer, int n, void* req, void* rep, double budget, int* done) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->ServeFixed(peer, n, static_cast<Msg*>(req), static_cast<Msg*>(rep), budget, done);
+}
+
+void cbg_close(void* e) {
+  auto* engine = static_cast<Engine*>(e);
+  engine->Close();
+  delete engine;
+}
+
+}  // extern "C"

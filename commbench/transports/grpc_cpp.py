@@ -1,0 +1,198 @@
+"""gRPC through its C++ API, as TensorFlow's runtime uses it: a small C++ extension (``_grpc_cpp``).
+
+Every rank runs a gRPC C++ server with a generic (raw-bytes) service and holds a channel to each
+peer; ``--grpc-call`` picks unary calls or long-lived bidi/client streams, as for the grpc transport.
+Each link operation is one ctypes call into the extension (ctypes releases the GIL), which drives
+gRPC's completion queue in the calling thread until the operation completes: the per-call Python cost
+is that one foreign call. Messages go out from the buffers themselves (static slices, no copy) and
+arrive by one copy into the receiving buffers. Method paths carry the run token, as with grpc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from commbench.core.config import RunConfig
+from commbench.core.errors import PeerError, UsageError
+from commbench.core.message import Message
+from commbench.transports import _grpc_cpp
+from commbench.transports._net import check_socket_args, data_port, local_endpoint
+from commbench.transports.base import Link, Transport
+
+OK, TICK = 0, 1
+CHECK_EVERY = 0.5  # s: a rank waiting this long asks the rendezvous whether a rank died
+P, INT, D = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
+SIGNATURES = {
+    "cbg_new": (P, [ctypes.c_char_p, INT, ctypes.c_char_p, INT, ctypes.POINTER(INT), INT, D, ctypes.c_char_p, INT]),
+    "cbg_port": (INT, [P]), "cbg_error": (ctypes.c_char_p, [P]), "cbg_connect": (INT, [P, INT, ctypes.c_char_p, INT]),
+    "cbg_msg": (P, [INT, ctypes.POINTER(P), ctypes.POINTER(ctypes.c_uint64)]), "cbg_msg_free": (None, [P]),
+    "cbg_send": (INT, [P, INT, P]), "cbg_flush": (INT, [P, INT]), "cbg_recv": (INT, [P, INT, P, D]),
+    "cbg_call": (INT, [P, INT, P, P]), "cbg_serve_next": (INT, [P, INT, P, D]), "cbg_serve_reply": (INT, [P, INT, P]),
+    "cbg_serve_fixed": (INT, [P, INT, INT, P, P, D, ctypes.POINTER(INT)]), "cbg_close": (None, [P]),
+}
+
+
+class Api:
+    """The extension's functions, typed (``new``, ``send``, ``call``, ...). ``send``, ``call``, ``flush`` and
+    ``serve_reply`` raise PeerError on failure (ctypes' errcheck), so they sit in timed loops as they are."""
+
+    def __init__(self, lib: ctypes.CDLL, describe: Callable[[int], str]) -> None:
+        for name, (res, args) in SIGNATURES.items():
+            setattr(self, name.removeprefix("cbg_"), ctypes.CFUNCTYPE(res, *args)((name, lib)))  # our own objects
+        self.engine: int | None = None
+        self.describe = describe
+        for name in ("send", "call", "serve_reply", "flush"):
+            getattr(self, name).errcheck = self._check
+
+    def failure(self, peer: int) -> PeerError:
+        """The extension's last error (what the peer did) as a PeerError naming the peer and its host."""
+        return PeerError(f"{self.describe(peer)} {(self.error(self.engine) or b'').decode(errors='replace')}")
+
+    def _check(self, result: int, func, args) -> int:
+        if result != OK:
+            raise self.failure(args[1])
+        return result
+
+
+class Handle:
+    """The extension's view of a Message (an iovec over its buffers), passed to its functions as the
+    pointer (``_as_parameter_``). It keeps the buffers alive, so a C-level callable holding it (a timed
+    loop's caller) never points at freed memory; freed when the last holder goes."""
+
+    __slots__ = ("api", "arrays", "_as_parameter_")
+
+    def __init__(self, api: Api, msg: Message) -> None:
+        n = len(msg.arrays)
+        ptrs = (P * n)(*(a.ctypes.data for a in msg.arrays))
+        lens = (ctypes.c_uint64 * n)(*msg.sizes)
+        self.api, self.arrays, self._as_parameter_ = api, msg.arrays, P(api.msg(n, ptrs, lens))
+
+    def __del__(self) -> None:
+        self.api.msg_free(self._as_parameter_)
+
+
+class CppLink(Link):
+    def __init__(self, transport: GrpcCppTransport, peer: int, name: str) -> None:
+        super().__init__(peer, name)
+        self.t = transport
+        self.api = transport.api
+        self.engine = transport.engine
+
+    def handle(self, msg: Message) -> Handle:
+        """The extension's view of msg, made once and kept with it."""
+        h = msg.cache.get("grpc-cpp")
+        if h is None:
+            h = msg.cache["grpc-cpp"] = Handle(self.api, msg)
+        return h  # type: ignore[return-value]
+
+    def send(self, msg: Message) -> None:
+        self.api.send(self.engine, self.peer, self.handle(msg))
+
+    def recv_into(self, msg: Message) -> None:
+        self.t.wait_for(self.peer, partial(self.api.recv, self.engine, self.peer, self.handle(msg)), "sent nothing")
+
+    def call(self, request: Message, reply: Message) -> None:
+        self.api.call(self.engine, self.peer, self.handle(request), self.handle(reply))
+
+    def caller(self, request: Message, reply: Message):
+        return partial(self.api.call, self.engine, self.peer, self.handle(request), self.handle(reply))
+
+    def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
+        req = self.handle(request)
+        if isinstance(respond, Message):  # echo/ack: all n answered inside the extension
+            done = INT(0)
+            rep = self.handle(respond)
+            self.t.wait_for(self.peer, partial(self.api.serve_fixed, self.engine, self.peer, n, req, rep),
+                            "stopped calling", progress=lambda: done.value, out=done)
+            return
+        for _ in range(n):
+            self.t.wait_for(self.peer, partial(self.api.serve_next, self.engine, self.peer, req), "stopped calling")
+            self.api.serve_reply(self.engine, self.peer, self.handle(respond()))
+
+    def close(self) -> None:
+        self.api.flush(self.engine, self.peer)
+
+
+class GrpcCppTransport(Transport):
+    name = "grpc-cpp"
+    help = "gRPC through its C++ API (a small extension; GIL released per call): --grpc-call unary|stream"
+    poll_modes = ("blocking",)
+
+    @classmethod
+    def check_usable(cls, args: argparse.Namespace) -> None:
+        check_socket_args(args)
+        if getattr(args, "grpc_mode", "raw") == "proto":
+            raise UsageError("the grpc-cpp transport sends raw bytes (no protobuf); drop --grpc-mode proto "
+                             "or use -t grpc")
+        _grpc_cpp.load()
+
+    def __init__(self, world, config: RunConfig) -> None:
+        super().__init__(world, config)
+        self.api = Api(_grpc_cpp.load(), world.describe)
+        self.call = config.args.grpc_call
+        self.engine: int | None = None
+        self.links: dict[int, CppLink] = {}
+
+    def mode(self) -> str:
+        return f"raw/{self.call}"
+
+    def versions(self) -> dict[str, str]:
+        return {"grpc++": _grpc_cpp.runtime_version() or _grpc_cpp.find().name}
+
+    def wait_for(self, peer: int, step: Callable[[float], int], what: str,
+                 progress: Callable[[], int] | None = None, out: ctypes.c_int | None = None) -> None:
+        """Run a budgeted extension call until it completes, checking between budgets that every rank
+        lives and that the peer made progress within --timeout."""
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        seen = progress() if progress else 0
+        while True:
+            rc = step(CHECK_EVERY, ctypes.byref(out)) if out is not None else step(CHECK_EVERY)
+            if rc == OK:
+                return
+            if rc != TICK:
+                raise self.api.failure(peer)
+            self.world.check_alive()
+            if progress and progress() != seen:
+                seen, deadline = progress(), time.monotonic() + self.timeout
+            elif time.monotonic() > deadline:
+                raise PeerError(f"{self.world.describe(peer)} {what} within {self.timeout:g} s "
+                                "(died, hung, or slower than --timeout)")
+
+    def connect(self, peers: Iterable[int]) -> dict[int, Link]:
+        world = self.world
+        peers = sorted(set(peers) - {world.rank})
+        host = local_endpoint(self.args, world)
+        want = data_port(self.args, world.rank)
+        err = ctypes.create_string_buffer(512)
+        arr = (INT * len(peers))(*peers)
+        self.engine = self.api.engine = self.api.new(host.encode(), want, world.placement.token.encode(), world.rank,
+                                                     arr, len(peers), self.timeout, err, len(err))
+        if not self.engine:
+            raise UsageError(f"grpc-cpp transport of rank {world.rank}: {err.value.decode()}; "
+                             "choose a free port with --port (or leave it out to pick one)")
+        addrs = world.allgather_json("grpc-cpp-addr", [host, self.api.port(self.engine)])
+        for p in peers:
+            target = f"{addrs[p][0]}:{addrs[p][1]}"
+            if self.api.connect(self.engine, p, target.encode(), int(self.call == "stream")) != OK:
+                raise self.api.failure(p)
+            self.links[p] = CppLink(self, p, world.describe(p))
+        world.barrier("grpc-cpp-links")
+        return dict(self.links)
+
+    def progress(self, sends, recvs) -> None:
+        """A send returns once gRPC has written it, and while waiting the engine files whatever arrives:
+        all sends, then all receives, in the caller's thread."""
+        for link, msg in sends:
+            link.send(msg)
+        for link, msg in recvs:
+            link.recv_into(msg)
+
+    def close(self) -> None:
+        if self.engine:
+            engine, self.engine = self.engine, None
+            self.api.close(engine)
