@@ -17,7 +17,7 @@ from commbench.benchmarks.p2p_bandwidth import P2PBandwidth, P2PBibw
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.benchmarks.ps_throughput import PSThroughput
 from commbench.core import buffers
-from commbench.core.harness import Loops, Side, Summary, Sync, median_ci
+from commbench.core.harness import Loops, Side, Summary, Sync, Timing, median_ci
 from commbench.core.message import Message
 from commbench.core.payload import Payload
 from commbench.emulators.ps import Shard, Worker, expected_value
@@ -30,6 +30,18 @@ def test_latency_is_delay_plus_size_over_rate():
     assert truth <= row["p50_us"] < 1.15 * truth, row
     assert row["min_us"] >= truth and row["iterations"] == 30 and row["wrong"] == 0
     assert row["p99_us"] is None and row["p999_us"] is None  # fewer than 100 samples
+
+
+def test_steps_of_several_calls_count_calls():
+    """A step making k calls (tf-grpc's round trips in one tf.function): n iterations are ceil(n / k)
+    steps, and latency is a step's time over 2 k."""
+    steps = []
+    side = Side(step=lambda: steps.append(1), calls=3)
+    samples, _ = side.go(10)
+    assert len(steps) == 4 and len(samples) == 4
+    timing = Timing(10, 1, np.array([6000] * 4), calls=3)  # 6 us per step of 3 round trips
+    row = P2PLatency.__new__(P2PLatency).row(one(8), timing, [])
+    assert row["iterations"] == 12 and row["p50_us"] == pytest.approx(1.0)
 
 
 def test_bandwidth_window_formula():

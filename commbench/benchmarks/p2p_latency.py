@@ -38,7 +38,7 @@ class P2PLatency(Benchmark):
         inbox, out = Message(payload.sizes), Message(payload.sizes)  # r_buf and s_buf, as osu_latency
         if not checked:
             if me == 0:
-                return Side(step=link.caller(out, inbox))
+                return Side(step=link.caller(out, inbox), calls=link.calls_per_caller(out))
             return Side(run=lambda n: link.serve(n, inbox, out))
         mine, theirs = ctx.checker(payload, me), ctx.checker(payload, peer)
         if me == 0:
@@ -53,5 +53,5 @@ class P2PLatency(Benchmark):
         return Side(run=lambda n: link.serve(n, inbox, respond), wrong=lambda: theirs.wrong)
 
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
-        s = Summary.of(timing.samples, 0.5e-3)  # ns round trip -> us one way
-        return {"iterations": s.n, **s.as_row()}
+        s = Summary.of(timing.samples, 0.5e-3 / timing.calls)  # ns round trip(s) -> us one way
+        return {"iterations": s.n * timing.calls, **s.as_row()}

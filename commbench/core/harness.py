@@ -134,7 +134,9 @@ class Side:
     ``run(n)``: n iterations, untimed (a rank that only answers); ``step()``: one iteration, for a rank
     whose every iteration is timed; ``report()``: what this rank adds to the row (gathered on rank 0);
     ``wrong()``: messages or elements this rank found wrong under --validate; ``begin(n)``: called
-    before each loop of n iterations, untimed (preallocating per-iteration records).
+    before each loop of n iterations, untimed (preallocating per-iteration records); ``calls``: how
+    many iterations one ``step`` makes (1; tf-grpc runs many round trips in one tf.function), so n
+    iterations are ceil(n / calls) steps and each sample covers ``calls`` iterations.
     """
 
     run: Callable[[int], object] | None = None
@@ -142,14 +144,15 @@ class Side:
     begin: Callable[[int], object] | None = None
     report: Callable[[], dict] = dict
     wrong: Callable[[], int] = lambda: 0
+    calls: int = 1
 
     def go(self, n: int) -> tuple[np.ndarray | None, int]:
-        """n iterations: (per-iteration samples or None, wall-clock ns of the whole loop)."""
+        """n iterations: (per-step samples or None, wall-clock ns of the whole loop)."""
         if self.begin is not None:
             self.begin(n)
         t0 = time.perf_counter_ns()
         if self.step is not None:
-            samples = timed_loop(self.step, n)
+            samples = timed_loop(self.step, -(-n // self.calls))
         else:
             samples = None
             if self.run is not None:
@@ -165,6 +168,7 @@ class Timing:
     wall_ns: int
     samples: np.ndarray | None = None
     stop: str = "count"  # why the loop ended: count, time, precision, max-time
+    calls: int = 1  # iterations per sample (Side.calls)
 
 
 class Sync:
@@ -189,13 +193,13 @@ def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side:
             side.go(warmup)
         sync.barrier()
         samples, wall = sync.timed(side, n)
-        return Timing(n, wall, samples)
+        return Timing(n, wall, samples, calls=side.calls)
     per = _calibrate(sync, loops, defaults, nbytes, side)
     sync.barrier()
     if loops.time is not None:
         n = int(sync.bcast("loops", max(1, int(loops.time * 1e9 / per)) if sync.rank == 0 else None))
         samples, wall = sync.timed(side, n)
-        return Timing(n, wall, samples, "time")
+        return Timing(n, wall, samples, "time", side.calls)
     return _until_precise(sync, loops, side, per)
 
 
@@ -240,7 +244,7 @@ def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
                 "max-time" if wall / 1e9 >= loops.max_time else ""
         stop = sync.bcast("precision", decision)
         if stop:
-            return Timing(n, wall, whole, str(stop))
+            return Timing(n, wall, whole, str(stop), side.calls)
 
 
 def median_ci(sorted_samples: np.ndarray) -> tuple[float, float] | None:

@@ -61,6 +61,11 @@ class Link(ABC):
         Python frame of commbench's sits in the timed path."""
         return partial(self.call, request, reply)
 
+    def calls_per_caller(self, request: Message) -> int:
+        """How many calls one ``caller()`` step makes: 1, or more where a call alone is dominated by a
+        per-step cost the transport's real users pay once for many (tf-grpc: one tf.function)."""
+        return 1
+
     def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
         """Answer n calls: receive each request into ``request`` and send back ``respond``, a fixed
         reply message (echo, ack) or a function returning one (checks, updates)."""

@@ -3,7 +3,11 @@
 Two TF tasks (``/job:worker`` 0 and 1): rank 1 runs a ``tf.distribute.Server``; rank 0 joins the
 cluster as task 0 and drives both from ``tf.function``s, as a training step does. A call sends the
 message's buffers (one tensor each) to task 1 and back; a window of sends is one function that
-moves every message of the window to task 1 and returns one byte per buffer. Grappler is switched
+moves every message of the window to task 1 and returns one byte per buffer. A timed latency step
+is one function making up to ROUNDS round trips back to back (fewer for large or many-buffer
+messages: ``rounds_per_function``), as a training step makes many transfers per function call: the
+per-call cost of running a function (about 0.5 ms here) is spread over them, and one-way latency is
+the step's time / (2 x round trips). Grappler is switched
 off so that the cross-device identities are not folded away (naive versions measure nothing); the
 buffers become tensors once, at their first send, so the timed path is TF's, not numpy's.
 Rank 1 takes no part in a call: it cannot see or validate what arrives, and the tensors are constants
@@ -25,6 +29,13 @@ from commbench.core.message import Message
 from commbench.transports.base import Link, Transport
 
 LOCAL, REMOTE = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+ROUNDS = 50  # round trips per tf.function in a timed latency step, at most
+ROUND_BYTES = 1 << 20  # ... and at most about this many bytes moved per step
+ROUND_OPS = 400  # ... and at most about this many identities per direction in the unrolled graph
+
+
+def rounds_per_function(msg: Message) -> int:
+    return max(1, min(ROUNDS, ROUND_BYTES // max(msg.nbytes, 1), ROUND_OPS // max(len(msg.sizes), 1)))
 
 
 def _tf():
@@ -55,6 +66,37 @@ class TfDriverLink(Link):
                 return tf.concat([tf.identity(t) for t in tails], 0)
 
         self.there_and_back, self.window = there_and_back, window
+        self._rounds: dict[int, object] = {}
+
+    def rounds(self, k: int):
+        """A tf.function making k round trips back to back (unrolled: a while loop across tasks costs
+        control messages of its own each iteration, twice the time here)."""
+        fn = self._rounds.get(k)
+        if fn is None:
+            tf = self.tf
+
+            @tf.function
+            def fn(xs):
+                for _ in range(k):
+                    with tf.device(REMOTE):
+                        xs = [tf.identity(x) for x in xs]
+                    with tf.device(LOCAL):
+                        xs = [tf.identity(x) for x in xs]
+                return xs
+
+            self._rounds[k] = fn
+        return fn
+
+    def calls_per_caller(self, request: Message) -> int:
+        return rounds_per_function(request)
+
+    def caller(self, request: Message, reply: Message):
+        fn, xs, arrays = self.rounds(rounds_per_function(request)), self.tensors(request), reply.arrays
+
+        def step() -> None:
+            for a, t in zip(arrays, self._run(fn, xs), strict=True):
+                a[:] = t.numpy()
+        return step
 
     def tensors(self, msg: Message) -> list:
         t = msg.cache.get("tf")
@@ -115,7 +157,7 @@ class TfGrpcTransport(Transport):
                              "send (TF constants) and rank 1 is a bare TF server; drop --validate")
 
     def mode(self) -> str:
-        return "TF runtime, grappler off"
+        return f"TF runtime, grappler off; latency: <= {ROUNDS} round trips per tf.function, timed together"
 
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world

@@ -3,7 +3,7 @@
 import sys
 
 from commbench.core.errors import Unavailable
-from commbench.transports._grpc_cpp import runtime_version, build, find
+from commbench.transports._grpc_cpp import build, find, runtime_version
 
 try:
     lib = find()
