@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The transport study in the README, end to end, from a clean checkout (as root: emulated hosts):
 #   bash launchers/study.sh            # about 15 minutes on a 2-core VM
-# 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, mpi, tf-grpc (loopback)
+# 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, grpc-cpp, mpi, tf-grpc (loopback)
 # 2. ps-throughput with resnet50 gradients: 1-2 workers x 1-2 PS, tcp and grpc
 # 3. small-cnn PS training (chief + 2 workers + 1 PS, one per emulated host) at 100mbit, 1gbit and
 #    unshaped links, each with a grpc p2p sweep and a --batch 1 run, then commbench predict
@@ -27,8 +27,8 @@ step() { echo "== $*" >&2; }
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
 step "1. latency and bandwidth on loopback"
 declare -A T=([tcp]="-t tcp" [grpc-raw]="-t grpc --grpc-mode raw --grpc-call unary" [grpc-proto]="-t grpc --grpc-mode proto --grpc-call unary"
-              [mpi]="-t mpi" [tf-grpc]="-t tf-grpc")
-for name in tcp grpc-raw grpc-proto mpi tf-grpc; do
+              [grpc-cpp]="-t grpc-cpp --grpc-call unary" [mpi]="-t mpi" [tf-grpc]="-t tf-grpc")
+for name in tcp grpc-raw grpc-proto grpc-cpp mpi tf-grpc; do
   if [ "$name" = mpi ]; then launch=(.venv/bin/mpiexec -n 2 "$CB"); else launch=("$CB"); fi
   # shellcheck disable=SC2086
   "${launch[@]}" p2p-latency ${T[$name]} -m 8:4M $LAT -o "$R/latency.jsonl" >/dev/null

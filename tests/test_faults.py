@@ -71,7 +71,7 @@ def test_killed_peer(tmp_path, transport, victim):
     rows = read_runs(out)[0].rows
     assert len(rows) >= 3
     printed = [line for line in stdout.splitlines() if not line.startswith("#")]
-    assert len(printed) == len(rows)  # every printed row is in the file
+    assert len(rows) - 1 <= len(printed) <= len(rows)  # every printed row is in the file (written first)
 
 
 @pytest.mark.slow

@@ -55,9 +55,9 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
             row = {"bench": bench.name, "run_id": meta["run_id"], "transport": transport.name,
                    "mode": transport.mode(), "poll": config.poll, "payload": payload.label, "size": payload.nbytes,
                    "buffers": len(payload.sizes), **got}
-            print(row_line(columns, row), flush=True)
-            if writer:
+            if writer:  # the file first: a rank killed in between has printed nothing the file lacks
                 writer.row(row)
+            print(row_line(columns, row), flush=True)
             wrong += row.get("wrong", 0)
         progress.close()
         run.finish()
