@@ -25,8 +25,14 @@ CONFIGS = [
     ("grpc raw/stream", "grpc", ["--grpc-mode", "raw", "--grpc-call", "stream"]),
     ("grpc proto/unary", "grpc", ["--grpc-mode", "proto", "--grpc-call", "unary"]),
     ("grpc proto/stream", "grpc", ["--grpc-mode", "proto", "--grpc-call", "stream"]),
+    ("grpc-cpp raw/unary", "grpc-cpp", ["--grpc-call", "unary"]),
+    ("grpc-cpp raw/stream", "grpc-cpp", ["--grpc-call", "stream"]),
     ("mpi buffer", "mpi", ["--mpi-mode", "buffer"]),
     ("mpi pickle", "mpi", ["--mpi-mode", "pickle"]),
+    ("ipoib tcp", "ipoib", ["--over", "tcp"]),
+    ("ipoib grpc", "ipoib", ["--over", "grpc"]),
+    ("verbs send", "verbs", ["--verbs-op", "send"]),
+    ("verbs write", "verbs", ["--verbs-op", "write"]),
 ]
 LAT_SIZES = ["8", "1K", "64K", "1M"]
 BW_SIZES = ["64K", "1M", "4M"]
@@ -66,13 +72,17 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"--only {args.only} matches none of: {', '.join(c[0] for c in CONFIGS)}")
     done: list[Path] = []
     failed: list[str] = []
+    unusable: list[str] = []
     for label, transport, flags in configs:
         try:
-            args.transports[transport].check_usable(argparse.Namespace(**vars(args), transport=transport))
+            options = {"iface": None, "bind": None, **vars(args), "transport": transport,
+                       **{flag.lstrip("-").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}}
+            args.transports[transport].check_usable(argparse.Namespace(**options))
             if transport == "mpi" and mpiexec_command(2) is None:
                 raise UsageError("no mpiexec found beside this Python or on PATH")
         except CommbenchError as exc:
             print(f"# {label}: not usable here: {exc}\n", flush=True)
+            unusable.append(f"{label}: {exc}")
             continue
         stem = label.replace(" ", "_").replace("/", "-")
         lat, bw = outdir / f"latency_{stem}.jsonl", outdir / f"bandwidth_{stem}.jsonl"
@@ -89,6 +99,9 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
             failed.append(label)
             continue
         done.extend((lat, bw))
+    if not done and not failed:
+        raise UsageError(f"none of the configurations asked for is usable here ({unusable[0]}); "
+                         "see commbench devices")
     print_summary(done)
     print(f"# results files: {outdir}  (commbench show FILE; pandas: pd.read_json(FILE, lines=True))")
     if failed:

@@ -135,7 +135,7 @@ def devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not r["rdma"]:
         print(f"  none: {r['rdma_reason']}")
     for d in r["rdma"]:
-        print(f"  {d['name']}: {d.get('error', '')}")
+        print(f"  {d['name']}" + (f": {d['error']}" if d.get("error") else ""))
         for p in d["ports"]:
             print(f"    port {p['port']}: {p['state']}, {p['link_layer']}, {p['rate_gbps'] or '?'} Gb/s, "
                   f"mtu {p['active_mtu']}, lid {p['lid']}; GIDs: "

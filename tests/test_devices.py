@@ -83,3 +83,18 @@ def test_port_rate_from_speed_and_width_codes():
     assert port_rate(32, 2) == 103.12  # EDR 4x: 25.78125 Gb/s per lane x 4
     assert port_rate(64, 2) == 212.5  # HDR 4x
     assert port_rate(1, 1) == 2.5 and port_rate(3, 2) is None
+
+
+def test_compare_includes_ipoib_where_usable(tmp_path):
+    """With lo posing as an IPoIB interface, `compare --only ipoib` runs ipoib over tcp and grpc."""
+    root = fake_sysfs(tmp_path, {"eth0": 1, "lo": 32})
+    r = commbench("compare", "--only", "ipoib", "-i", "50", env={"COMMBENCH_SYSFS": str(root)})
+    assert r.code == 0, r.err
+    summary = r.out[r.out.index("# commbench compare"):]
+    assert "ipoib tcp over lo" in summary and "ipoib grpc over lo" in summary, summary
+
+
+def test_compare_of_unusable_transports_is_one_line():
+    r = commbench("compare", "--only", "verbs")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "none of the configurations asked for is usable here (verbs send: no RDMA device found" in r.err

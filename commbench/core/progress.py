@@ -21,7 +21,7 @@ class Progress:
             from rich.progress import Progress as Bar
 
             self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                           TimeElapsedColumn(), console=Console(stderr=True, soft_wrap=True), transient=True,
                            auto_refresh=False)  # no redraw thread in a timing process: drawn in advance()
             self.task = self.bar.add_task(f"{what} ({unit})", total=total)
             self.bar.start()
