@@ -75,8 +75,8 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     unusable: list[str] = []
     for label, transport, flags in configs:
         try:
-            options = {"iface": None, "bind": None, **vars(args), "transport": transport,
-                       **{flag.lstrip("-").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}}
+            own = {f.lstrip("-").replace("-", "_"): v for f, v in zip(flags[::2], flags[1::2], strict=True)}
+            options = {"iface": None, "bind": None, **vars(args), "transport": transport, **own}
             args.transports[transport].check_usable(argparse.Namespace(**options))
             if transport == "mpi" and mpiexec_command(2) is None:
                 raise UsageError("no mpiexec found beside this Python or on PATH")

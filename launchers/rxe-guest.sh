@@ -143,6 +143,6 @@ timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -sm
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
   -virtfs "local,path=$RUN,mount_tag=run,security_model=none,multidevs=remap" \
   -virtfs "local,path=$PWD,mount_tag=cwd,security_model=passthrough,multidevs=remap" \
-  </dev/null | tr -d '\r' | awk '/^@@rxe-guest: end@@/ {on = 0} on {print; fflush()} /@@rxe-guest: begin@@$/ {on = 1}' || true
+  </dev/null | sed -u -n -e 's/\r$//' -e '/@@rxe-guest: begin@@$/,/^@@rxe-guest: end@@$/{/@@rxe-guest: /d;p}' || true
 [ -f "$RUN/status" ] || die "the guest ended without reporting a status (boot failure, or RXE_GUEST_TIMEOUT=$TIMEOUT s passed)"
 exit "$(cat "$RUN/status")"

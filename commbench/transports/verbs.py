@@ -58,6 +58,7 @@ from commbench.transports.base import Link, Transport, queues
 DEFAULT_LARGEST = 4 << 20  # receive slot size when the run did not say (-m's largest size)
 MAX_INLINE = 64  # bytes requested as inline data; retried with 0 if the device refuses
 SPIN_CHECK = 0x3FF  # look at the clock every 1024 empty polls
+CHECK_EVERY = 0.5  # s: a wait this long asks the rendezvous whether a rank died
 WC_ERRORS = {12: "the peer stopped acknowledging (transport retries exhausted): it died or its port went down",
              13: "the peer had no receive posted (RNR retries exhausted)",
              5: "the queue pair was flushed after an earlier error",
@@ -231,19 +232,24 @@ class VerbsLink(Link):
         if not n:
             if not block:
                 return None
-            deadline, spins = time.monotonic() + self.timeout, 0
+            now = time.monotonic()
+            deadline, check_at, spins = now + self.timeout, now + CHECK_EVERY, 0
+            sleeps = self.events and cq is self.rcq
             while not n:
-                if self.events and cq is self.rcq:
+                if sleeps:
                     cq.req_notify()  # arm, then look once more: a completion may have slipped in before
                     n, wcs = cq.poll(1)
                     if n:
                         break
-                    self._sleep_on(cq, deadline)
+                    self._sleep_on(cq, min(deadline, check_at))
                 n, wcs = cq.poll(1)
                 spins += 1
-                if not n and (spins & SPIN_CHECK) == 0 and time.monotonic() > deadline:
-                    what = "message" if cq is self.rcq else "send completion"
-                    raise self.state.fail(f"no {what} within {self.timeout:g} s")
+                if not n and (sleeps or (spins & SPIN_CHECK) == 0) and (now := time.monotonic()) > check_at:
+                    if now > deadline:
+                        what = "message" if cq is self.rcq else "send completion"
+                        raise self.state.fail(f"no {what} within {self.timeout:g} s")
+                    check_at = now + CHECK_EVERY  # a long wait: has a rank died (its rendezvous link closed)?
+                    self.t.world.check_alive()
         wc = wcs[0]
         if wc.status != 0:
             raise self.state.fail(f"work completion failed with status {wc.status} "

@@ -1,0 +1,119 @@
+"""commbench's verbs transport against perftest (ib_send_lat, ib_write_lat, ib_send_bw, ib_write_bw)
+on the same RDMA device, interleaved. Where there is no RDMA hardware, run it in the Soft-RoCE guest:
+
+    bash launchers/rxe-guest.sh env COMMBENCH_GID_INDEX=1 .venv/bin/python bench/vs_perftest.py [--rounds 2]
+
+Each round runs, one after another: perftest's latency tools (send and write, busy-polling, and
+send with completion events, -e) at each size, then `commbench p2p-latency -t verbs` with the same
+op and completion mode; perftest's bandwidth tools and `commbench p2p-bandwidth -t verbs` (window
+64, as osu_bw; perftest's default tx depth 128). Latency: one-way, median (perftest's t_typical,
+commbench's p50), us. Bandwidth: MB/s = 10^6 B/s (perftest's MB/sec are 2^20 B/s, converted).
+Prints medians over rounds and the ratios commbench / perftest (latency: above 1 = commbench slower;
+bandwidth: below 1 = commbench slower). perftest runs with -F (a VM has no stable CPU clock).
+Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and bandwidth. Under QEMU's software CPU
+(the rxe guest) every number is a software number: read the ratios, not the microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+DEV = os.environ.get("COMMBENCH_IB_DEV", "rxe0")
+GID = os.environ.get("COMMBENCH_GID_INDEX", "1")
+SIZES = [8, 65536, 1 << 20]
+LAT = [("send", "busy", "ib_send_lat", []), ("write", "busy", "ib_write_lat", []),
+       ("send", "blocking", "ib_send_lat", ["-e"])]
+BW = [("send", "ib_send_bw"), ("write", "ib_write_bw")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:
+    """Run a perftest server and its client on this host; the client's result line, split."""
+    port = str(free_port())
+    common = [tool, "-d", DEV, "-x", GID, "-F", "-s", str(size), "-n", str(iters), "-p", port, *extra]
+    srv = subprocess.Popen(common, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(60):  # until the server listens for the exchange (slow to start under TCG)
+            time.sleep(0.5)
+            p = subprocess.run([*common, "127.0.0.1"], capture_output=True, text=True, timeout=600)
+            if p.returncode == 0 or "Couldn't connect" not in p.stdout + p.stderr:
+                break
+    finally:
+        srv.kill()
+        srv.wait()
+    for line in p.stdout.splitlines():
+        fields = line.split()
+        if fields and fields[0] == str(size) and len(fields) >= 4:
+            return fields
+    raise SystemExit(f"vs_perftest: no result line from {tool} -s {size}:\n{p.stdout}{p.stderr}")
+
+
+def commbench(bench: str, args: list[str]) -> dict[int, dict]:
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "r.jsonl"
+        subprocess.run([str(BIN / "commbench"), bench, "-t", "verbs", "--ib-dev", DEV, "--gid-index", GID, *args,
+                        "-m", ",".join(map(str, SIZES)), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
+        rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
+    return {int(r["size"]): r for r in rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("-i", "--iterations", type=int, default=1000)
+    a = ap.parse_args()
+    if not shutil.which("ib_send_lat"):
+        sys.exit("vs_perftest: perftest is not installed (apt-get install perftest)")
+    lat: dict[tuple, list[float]] = {}
+    bw: dict[tuple, list[float]] = {}
+    t0 = time.monotonic()
+    for r in range(a.rounds):
+        for op, poll, tool, extra in LAT:
+            for size in SIZES:
+                fields = perftest(tool, size, a.iterations, extra)
+                lat.setdefault(("perftest", op, poll, size), []).append(float(fields[4]))  # t_typical
+            rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(a.iterations)])
+            for size in SIZES:
+                lat.setdefault(("commbench", op, poll, size), []).append(rows[size]["p50_us"])
+        for op, tool in BW:
+            for size in SIZES:
+                fields = perftest(tool, size, a.iterations, [])
+                bw.setdefault(("perftest", op, size), []).append(float(fields[3]) * 1.048576)  # MiB/s -> MB/s
+            rows = commbench("p2p-bandwidth", ["--verbs-op", op, "-i", str(max(1, a.iterations // 64))])
+            for size in SIZES:
+                bw.setdefault(("commbench", op, size), []).append(rows[size]["mb_s"])
+        print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    med = statistics.median
+    print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
+          "latency one-way p50 us, bandwidth MB/s")
+    print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}")
+    for op, poll, tool, extra in LAT:
+        for size in SIZES:
+            p, c = med(lat[("perftest", op, poll, size)]), med(lat[("commbench", op, poll, size)])
+            name = f"{tool}{' -e' if extra else ''}"
+            print(f"{name:24s} {size:8d} {p:10.2f} {c:10.2f} {c / p:7.2f}")
+    for op, tool in BW:
+        for size in SIZES:
+            p, c = med(bw[("perftest", op, size)]), med(bw[("commbench", op, size)])
+            print(f"{tool:24s} {size:8d} {p:10.1f} {c:10.1f} {c / p:7.2f}")
+    print("# goals: >= 64 KiB within 0.9-1.1x of perftest (latency and bandwidth)")
+
+
+if __name__ == "__main__":
+    main()
