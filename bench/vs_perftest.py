@@ -76,7 +76,7 @@ def commbench(bench: str, args: list[str]) -> dict[int, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("-i", "--iterations", type=int, default=1000)
+    ap.add_argument("-i", "--iterations", type=int, default=200, help="latency iterations (default 200: TCG is slow)")
     a = ap.parse_args()
     if not shutil.which("ib_send_lat"):
         sys.exit("vs_perftest: perftest is not installed (apt-get install perftest)")
@@ -88,14 +88,16 @@ def main() -> None:
             for size in SIZES:
                 fields = perftest(tool, size, a.iterations, extra)
                 lat.setdefault(("perftest", op, poll, size), []).append(float(fields[4]))  # t_typical
-            rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(a.iterations)])
+            rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(a.iterations),
+                                             "-x", str(max(1, a.iterations // 10))])
+            print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
             for size in SIZES:
                 lat.setdefault(("commbench", op, poll, size), []).append(rows[size]["p50_us"])
         for op, tool in BW:
             for size in SIZES:
                 fields = perftest(tool, size, a.iterations, [])
                 bw.setdefault(("perftest", op, size), []).append(float(fields[3]) * 1.048576)  # MiB/s -> MB/s
-            rows = commbench("p2p-bandwidth", ["--verbs-op", op, "-i", str(max(1, a.iterations // 64))])
+            rows = commbench("p2p-bandwidth", ["--verbs-op", op, "-i", str(max(2, a.iterations // 64))])
             for size in SIZES:
                 bw.setdefault(("commbench", op, size), []).append(rows[size]["mb_s"])
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
