@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -146,8 +147,6 @@ class GrpcCppTransport(Transport):
                  progress: Callable[[], int] | None = None, out: ctypes.c_int | None = None) -> None:
         """Run a budgeted extension call until it completes, checking between budgets that every rank
         lives and that the peer made progress within --timeout."""
-        import time
-
         deadline = time.monotonic() + self.timeout
         seen = progress() if progress else 0
         while True:

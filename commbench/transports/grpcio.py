@@ -273,7 +273,8 @@ class GrpcTransport(Transport):
         g.add_argument("--grpc-mode", choices=("raw", "proto"), default="raw",
                        help="raw: non-serialized bytes (generic handlers); proto: serialized protobuf (default raw)")
         g.add_argument("--grpc-call", choices=("unary", "stream"), default="stream",
-                       help="one RPC per message, or messages on long-lived streams (default stream, the faster)")
+                       help="one RPC per message, or messages on long-lived streams (default stream, the faster); "
+                            "grpc and grpc-cpp")
 
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
