@@ -6,6 +6,7 @@ saved, then one summary table (ratios against tcp in blocking mode, the sockperf
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,11 +66,11 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
                          "themselves (see slurm/)")
     if args.iterations <= 0:
         raise UsageError(f"-i/--iterations must be a positive number, not {args.iterations}")
-    outdir = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
-    outdir.mkdir(parents=True, exist_ok=True)
     configs = [c for c in CONFIGS if not args.only or any(o in c[0] for o in args.only)]
     if not configs:
-        raise UsageError(f"--only {args.only} matches none of: {', '.join(c[0] for c in CONFIGS)}")
+        raise UsageError(f"--only {' '.join(args.only)} matches none of: {', '.join(c[0] for c in CONFIGS)}")
+    outdir = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
+    outdir.mkdir(parents=True, exist_ok=True)
     done: list[Path] = []
     failed: list[str] = []
     unusable: list[str] = []
@@ -100,6 +101,8 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
             continue
         done.extend((lat, bw))
     if not done and not failed:
+        if not args.output_dir:  # nothing was written: leave no empty temporary directory behind
+            shutil.rmtree(outdir, ignore_errors=True)
         raise UsageError(f"none of the configurations asked for is usable here ({unusable[0]}); "
                          "see commbench devices")
     print_summary(done)

@@ -98,3 +98,15 @@ def test_compare_of_unusable_transports_is_one_line():
     r = commbench("compare", "--only", "verbs")
     assert r.code == 2 and r.err.count("\n") == 1, r.err
     assert "none of the configurations asked for is usable here (verbs send: no RDMA device found" in r.err
+
+
+def test_compare_that_runs_nothing_leaves_nothing(tmp_path):
+    """`--only` matching nothing, or only unusable configurations: one line, exit 2, no empty results
+    directory left in TMPDIR."""
+    env = {"TMPDIR": str(tmp_path)}
+    r = commbench("compare", "--only", "nosuch", env=env)
+    assert r.code == 2 and r.err.count("\n") == 1 and "--only nosuch matches none of: tcp blocking" in r.err, r.err
+    assert "[" not in r.err
+    r = commbench("compare", "--only", "verbs", env=env)
+    assert r.code == 2 and "none of the configurations asked for is usable here" in r.err, r.err
+    assert not list(tmp_path.glob("commbench-compare-*"))
