@@ -20,13 +20,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from vs_grpc_cpp import free_port  # bench/ is on sys.path
 
 BIN = Path(sys.executable).parent
 DEV = os.environ.get("COMMBENCH_IB_DEV", "rxe0")
@@ -35,12 +36,6 @@ SIZES = [8, 65536, 1 << 20]
 LAT = [("send", "busy", "ib_send_lat", []), ("write", "busy", "ib_write_lat", []),
        ("send", "blocking", "ib_send_lat", ["-e"])]
 BW = [("send", "ib_send_bw"), ("write", "ib_write_bw")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:

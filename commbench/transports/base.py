@@ -208,5 +208,13 @@ class Transport(ABC):
         if error:
             raise error[0]
 
+    def progress_in_turn(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
+        """``progress`` for transports whose sends never wait on the peer's receives (grpc, grpc-cpp):
+        all sends, then all receives, in the caller's thread; no helper thread."""
+        for link, msg in sends:
+            link.send(msg)
+        for link, msg in recvs:
+            link.recv_into(msg)
+
     def close(self) -> None:
         """Tear down everything connect() built."""

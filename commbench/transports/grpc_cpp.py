@@ -32,7 +32,7 @@ SIGNATURES = {
     "cbg_msg": (P, [INT, ctypes.POINTER(P), ctypes.POINTER(ctypes.c_uint64)]), "cbg_msg_free": (None, [P]),
     "cbg_send": (INT, [P, INT, P]), "cbg_flush": (INT, [P, INT]), "cbg_recv": (INT, [P, INT, P, D]),
     "cbg_call": (INT, [P, INT, P, P]), "cbg_serve_next": (INT, [P, INT, P, D]), "cbg_serve_reply": (INT, [P, INT, P]),
-    "cbg_serve_fixed": (INT, [P, INT, INT, P, P, D, ctypes.POINTER(INT)]), "cbg_close": (None, [P]),
+    "cbg_serve_fixed": (INT, [P, INT, INT, P, P, ctypes.POINTER(INT), D]), "cbg_close": (None, [P]),
 }
 
 
@@ -43,18 +43,17 @@ class Api:
     def __init__(self, lib: ctypes.CDLL, describe: Callable[[int], str]) -> None:
         for name, (res, args) in SIGNATURES.items():
             setattr(self, name.removeprefix("cbg_"), ctypes.CFUNCTYPE(res, *args)((name, lib)))  # our own objects
-        self.engine: int | None = None
         self.describe = describe
         for name in ("send", "call", "serve_reply", "flush"):
             getattr(self, name).errcheck = self._check
 
-    def failure(self, peer: int) -> PeerError:
-        """The extension's last error (what the peer did) as a PeerError naming the peer and its host."""
-        return PeerError(f"{self.describe(peer)} {(self.error(self.engine) or b'').decode(errors='replace')}")
+    def failure(self, engine: int, peer: int) -> PeerError:
+        """The engine's last error (what the peer did) as a PeerError naming the peer and its host."""
+        return PeerError(f"{self.describe(peer)} {(self.error(engine) or b'').decode(errors='replace')}")
 
     def _check(self, result: int, func, args) -> int:
         if result != OK:
-            raise self.failure(args[1])
+            raise self.failure(*args[:2])  # every checked function takes (engine, peer, ...)
         return result
 
 
@@ -106,8 +105,8 @@ class CppLink(Link):
         if isinstance(respond, Message):  # echo/ack: all n answered inside the extension
             done = INT(0)
             rep = self.handle(respond)
-            self.t.wait_for(self.peer, partial(self.api.serve_fixed, self.engine, self.peer, n, req, rep),
-                            "stopped calling", progress=lambda: done.value, out=done)
+            self.t.wait_for(self.peer, partial(self.api.serve_fixed, self.engine, self.peer, n, req, rep,
+                                               ctypes.byref(done)), "stopped calling", progress=lambda: done.value)
             return
         for _ in range(n):
             self.t.wait_for(self.peer, partial(self.api.serve_next, self.engine, self.peer, req), "stopped calling")
@@ -144,17 +143,17 @@ class GrpcCppTransport(Transport):
         return {"grpc++": _grpc_cpp.runtime_version() or _grpc_cpp.find().name}
 
     def wait_for(self, peer: int, step: Callable[[float], int], what: str,
-                 progress: Callable[[], int] | None = None, out: ctypes.c_int | None = None) -> None:
+                 progress: Callable[[], int] | None = None) -> None:
         """Run a budgeted extension call until it completes, checking between budgets that every rank
         lives and that the peer made progress within --timeout."""
         deadline = time.monotonic() + self.timeout
         seen = progress() if progress else 0
         while True:
-            rc = step(CHECK_EVERY, ctypes.byref(out)) if out is not None else step(CHECK_EVERY)
+            rc = step(CHECK_EVERY)
             if rc == OK:
                 return
             if rc != TICK:
-                raise self.api.failure(peer)
+                raise self.api.failure(self.engine, peer)
             self.world.check_alive()
             if progress and progress() != seen:
                 seen, deadline = progress(), time.monotonic() + self.timeout
@@ -169,7 +168,7 @@ class GrpcCppTransport(Transport):
         want = data_port(self.args, world.rank)
         err = ctypes.create_string_buffer(512)
         arr = (INT * len(peers))(*peers)
-        self.engine = self.api.engine = self.api.new(host.encode(), want, world.placement.token.encode(), world.rank,
+        self.engine = self.api.new(host.encode(), want, world.placement.token.encode(), world.rank,
                                                      arr, len(peers), self.timeout, err, len(err))
         if not self.engine:
             raise UsageError(f"grpc-cpp transport of rank {world.rank}: {err.value.decode()}; "
@@ -178,18 +177,12 @@ class GrpcCppTransport(Transport):
         for p in peers:
             target = f"{addrs[p][0]}:{addrs[p][1]}"
             if self.api.connect(self.engine, p, target.encode(), int(self.call == "stream")) != OK:
-                raise self.api.failure(p)
+                raise self.api.failure(self.engine, p)
             self.links[p] = CppLink(self, p, world.describe(p))
         world.barrier("grpc-cpp-links")
         return dict(self.links)
 
-    def progress(self, sends, recvs) -> None:
-        """A send returns once gRPC has written it, and while waiting the engine files whatever arrives:
-        all sends, then all receives, in the caller's thread."""
-        for link, msg in sends:
-            link.send(msg)
-        for link, msg in recvs:
-            link.recv_into(msg)
+    progress = Transport.progress_in_turn  # a send returns once written; waiting, the engine files arrivals
 
     def close(self) -> None:
         if self.engine:

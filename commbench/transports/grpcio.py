@@ -364,13 +364,7 @@ class GrpcTransport(Transport):
             methods[f"ExchangeStream{p}"] = grpc.stream_stream_rpc_method_handler(exchange_stream(p))
         return grpc.method_handlers_generic_handler(self.service, methods)
 
-    def progress(self, sends, recvs) -> None:
-        """Sends never block here (futures, or writes queued on a stream), so: all sends, then all
-        receives, in the caller's thread; no helper thread per call."""
-        for link, msg in sends:
-            link.send(msg)
-        for link, msg in recvs:
-            link.recv_into(msg)
+    progress = Transport.progress_in_turn  # sends never block here (futures, or writes queued on a stream)
 
     def close(self) -> None:
         self.closing = True  # from here grpcio's own threads may fail with the channels: see _hush_grpc_threads

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import socket
 from collections.abc import Iterable
+from functools import partial
 
 import numpy as np
 
@@ -52,20 +53,13 @@ class TfDriverLink(Link):
         self.pending: list[Message] = []
 
         @tf.function
-        def there_and_back(xs):
-            with tf.device(REMOTE):
-                ys = [tf.identity(x) for x in xs]
-            with tf.device(LOCAL):
-                return [tf.identity(y) for y in ys]
-
-        @tf.function
         def window(batches):
             with tf.device(REMOTE):
                 tails = [x[-1:] for xs in batches for x in xs]
             with tf.device(LOCAL):
                 return tf.concat([tf.identity(t) for t in tails], 0)
 
-        self.there_and_back, self.window = there_and_back, window
+        self.window = window
         self._rounds: dict[int, object] = {}
 
     def rounds(self, k: int):
@@ -91,12 +85,12 @@ class TfDriverLink(Link):
         return rounds_per_function(request)
 
     def caller(self, request: Message, reply: Message):
-        fn, xs, arrays = self.rounds(rounds_per_function(request)), self.tensors(request), reply.arrays
+        return partial(self._trips, self.rounds(rounds_per_function(request)), self.tensors(request), reply.arrays)
 
-        def step() -> None:
-            for a, t in zip(arrays, self._run(fn, xs), strict=True):
-                a[:] = t.numpy()
-        return step
+    def _trips(self, fn, xs: list, arrays: list) -> None:
+        """Run a round-trip function on the request's tensors; what came back into the reply's arrays."""
+        for a, t in zip(arrays, self._run(fn, xs), strict=True):
+            a[:] = t.numpy()
 
     def tensors(self, msg: Message) -> list:
         t = msg.cache.get("tf")
@@ -112,9 +106,7 @@ class TfDriverLink(Link):
             raise PeerError(f"TensorFlow could not reach {self.name}: {exc.message.splitlines()[0]}") from None
 
     def call(self, request: Message, reply: Message) -> None:
-        out = self._run(self.there_and_back, self.tensors(request))
-        for a, t in zip(reply.arrays, out, strict=True):
-            a[:] = t.numpy()
+        self._trips(self.rounds(1), self.tensors(request), reply.arrays)
 
     def send(self, msg: Message) -> None:
         self.pending.append(msg)  # a window goes as one function at the next receive

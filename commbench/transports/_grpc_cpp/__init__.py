@@ -30,8 +30,9 @@ def _pkg_config(*args: str) -> str | None:
     return p.stdout.strip() if p.returncode == 0 else None
 
 
+@cache
 def runtime_version() -> str | None:
-    """gRPC C++'s version from the development files, or None where they are missing."""
+    """gRPC C++'s version from the development files, or None where they are missing (asked once)."""
     return _pkg_config("--modversion")
 
 

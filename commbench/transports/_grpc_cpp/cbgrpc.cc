@@ -355,7 +355,7 @@ class Engine {
   int ServeReply(int peer, Msg* rep);  // below ServerCall
 
   // Answer up to n calls with a fixed reply; *done counts them; kTick if none came within budget.
-  int ServeFixed(int peer, int n, Msg* req, Msg* rep, double budget, int* done) {
+  int ServeFixed(int peer, int n, Msg* req, Msg* rep, int* done, double budget) {
     while (*done < n) {
       if (int rc = ServeNext(peer, req, budget); rc != kOk) return rc;
       if (int rc = ServeReply(peer, rep); rc != kOk) return rc;
@@ -685,9 +685,9 @@ int cbg_serve_reply(void* e, int peer, void* rep) {
   return h.e->ServeReply(peer, static_cast<Msg*>(rep));
 }
 
-int cbg_serve_fixed(void* e, int peer, int n, void* req, void* rep, double budget, int* done) {
+int cbg_serve_fixed(void* e, int peer, int n, void* req, void* rep, int* done, double budget) {
   Held h(static_cast<Engine*>(e));
-  return h.e->ServeFixed(peer, n, static_cast<Msg*>(req), static_cast<Msg*>(rep), budget, done);
+  return h.e->ServeFixed(peer, n, static_cast<Msg*>(req), static_cast<Msg*>(rep), done, budget);
 }
 
 void cbg_close(void* e) {
