@@ -11,7 +11,8 @@ another. Prints medians over rounds of the one-way p50 (us; and MB/s = size / on
 largest size) with the ratios commbench / C++ and commbench / script (medians of per-round ratios).
 Also commbench's grpc-cpp transport (gRPC's C++ API through commbench's extension). Goals: grpc-cpp
 8 B <= 1.15x the C++ reference and its 4 MiB bandwidth >= 0.95x; commbench grpc <= 1.1x the plain
-script of the same call type.
+script of the same call type. The references run with the allocator settings commbench's ranks
+set for themselves (GLIBC_TUNABLES = commbench.core.buffers.MALLOC_TUNABLES).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from commbench.core.buffers import MALLOC_TUNABLES
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
@@ -72,7 +75,8 @@ def free_port() -> int:
 def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, sizes: list[int]) -> dict[int, float]:
     """Start a server, run the client once per size; {size: one-way p50 us}."""
     port = str(free_port())
-    srv = subprocess.Popen([*server, port, *extra], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "GLIBC_TUNABLES": MALLOC_TUNABLES}  # the allocator commbench's ranks run with
+    srv = subprocess.Popen([*server, port, *extra], stdout=subprocess.PIPE, text=True, env=env)
     try:
         if srv.stdout.readline().strip() != "listening":
             sys.exit(f"vs_grpc_cpp: {server[0]} did not start")
@@ -80,7 +84,7 @@ def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, 
         for size in sizes:
             n, w = loops(size)
             line = subprocess.run([*client, f"127.0.0.1:{port}", kind, str(size), str(n), str(w), *extra],
-                                  capture_output=True, text=True, timeout=600, check=True).stdout.split()
+                                  capture_output=True, text=True, timeout=600, check=True, env=env).stdout.split()
             out[size] = float(line[1])
         return out
     finally:

@@ -23,6 +23,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
              config: RunConfig) -> int:
     args = config.args
     buffers.configure(args.hugepages == "on")
+    buffers.steady_malloc()
     bench = bench_cls(config)
     with Session(placement, args.timeout, getattr(args, "bind", None), config.options(), PACKAGES) as run:
         world = run.world
