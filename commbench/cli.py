@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from commbench import __version__
+from commbench.core.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, integer, number
 from commbench.core.config import RunConfig, freeze
 from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError
 from commbench.core.harness import Loops
@@ -17,6 +18,7 @@ from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, swe
 from commbench.core.sizes import parse_range, parse_size
 
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_SIZES = "0:4M"
 
 
 class Parser(argparse.ArgumentParser):
@@ -28,14 +30,14 @@ class Parser(argparse.ArgumentParser):
 
 def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g = p.add_argument_group("what to send")
-    g.add_argument("-m", "--message-size", default="0:4M", metavar="MIN:MAX",
+    g.add_argument("-m", "--message-size", metavar="MIN:MAX",
                    help="sizes to sweep, powers of two (OSU's -m), or a list like 8,1K,1M (default 0:4M)")
     g.add_argument("--payload", metavar="SPEC",
                    help="instead of a sweep: a TF-gRPC-Bench scheme (uniform, random, skew), a model's gradient "
                         "tensors (resnet50, vgg16, ...: commbench payloads list), or SCHEME:MODEL (sizes drawn "
                         "from the model's tensors)")
-    g.add_argument("--buffers", type=int, default=10, help="buffers per payload (default 10)")
-    g.add_argument("--tensors-per-message", type=int, metavar="K",
+    g.add_argument("--buffers", type=integer(1, 100_000), default=10, help="buffers per payload (default 10)")
+    g.add_argument("--tensors-per-message", type=integer(1, 1_000_000), metavar="K",
                    help="with --payload MODEL: messages of K consecutive tensors, each measured as a point "
                         "(default: the whole model in one message)")
     g.add_argument("--categories", default="S,M,L", help="buffer categories to draw from: S, M, L (default S,M,L)")
@@ -44,16 +46,19 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("--large-size", default="1M", help="Large buffer size, [1 MiB, 10 MiB] (default 1M)")
     g.add_argument("--skew-bias", default="large", choices=("large", "medium", "small"),
                    help="skew scheme: the category that gets 60 %% (default large: 60 L / 30 M / 10 S)")
-    g.add_argument("--seed", type=int, default=1, help="payload and validation seed, the same on every rank")
+    g.add_argument("--seed", type=SEED, default=1, help="payload and validation seed, the same on every rank")
     g = p.add_argument_group("how long")
-    g.add_argument("-i", "--iterations", type=int, help="timed iterations per point (default: OSU's by size)")
-    g.add_argument("-x", "--warmup", type=int, help="warm-up iterations per point (default: OSU's by size)")
-    g.add_argument("--time", type=float, help="measure for this many seconds per point instead of counting")
-    g.add_argument("--warmup-time", type=float, default=2.0, help="warm-up seconds with --time (default 2)")
-    g.add_argument("--precision", type=float, metavar="PCT",
+    g.add_argument("-i", "--iterations", type=integer(1, MAX_ITERATIONS),
+                   help="timed iterations per point (default: OSU's by size)")
+    g.add_argument("-x", "--warmup", type=integer(0, MAX_ITERATIONS),
+                   help="warm-up iterations per point (default: OSU's by size)")
+    g.add_argument("--time", type=SECONDS, help="measure for this many seconds per point instead of counting")
+    g.add_argument("--warmup-time", type=number(0, 7 * 86400, what=" (seconds)"), default=2.0,
+                   help="warm-up seconds with --time (default 2)")
+    g.add_argument("--precision", type=number(above=0, hi=100, what=" (percent)"), metavar="PCT",
                    help="iterate until the 95 %% confidence interval of the median is within +-PCT %% of it "
                         "(or --max-time runs out; the row says which)")
-    g.add_argument("--max-time", type=float, default=30.0, help="seconds per point at most with --precision "
+    g.add_argument("--max-time", type=SECONDS, default=30.0, help="seconds per point at most with --precision "
                                                                 "(default 30)")
     g = p.add_argument_group("how")
     g.add_argument("-t", "--transport", default="tcp", help=f"one of {', '.join(transports)} (default tcp)")
@@ -67,15 +72,15 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("--hugepages", choices=("off", "on"), default="off",
                    help="back buffers with transparent huge pages (on) or not (off, the default, as OSU's malloc); "
                         "recorded with the results")
-    g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+    g.add_argument("--timeout", type=SECONDS, default=DEFAULT_TIMEOUT,
                    help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
-    g.add_argument("--port", type=int, default=0,
+    g.add_argument("--port", type=PORT, default=0,
                    help="rendezvous port P (rank r's data port is P + 1 + r); default: free ports")
-    g.add_argument("--np", type=int, help="number of ranks the local launcher starts")
-    g.add_argument("--hosts", type=int, default=0, metavar="N",
+    g.add_argument("--np", type=RANKS, help="number of ranks the local launcher starts")
+    g.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
                    help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
     g.add_argument("-o", "--output", metavar="FILE", help="append results as measured: FILE.jsonl or FILE.csv")
-    g.add_argument("--inject-corruption", type=int, default=0, help=argparse.SUPPRESS)
+    g.add_argument("--inject-corruption", type=integer(0), default=0, help=argparse.SUPPRESS)
     for cls in transports.values():
         cls.add_arguments(p)
 
@@ -143,10 +148,11 @@ def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
         return [payload], (f"{spec.scheme} scheme, {spec.buffers} buffers from {cats}"
                            f"{', bias ' + spec.bias if spec.scheme == 'skew' else ''}, seed {spec.seed}: "
                            f"{payload.label}")
-    if "," in args.message_size:
-        sizes = [parse_size(s, "message size") for s in args.message_size.split(",")]
+    text = args.message_size or DEFAULT_SIZES
+    if "," in text:
+        sizes = [parse_size(s, "message size") for s in text.split(",")]
         return [Payload(str(s), (s,)) for s in sizes], None
-    return sweep_payloads(*parse_range(args.message_size)), None
+    return sweep_payloads(*parse_range(text)), None
 
 
 def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -160,11 +166,10 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if poll not in transport_cls.poll_modes:
         raise UsageError(f"the {args.transport} transport waits inside its own library and has no {poll} "
                          f"mode (it has: {', '.join(transport_cls.poll_modes)}); drop --poll {poll}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     ranks = bench_cls.ranks(args)
+    if args.port and args.port + ranks > 65535:
+        raise UsageError(f"--port {args.port} leaves no room for the data ports of {ranks} ranks (P + 1 .. P + "
+                         f"{ranks}): use a port of at most {65535 - ranks}")
     if args.np is not None and args.np != ranks:
         raise UsageError(f"{bench_cls.name} runs on {ranks} ranks here, not --np {args.np}")
     check_capabilities(bench_cls, args, ranks, transport_cls, transports.registry())
@@ -174,8 +179,14 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from commbench.devices import usable_here
 
         raise Unavailable(f"{exc}; usable transports here: {usable_here(but=transport_cls.name)}") from None
+    transport_cls.prepare_process(args)
     loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time, args.precision, args.max_time)
-    points, spec = bench_cls.plan_points(args) or plan_points(args)
+    own = bench_cls.plan_points(args)
+    if args.message_size is not None and (own or args.payload):
+        instead = f"--payload {args.payload} sets the message" if args.payload else \
+            f"{bench_cls.name} sweeps -b/--minbytes to -e/--maxbytes"
+        raise UsageError(f"-m/--message-size {args.message_size} is not used here: {instead}; drop -m")
+    points, spec = own or plan_points(args)
     config = RunConfig(freeze(args), ranks, poll, tuple(points), spec, loops)
     from commbench.launch.local import here_or_launch
 

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from commbench.core.argtypes import MAX_ITERATIONS, SECONDS, integer
 from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.placement import detect
 from commbench.core.results import read_runs
@@ -50,8 +51,9 @@ def launch_config(transport: str, argv: list[str], timeout: float) -> int:
 def add_parser(sub, transports: dict) -> None:
     p = sub.add_parser("compare", help="short latency + bandwidth comparison of every transport usable here")
     p.add_argument("--output-dir", metavar="DIR", help="keep the per-run results files here (default: a temp dir)")
-    p.add_argument("-i", "--iterations", type=int, default=1000, help="latency iterations per size (default 1000)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a peer (default 60)")
+    p.add_argument("-i", "--iterations", type=integer(1, MAX_ITERATIONS), default=1000,
+                   help="latency iterations per size (default 1000)")
+    p.add_argument("--timeout", type=SECONDS, default=60.0, help="seconds to wait for a peer (default 60)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="run only configurations whose label contains NAME (repeatable), e.g. --only grpc")
     p.set_defaults(func=compare, transports=transports)
@@ -70,7 +72,10 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not configs:
         raise UsageError(f"--only {' '.join(args.only)} matches none of: {', '.join(c[0] for c in CONFIGS)}")
     outdir = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
-    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot use --output-dir {str(outdir)!r}: {exc.strerror}") from None
     done: list[Path] = []
     failed: list[str] = []
     unusable: list[str] = []

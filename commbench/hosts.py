@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from commbench.core.argtypes import integer
 from commbench.core.errors import UsageError
 
 PREFIX = "cbh"
@@ -141,7 +142,7 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[0])
     hs = p.add_subparsers(dest="action", required=True, metavar="up|down|status")
     u = hs.add_parser("up", help="make N hosts joined at --rate")
-    u.add_argument("n", type=int, help="number of hosts")
+    u.add_argument("n", type=integer(1, 64), help="number of hosts")
     u.add_argument("--rate", default="none", help="link rate in tc notation (100mbit, 1gbit) or none (default)")
     hs.add_parser("down", help="remove the emulated hosts")
     hs.add_parser("status", help="what is up")

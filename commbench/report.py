@@ -272,12 +272,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         with pd.option_context("display.width", 160, "display.max_rows", 500):
             print(cmp.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         files = files or list(args.compare)
+    runs = read_all(files)  # every file read before anything is made
     out = Path(args.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
-    runs = read_all(files)
     made = figures(load(runs), out)
     page = write_page(out, args.format, runs, made, cmp)
     print(f"commbench report: {len(made)} figure(s) and {page}")

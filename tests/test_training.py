@@ -169,3 +169,39 @@ def test_tf_grpc_refuses_what_it_cannot_run():
                          (["p2p-latency", "--validate"], "tf-grpc cannot validate")):
         r = commbench(*args, "-t", "tf-grpc")
         assert r.code == 2 and needle in r.err and r.err.count("\n") == 1, r.err
+
+
+def _listening(launcher) -> set[str]:
+    """Addresses the launcher's ranks listen on, right now."""
+    import psutil
+
+    found = set()
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            for c in child.net_connections("tcp"):
+                if c.status == psutil.CONN_LISTEN:
+                    found.add(c.laddr.ip)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["p2p-latency", "-t", "tf-grpc", "-m", "8:8", "-i", "20000"],
+                                  ["train", "--model", "small-cnn", "--strategy", "ps", "--steps", "40"]])
+def test_tf_servers_listen_on_the_run_address_only(args):
+    """TensorFlow's servers bind every interface on their own; commbench's bind() shim keeps them on
+    the run's address (loopback here): every listening socket of every rank, sampled through the run."""
+    import time
+
+    from conftest import spawn
+
+    launcher = spawn(*args)
+    seen: set[str] = set()
+    while launcher.poll() is None:
+        seen |= _listening(launcher)
+        time.sleep(0.2)
+    out, err = launcher.communicate()
+    assert launcher.returncode == 0, err
+    assert "::ffff:127.0.0.1" in seen or len(seen) > 1, seen  # TF's listeners were seen
+    assert seen <= {"127.0.0.1", "::ffff:127.0.0.1"}, seen

@@ -14,6 +14,7 @@ import numpy as np
 
 from commbench.benchmarks.base import Context
 from commbench.benchmarks.collective import F32, Collective, Plan
+from commbench.core.argtypes import number
 from commbench.core.errors import UsageError
 from commbench.core.payload import Payload
 from commbench.emulators.allreduce import ALGORITHMS, AllReduce
@@ -27,7 +28,8 @@ class AllReduceBench(Collective):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("--bucket-mb", type=float, help="with --payload MODEL: fuse tensors into buckets of "
+        parser.add_argument("--bucket-mb", type=number(above=0, hi=1 << 20, what=" (MB)"),
+                            help="with --payload MODEL: fuse tensors into buckets of "
                                                             "at most this many MB (default: each tensor alone)")
 
     @classmethod

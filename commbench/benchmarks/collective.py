@@ -26,6 +26,7 @@ import numpy as np
 
 from commbench.benchmarks.base import Benchmark, Context
 from commbench.core import buffers
+from commbench.core.argtypes import RANKS, integer
 from commbench.core.errors import UsageError
 from commbench.core.harness import COLLECTIVE_LOOPS, Side, Timing, spread
 from commbench.core.payload import Payload
@@ -73,12 +74,13 @@ class Collective(Benchmark):
         names = (*cls.algorithms, "native")
         parser.add_argument("--algorithm", "-a", choices=names, default=names[0],
                             help=f"default {names[0]}; native: the transport's own {cls.op} (MPI)")
-        parser.add_argument("--ranks", type=int, help="ranks the local launcher starts (default 4; as --np)")
+        parser.add_argument("--ranks", type=RANKS, help="ranks the local launcher starts (default 4; as --np)")
         parser.add_argument("-b", "--minbytes", default="4K", help="smallest output size (default 4K)")
         parser.add_argument("-e", "--maxbytes", default="4M", help="largest output size (default 4M)")
-        parser.add_argument("-f", "--stepfactor", type=int, default=2, help="size factor between points (default 2)")
+        parser.add_argument("-f", "--stepfactor", type=integer(2, 1024), default=2,
+                            help="size factor between points (default 2)")
         if cls.rooted:
-            parser.add_argument("--root", type=int, default=0, help="the root rank (default 0)")
+            parser.add_argument("--root", type=integer(0, 4095), default=0, help="the root rank (default 0)")
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import argparse
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
+from commbench.core.argtypes import integer
 from commbench.core.config import RunConfig
 from commbench.core.errors import UsageError
 from commbench.core.harness import BANDWIDTH_LOOPS, Side, Timing, untimed_loop
@@ -41,8 +42,10 @@ class P2PBandwidth(Benchmark):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-W", "--window", type=int, default=64, help="messages per window (default 64, as OSU)")
-        parser.add_argument("--pairs", type=int, default=1, help="pairs of ranks, rank i with i + N (default 1)")
+        parser.add_argument("-W", "--window", type=integer(1, 1 << 20), default=64,
+                            help="messages per window (default 64, as OSU)")
+        parser.add_argument("--pairs", type=integer(1, 2048), default=1,
+                            help="pairs of ranks, rank i with i + N (default 1)")
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:

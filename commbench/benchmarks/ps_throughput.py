@@ -13,6 +13,7 @@ import argparse
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
+from commbench.core.argtypes import RANKS
 from commbench.core.config import RunConfig
 from commbench.core.errors import UsageError
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
@@ -43,8 +44,8 @@ class PSThroughput(Benchmark):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--workers", type=int, default=2, help="worker ranks (default 2)")
-        parser.add_argument("--ps", type=int, default=1, help="parameter-server shards (default 1)")
+        parser.add_argument("--workers", type=RANKS, default=2, help="worker ranks (default 2)")
+        parser.add_argument("--ps", type=RANKS, default=1, help="parameter-server shards (default 1)")
         parser.add_argument("--placement", choices=POLICIES, default="round-robin",
                             help="variables on shards: round-robin (TF default) or greedy by bytes")
         parser.add_argument("--mode", choices=("sync", "async"), default="sync",

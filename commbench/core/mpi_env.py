@@ -11,6 +11,7 @@ import json
 import secrets
 import socket
 import struct
+import zlib
 from typing import Any
 
 from commbench.core.errors import Unavailable, UsageError
@@ -82,10 +83,16 @@ def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) 
 
     MPI = check_world_size(size, launcher)
     comm = MPI.COMM_WORLD
+    # all ranks on this host (the MPI processor name's hash the same everywhere): loopback only
+    name = np.array([zlib.crc32(MPI.Get_processor_name().encode())], dtype=np.int64)
+    low, high = np.empty_like(name), np.empty_like(name)
+    comm.Allreduce([name, MPI.INT64_T], [low, MPI.INT64_T], op=MPI.MIN)
+    comm.Allreduce([name, MPI.INT64_T], [high, MPI.INT64_T], op=MPI.MAX)
+    bind = bind or ("127.0.0.1" if low[0] == high[0] else None)
     fd = None
     blob = b""
     if rank == 0:
-        listener = bind_listener(bind or "0.0.0.0", port, "rendezvous")
+        listener = bind_listener(bind or "0.0.0.0", port, "rendezvous")  # several hosts: any may be the way in
         addrs = [bind] if bind else sorted(
             (a.address for alist in psutil.net_if_addrs().values() for a in alist if a.family == socket.AF_INET),
             key=lambda a: a.startswith("127."))

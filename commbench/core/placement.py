@@ -5,13 +5,12 @@
   they name no hosts, so rank 0 tells the others its address through MPI itself (``mpi_bootstrap``);
 - ``srun`` sets ``SLURM_PROCID``, ``SLURM_NTASKS`` and ``SLURM_STEP_NODELIST``: the rendezvous is on
   the first node of the step (python-hostlist keeps Slurm's order), on a port derived from the
-  job and step ids unless ``--port`` says otherwise.
+  job and step ids unless ``--port`` says otherwise; the run token is random (core/run_token.py).
 A process with none of them was not launched, and the CLI starts the local launcher.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import subprocess
@@ -19,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from commbench.core.errors import UsageError
+from commbench.core.run_token import token_path
 
 ENV_RANK, ENV_SIZE, ENV_ROOT, ENV_TOKEN, ENV_FD = (
     "COMMBENCH_RANK", "COMMBENCH_SIZE", "COMMBENCH_ROOT", "COMMBENCH_TOKEN", "COMMBENCH_RDV_FD")
@@ -38,6 +38,7 @@ class Placement:
     node: str = ""  # this rank's node name as the launcher knows it (Slurm's node names)
     mpi_bootstrap: bool = False  # rank 0 sends root address and token to the others through MPI
     local_rank: int = 0
+    token_file: str = ""  # srun without COMMBENCH_TOKEN: rank 0 publishes a random token here
 
     @property
     def host_name(self) -> str:
@@ -45,34 +46,73 @@ class Placement:
 
 
 def detect(env: Mapping[str, str] | None = None, port: int = 0) -> Placement | None:
-    """The placement the environment describes, or None when no launcher started us."""
+    """The placement the environment describes, or None when no launcher started us; a malformed
+    launcher variable is a UsageError naming it."""
     env = os.environ if env is None else env
+    p = _detect(env, port)
+    if p is not None and not 0 <= p.rank < p.size:
+        raise UsageError(f"the launcher says this is rank {p.rank} of {p.size}: its rank and size variables do not "
+                         "fit together; start the run again with mpirun, srun or plain commbench")
+    return p
+
+
+def _detect(env: Mapping[str, str], port: int) -> Placement | None:
     if ENV_RANK in env:
-        host, _, p = env[ENV_ROOT].rpartition(":")
+        host, _, p = env.get(ENV_ROOT, "").rpartition(":")
         fd = env.get(ENV_FD)
-        return Placement(int(env[ENV_RANK]), int(env[ENV_SIZE]), host, int(p), env[ENV_TOKEN], "local",
-                         int(fd) if fd else None, node=env.get(ENV_NODE, ""))
+        size = _int(env, ENV_SIZE)
+        return Placement(_int(env, ENV_RANK, hi=size - 1), size, host, _int({ENV_ROOT: p}, ENV_ROOT, hi=65535),
+                         env.get(ENV_TOKEN, ""), "local", _int(env, ENV_FD) if fd else None, node=env.get(ENV_NODE, ""))
     if "OMPI_COMM_WORLD_RANK" in env:
-        return Placement(int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"]), "", port,
+        return Placement(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"), "", port,
                          env.get(ENV_TOKEN, ""), "mpirun", mpi_bootstrap=True,
-                         local_rank=int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)))
+                         local_rank=_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0))
+    if ("PMI_RANK" in env) != ("PMI_SIZE" in env) and "SLURM_PROCID" not in env:
+        _int(env, "PMI_SIZE" if "PMI_RANK" in env else "PMI_RANK")  # names the missing one
     if "PMI_RANK" in env and "PMI_SIZE" in env and "SLURM_PROCID" not in env:
-        return Placement(int(env["PMI_RANK"]), int(env["PMI_SIZE"]), "", port, env.get(ENV_TOKEN, ""), "mpirun",
-                         mpi_bootstrap=True, local_rank=int(env.get("MPI_LOCALRANKID", 0)))
+        return Placement(_int(env, "PMI_RANK"), _int(env, "PMI_SIZE"), "", port, env.get(ENV_TOKEN, ""), "mpirun",
+                         mpi_bootstrap=True, local_rank=_int(env, "MPI_LOCALRANKID", 0))
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
         return _slurm(env, port)
+    if ENV_SIZE in env or ENV_ROOT in env:
+        _int(env, ENV_RANK)  # commbench's own variables without the rank
     return None
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None, hi: int = 1 << 20) -> int:
+    """A launcher variable that must hold a whole number in [0, hi]: a bad one is named, not a traceback."""
+    text = env.get(name)
+    if text is None and default is not None:
+        return default
+    if text is None:
+        raise UsageError(f"the launcher variable {name} is not set though others of its launcher are: start the "
+                         "run with mpirun, srun or plain commbench, or unset the stray variables")
+    try:
+        value = int(str(text).strip())
+        if 0 <= value <= hi:
+            return value
+    except ValueError:
+        pass
+    raise UsageError(f"the launcher variable {name}={text!r} is not a whole number from 0 to {hi}: this process "
+                     "was not started by mpirun, srun or commbench as they set it; unset it or start the run again")
 
 
 def _slurm(env: Mapping[str, str], port: int) -> Placement:
     import hostlist
 
-    nodes = hostlist.expand_hostlist(env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"])
-    job, step = int(env.get("SLURM_JOB_ID", 0)), int(env.get("SLURM_STEP_ID", 0))
+    text = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+    try:
+        nodes = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist:
+        nodes = []
+    if not nodes:
+        raise UsageError(f"the launcher variable SLURM_STEP_NODELIST={text!r} names no nodes: run under srun, or "
+                         "unset the stray SLURM_* variables")
+    job, step = _int(env, "SLURM_JOB_ID", 0, 1 << 32), _int(env, "SLURM_STEP_ID", 0, 1 << 32)
     port = port or PORT_BASE + (job * 17 + step) % PORT_SPAN
-    token = env.get(ENV_TOKEN) or hashlib.sha256(
-        f"commbench:{job}:{step}:{env.get('SLURM_JOB_UID', '')}:{','.join(nodes)}".encode()).hexdigest()[:32]
-    rank = int(env["SLURM_PROCID"])
+    token = env.get(ENV_TOKEN, "")  # else rank 0 makes one and hands it out (core/run_token.py)
+    token_file = "" if token else str(token_path(env))
+    rank = _int(env, "SLURM_PROCID")
     me = env.get("SLURMD_NODENAME", "")
     if rank == 0 and me and me != nodes[0]:
         raise UsageError(f"rank 0 runs on {me}, not on the step's first node {nodes[0]}; use srun's default "
@@ -80,10 +120,11 @@ def _slurm(env: Mapping[str, str], port: int) -> Placement:
     root = env.get(ENV_ROOT, "")
     if root:
         host, _, p = root.rpartition(":")
-        return Placement(rank, int(env["SLURM_NTASKS"]), host, int(p), token, "srun", node=me,
-                         local_rank=int(env.get("SLURM_LOCALID", 0)))
-    return Placement(rank, int(env["SLURM_NTASKS"]), node_address(nodes[0]), port, token, "srun", node=me,
-                     local_rank=int(env.get("SLURM_LOCALID", 0)))
+        return Placement(rank, _int(env, "SLURM_NTASKS"), host, _int({ENV_ROOT: p}, ENV_ROOT, hi=65535), token,
+                         "srun", node=me,
+                         local_rank=_int(env, "SLURM_LOCALID", 0), token_file=token_file)
+    return Placement(rank, _int(env, "SLURM_NTASKS"), node_address(nodes[0]), port, token, "srun", node=me,
+                     local_rank=_int(env, "SLURM_LOCALID", 0), token_file=token_file)
 
 
 def node_address(name: str) -> str:

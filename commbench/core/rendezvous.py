@@ -11,21 +11,20 @@ from __future__ import annotations
 import contextlib
 import hmac
 import socket
-import sys
 import threading
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
-from commbench.core.framing import FrameError, encode, read_frame, send_frame
+from commbench.core.framing import FrameError, read_frame, send_frame
+from commbench.core.gate import BUSY, Gate
 
 HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT = range(1, 11)
-HELLO_TIMEOUT = 5.0  # s for a whole hello, however its bytes trickle in
-HELLO_MAX_JSON = 4096  # before the token is shown nothing larger is read (or allocated)
-MAX_UNPROVEN = 64  # connections that have not shown the token yet, at once; more are closed at once
+assert ERR == BUSY  # the gate tells a flood 'busy' in the store's own ERR frame
 
 
 class StoreServer:
-    """Serves the store on an already listening socket, in daemon threads."""
+    """Serves the store on an already listening socket: one thread reads every unproven connection
+    (core/gate.py), and each proven rank's connection gets a thread of its own (at most two per rank)."""
 
     def __init__(self, listener: socket.socket, token: str, size: int) -> None:
         self.listener = listener
@@ -35,71 +34,63 @@ class StoreServer:
         self.cond = threading.Condition()
         self.members: dict[int, str] = {}  # rank -> host, while connected
         self.beats: dict[int, tuple[float, str]] = {}  # rank -> (last heartbeat, host), from watchdogs
+        self.watching: set[int] = set()  # ranks whose watchdog is connected
         self.failed: str | None = None
         self.aborted: tuple[str, int] | None = None
-        self.refused = 0
         self._closing = False
-        self._unproven = threading.BoundedSemaphore(MAX_UNPROVEN)
+        self.gate = Gate(listener, "rank 0")
         threading.Thread(target=self._accept_loop, name="rdv-accept", daemon=True).start()
 
     @property
     def port(self) -> int:
         return self.listener.getsockname()[1]
 
+    @property
+    def refused(self) -> int:
+        return self.gate.refused
+
     def _accept_loop(self) -> None:
-        while not self._closing:
-            try:
-                conn, addr = self.listener.accept()
-            except OSError:
-                return
-            if not self._unproven.acquire(blocking=False):  # a flood: no thread, no memory for it
-                with contextlib.suppress(OSError):  # a rank of this run that meets the flood tries again
-                    conn.setblocking(False)
-                    conn.send(encode(ERR, {"kind": "busy"}))
-                self._refuse(conn, addr, f"more than {MAX_UNPROVEN} connections without the run token", quiet=True)
-                continue
-            try:
-                threading.Thread(target=self._serve, args=(conn, addr), daemon=True).start()
-            except RuntimeError:  # no thread to be had: refuse this one, keep serving the run
-                self._unproven.release()
-                self._refuse(conn, addr, "no thread to serve it", quiet=True)
-
-    def _refuse(self, conn: socket.socket, addr: tuple, why: str, quiet: bool = False) -> None:
-        """Close a stranger's connection; said on stderr (a flood: the first 10 and every 100th)."""
-        with self.cond:
-            self.refused += 1
-            n = self.refused
-        if not quiet or n <= 10 or n % 100 == 0:
-            print(f"commbench: rank 0: refused a connection from {addr[0]}:{addr[1]} ({why}; {n} refused so far)",
-                  file=sys.stderr)
-        conn.close()
-
-    def _serve(self, conn: socket.socket, addr: tuple) -> None:
         try:
-            kind, hello, _ = read_frame(conn, HELLO_MAX_JSON, 0, time.monotonic() + HELLO_TIMEOUT)
-        except (FrameError, OSError, ConnectionError) as exc:
-            return self._refuse(conn, addr, f"not a commbench peer: {exc}")
+            while not self._closing:
+                for conn, addr, kind, hello in self.gate.wait(0.5):
+                    self._admit(conn, addr, kind, hello)
+        except (OSError, ValueError):  # the listener was closed under the selector
+            pass
         finally:
-            self._unproven.release()
-        token = hello.get("token")
-        rank = hello.get("rank")
+            self.gate.close()
+
+    def _admit(self, conn: socket.socket, addr: tuple, kind: int, hello: dict) -> None:
+        """A whole hello: a rank of this run gets a thread; anything else is refused."""
+        token, rank = hello.get("token"), hello.get("rank")
         if kind != HELLO or not isinstance(token, str) \
                 or not hmac.compare_digest(token.encode(), self.token.encode()):
-            return self._refuse(conn, addr, "wrong run token")
+            return self.gate.refuse(conn, addr, "wrong run token")
         if not isinstance(rank, int) or not 0 <= rank < self.size or hello.get("size") != self.size:
-            return self._refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} "
-                                            f"do not fit this run of {self.size}")
+            return self.gate.refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} "
+                                                f"do not fit this run of {self.size}")
         host = str(hello.get("host", addr[0]))[:200]
-        if hello.get("role") == "watchdog":
-            return self._serve_watchdog(conn, rank, host)
+        watchdog = hello.get("role") == "watchdog"
         with self.cond:
-            if rank in self.members:
-                return self._refuse(conn, addr, f"rank {rank} is already connected")
-            self.members[rank] = host
+            taken = self.watching if watchdog else self.members
+            if rank in taken:
+                return self.gate.refuse(conn, addr, f"rank {rank} is already connected")
+            if watchdog:
+                self.watching.add(rank)
+            else:
+                self.members[rank] = host
+        target = self._serve_watchdog if watchdog else self._serve
+        try:
+            threading.Thread(target=target, args=(conn, rank, host), daemon=True).start()
+        except RuntimeError:  # no thread to be had: this rank is told so, and the run fails cleanly
+            with self.cond:
+                taken.discard(rank) if watchdog else self.members.pop(rank, None)
+            self.gate.refuse(conn, addr, "no thread to serve it")
+
+    def _serve(self, conn: socket.socket, rank: int, host: str) -> None:
         conn.settimeout(None)
-        send_frame(conn, OK, {"size": self.size})
         clean = False
         try:
+            send_frame(conn, OK, {"size": self.size})
             while True:
                 kind, obj, blob = read_frame(conn)
                 if kind == SET:
@@ -153,6 +144,8 @@ class StoreServer:
         except (FrameError, OSError, ConnectionError, ValueError, TypeError):
             pass
         finally:
+            with self.cond:
+                self.watching.discard(rank)
             conn.close()
 
     def _get(self, conn: socket.socket, key: str, timeout: float) -> None:
@@ -184,9 +177,10 @@ class StoreServer:
                 self.cond.wait(0.1)
 
     def close(self) -> None:
+        """Stop accepting: the accept thread closes the listener and every unproven connection."""
         self._closing = True
         with contextlib.suppress(OSError):
-            self.listener.close()
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the selector at once
 
 
 def _connect_any(hosts: list[str], port: int, timeout: float) -> socket.socket:

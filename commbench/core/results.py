@@ -14,8 +14,10 @@ import csv
 import datetime as dt
 import io
 import json
+import math
 import os
 import platform
+import stat
 import sys
 import uuid
 from collections.abc import Iterator, Sequence
@@ -185,17 +187,56 @@ class Run:
     rows: list[dict] = field(default_factory=list)
 
 
+MAX_READ = 1 << 30  # bytes: a text file given to a command, at most
+
+
+def read_text_file(path: str | os.PathLike, what: str) -> str:
+    """A user-given text file's contents; anything else (missing, a FIFO or directory, binary, huge)
+    is one UsageError naming the file. Never blocks on a FIFO: it is refused before it is opened."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+            "not a regular file"
+        raise UsageError(f"{str(p)!r} is {kind}: give a {what} (a regular file)")
+    if st.st_size > MAX_READ:
+        raise UsageError(f"{str(p)!r} is {st.st_size} bytes, more than a {what} can be; is it the right file?")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from None
+    try:
+        if b"\0" in data:
+            raise UnicodeError
+        return data.decode("utf-8")
+    except UnicodeError:
+        raise UsageError(f"{str(p)!r} is not text (binary data): give a {what}") from None
+
+
 def read_runs(path: str | os.PathLike) -> list[Run]:
     """Parse a results file; a line that does not parse is named with file and line (exit 2)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read results file {str(p)!r}: {exc.strerror}") from None
+    text = read_text_file(p, "results file (.jsonl or .csv)")
     runs = list(_read_csv(p, text) if p.suffix == ".csv" else _read_jsonl(p, text))
     if not runs:
         raise UsageError(f"{p}: no commbench results in this file (no metadata row)")
+    for run in runs:
+        if not isinstance(run.meta.get("bench"), str) or not isinstance(run.meta.get("options"), dict):
+            raise UsageError(f"{p}: a metadata row without the benchmark and its options: not written by commbench")
+    if not any(run.rows for run in runs):
+        raise UsageError(f"{p}: no result rows in this file (only metadata: the run ended before its first point)")
     return runs
+
+
+def _finite(p: Path, lineno: int, row: dict) -> dict:
+    """A row as read; NaN or infinity in it means the file was edited or damaged."""
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise UsageError(f"{p}:{lineno}: {k} is {v}: commbench never writes that; was the file edited?")
+    return row
 
 
 def _read_jsonl(p: Path, text: str) -> Iterator[Run]:
@@ -214,7 +255,7 @@ def _read_jsonl(p: Path, text: str) -> Iterator[Run]:
             run = Run(obj)
         elif kind == "row" and run is not None:
             obj.pop("type")
-            run.rows.append(obj)
+            run.rows.append(_finite(p, lineno, obj))
         else:
             raise UsageError(f"{p}:{lineno}: not a commbench row (expected a metadata row first)")
     if run:
@@ -229,12 +270,14 @@ def _read_csv(p: Path, text: str) -> Iterator[Run]:
         meta = json.loads(lines[0][len(META_PREFIX):])
     except json.JSONDecodeError as exc:
         raise UsageError(f"{p}:1: bad metadata line ({exc.msg})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{p}:1: bad metadata line (not a JSON object)")
     run = Run(meta)
     reader = csv.DictReader(lines[1:])
     for lineno, row in enumerate(reader, 3):
         if None in row or None in row.values():
             raise UsageError(f"{p}:{lineno}: wrong number of fields")
-        run.rows.append({k: _parse_scalar(v) for k, v in row.items()})
+        run.rows.append(_finite(p, lineno, {k: _parse_scalar(v) for k, v in row.items()}))
     yield run
 
 

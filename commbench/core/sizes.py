@@ -8,7 +8,8 @@ from commbench.core.errors import UsageError
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d{1,30})\s*([A-Za-z]*)\s*$")
+MAX_SIZE = 8 << 30  # bytes in one message or buffer at most
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -18,7 +19,11 @@ def parse_size(text: str, what: str = "size") -> int:
     if m is None or unit not in _UNITS:
         raise UsageError(f"bad {what} {text!r}: write a number of bytes with an optional K, M or G suffix, "
                          "e.g. 64, 4K, 1M")
-    return int(m.group(1)) * _UNITS[unit]
+    value = int(m.group(1)) * _UNITS[unit]
+    if value > MAX_SIZE:
+        raise UsageError(f"{what} {text!r} is more than commbench sends in one message ({format_size(MAX_SIZE)}); "
+                         "choose a smaller size")
+    return value
 
 
 def parse_range(text: str, default_min: int = 0) -> tuple[int, int]:

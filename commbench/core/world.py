@@ -14,13 +14,28 @@ import shlex
 import signal
 import socket
 import subprocess
+import time
+from pathlib import Path
 
-from commbench.core.errors import PeerTimeout
+from commbench.core import run_token
+from commbench.core.errors import PeerError, PeerTimeout, UsageError
 from commbench.core.placement import Placement
 from commbench.core.rendezvous import StoreClient, StoreServer
 from commbench.core.sockets import bind_listener
 
 ABORT_GRACE = 3.0
+
+
+def _own_address(host: str) -> str:
+    """The local address ``host`` names, to listen on; every interface where it names none here
+    (e.g. behind NAT, where the name resolves to an address this machine does not hold)."""
+    try:
+        addr = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        with socket.socket() as probe:
+            probe.bind((addr, 0))
+        return addr
+    except (OSError, IndexError, UnicodeError):
+        return "0.0.0.0"
 
 
 def _bootstrap_guard(rank: int, timeout: float) -> subprocess.Popen:
@@ -46,6 +61,10 @@ class World:
                 os.killpg(guard.pid, signal.SIGKILL)
                 guard.wait()
             placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
+        token_file = Path(placement.token_file) if placement.token_file else None
+        if token_file and placement.rank == 0:
+            placement = dataclasses.replace(placement, token=run_token.publish(token_file))
+        self.token_file = token_file if placement.rank == 0 else None  # withdrawn at close
         self.placement = placement
         self.rank = placement.rank
         self.size = placement.size
@@ -59,17 +78,43 @@ class World:
         port = self._server.port if self._server else placement.root_port
         host = placement.root_host  # rank 0 too: the local end of this connection is the address peers get
         self.root_address = (host, port)
-        self.store = StoreClient(host, port, placement.token, self.rank, self.size,
-                                 self.host, timeout)
+        self.store = self._join(host, port, token_file)
         info = self.allgather_json("world", {"host": self.host, "addr": self.store.local_address})
         self.hosts = [i["host"] for i in info]
         self.addresses = [i["addr"] for i in info]
 
+    def _join(self, host: str, port: int, token_file: Path | None) -> StoreClient:
+        """Connect to the store; a rank reading the token from rank 0's file tries again while the file
+        changes (it may first have read one left by an earlier step with the same ids)."""
+        if not token_file or self.rank == 0:
+            return StoreClient(host, port, self.placement.token, self.rank, self.size, self.host, self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            token = run_token.fetch(token_file, max(0.0, deadline - time.monotonic()), self.rank, self.host)
+            try:
+                store = StoreClient(host, port, token, self.rank, self.size, self.host,
+                                    max(1.0, deadline - time.monotonic()))
+            except PeerError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+                continue
+            self.placement = dataclasses.replace(self.placement, token=token)
+            return store
+
     def _listener(self) -> socket.socket:
         p = self.placement
         if p.listen_fd is not None:
-            return socket.socket(fileno=p.listen_fd)
-        return bind_listener(self.bind or "0.0.0.0", p.root_port, "rendezvous")
+            try:
+                sock = socket.socket(fileno=p.listen_fd)
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    return sock
+            except OSError:
+                pass
+            raise UsageError(f"COMMBENCH_RDV_FD={p.listen_fd} is not a listening socket of this process: only "
+                             "commbench's launcher sets it; unset the COMMBENCH_* variables and start again")
+        # the address the other ranks are given (srun: the step's first node), not every interface
+        return bind_listener(self.bind or _own_address(p.root_host), p.root_port, "rendezvous")
 
     def describe(self, rank: int) -> str:
         """'rank 1 on host node7 (10.0.0.7)': how error messages name a peer."""
@@ -140,3 +185,5 @@ class World:
         self.store.close()
         if self._server:
             self._server.close()
+        if self.token_file:
+            run_token.withdraw(self.token_file)

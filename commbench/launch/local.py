@@ -23,6 +23,9 @@ from commbench.core.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_S
 from commbench.core.sockets import bind_listener
 
 GRACE = 2.0
+POLL = 0.25  # s between the launcher's looks at its ranks
+PR_SET_PDEATHSIG = 1
+ENV_LAUNCHER = "COMMBENCH_LAUNCHER_PID"
 
 
 def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1",
@@ -41,7 +44,7 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     root = f"{host}:{listener.getsockname()[1]}"
     token = secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
-    base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token}
+    base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token, ENV_LAUNCHER: str(os.getpid())}
     try:
         for r in range(n):
             env = {**base, ENV_RANK: str(r), **({ENV_NODE: nodes[r]} if nodes[r] else {})}
@@ -64,25 +67,31 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
     first_failure: float | None = None
+    stopped_since: dict[int, float] = {}
     try:
         while any(p.returncode is None for p in procs):
-            if first_failure is None:
-                # sleep until some rank exits, without reaping it (Popen does that)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
-            else:
-                time.sleep(0.05)
+            time.sleep(POLL)  # a few wake-ups a second: nothing next to the ranks' timed loops
+            now = time.monotonic()
             for p in procs:
                 p.poll()
             if first_failure is None and any(p.returncode not in (None, 0) for p in procs):
-                first_failure = time.monotonic()
-            if first_failure is not None and time.monotonic() - first_failure > timeout + GRACE:
+                first_failure = now
+            for r, p in enumerate(procs):
+                if p.returncode is None and _stopped(p.pid):
+                    stopped_since.setdefault(r, now)
+                else:
+                    stopped_since.pop(r, None)
+            stale = [r for r, t in stopped_since.items() if now - t > timeout]
+            if stale:
+                print(f"commbench: rank {stale[0]} (pid {procs[stale[0]].pid}) has been stopped for {timeout:g} s "
+                      "(--timeout); ending the run", file=sys.stderr)
+                _kill_all(procs)
+            elif first_failure is not None and now - first_failure > timeout + GRACE:
                 for r, p in enumerate(procs):
                     if p.poll() is None:
                         print(f"commbench: rank {r} (pid {p.pid}) still running {timeout:g} s after another rank "
                               "failed; killing it", file=sys.stderr)
-                        p.kill()
-                        p.wait()
+                _kill_all(procs)
     except KeyboardInterrupt:
         for p in procs:
             if p.poll() is None:
@@ -104,6 +113,34 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
     if 2 in codes:
         return 2
     return next((c if c > 0 else 1 for c in codes if c != 0), 0)
+
+
+def _stopped(pid: int) -> bool:
+    """True if the process is stopped (SIGSTOP, SIGTSTP) or traced, as /proc says."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] in ("T", "t")
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+
+
+def die_with_launcher() -> None:
+    """In a rank: end (SIGTERM) when the launcher that started it dies, so no rank outlives its run."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.environ.get(ENV_LAUNCHER) and os.getppid() != int(os.environ[ENV_LAUNCHER]):
+        print("commbench: this rank's launcher is gone; stopping", file=sys.stderr)
+        os._exit(1)
 
 
 def mpiexec_command(n: int) -> list[str] | None:
@@ -138,7 +175,13 @@ def here_or_launch(n: int, argv: Sequence[str], args, what: str):
     from commbench.core.results import check_output_path
 
     placement = detect(port=args.port)
+    if placement is not None and placement.launcher == "local":
+        die_with_launcher()
     if placement is None:
+        limit = max(16, 8 * (os.cpu_count() or 1))
+        if n > limit:
+            raise UsageError(f"{what} needs {n} ranks; the local launcher starts at most {limit} on this machine "
+                             f"({os.cpu_count()} CPUs): start more with mpirun or srun across hosts")
         if getattr(args, "output", None):
             check_output_path(args.output)
         if getattr(args, "transport", None) == "mpi" and not getattr(args, "hosts", 0):

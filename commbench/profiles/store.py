@@ -20,6 +20,7 @@ from pathlib import Path
 
 from commbench.core.errors import UsageError
 from commbench.core.payload import category_of
+from commbench.core.results import read_text_file
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
 COLUMNS = ["name", "shape", "dtype", "bytes"]
@@ -91,10 +92,7 @@ def parse(path: Path) -> Profile:
     meta: dict[str, str] = {}
     tensors: list[Tensor] = []
     header_seen = False
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read profile {str(path)!r}: {exc.strerror}") from None
+    lines = read_text_file(path, "gradient profile (CSV)").splitlines()
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from commbench.core.argtypes import RANKS, integer, number
 from commbench.core.config import plain_options
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
@@ -192,10 +193,11 @@ def add_parser(sub) -> None:
                                                    "the measured images/s to compare with")
     p.add_argument("--model", help="gradient profile (commbench payloads list); default: the train run's")
     p.add_argument("--strategy", choices=("ps", "mirrored"), help="default: the train run's")
-    p.add_argument("--workers", type=int, help="default: the train run's")
-    p.add_argument("--ps", type=int, help="default: the train run's")
-    p.add_argument("--batch", type=int, help="images per worker per step; default: the train run's")
-    p.add_argument("--compute-ms", type=float, help="one worker's step without communication; default: the train "
+    p.add_argument("--workers", type=RANKS, help="default: the train run's")
+    p.add_argument("--ps", type=RANKS, help="default: the train run's")
+    p.add_argument("--batch", type=integer(1, 1 << 20), help="images per worker per step; default: the train run's")
+    p.add_argument("--compute-ms", type=number(0, 1e7, what=" (ms)"),
+                   help="one worker's step without communication; default: the train "
                                                     "run's")
     p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
     p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",

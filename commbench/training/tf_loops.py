@@ -157,7 +157,7 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
 
 
 def start_server(job: str, index: int):
-    """A PS or worker task: a TF gRPC server that the chief drives (it listens on 0.0.0.0)."""
+    """A PS or worker task: a TF gRPC server that the chief drives (on the run's address: see _tf_bind)."""
     tf = tensorflow()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.Server(resolver.cluster_spec(), job_name=job, task_index=index, protocol="grpc",

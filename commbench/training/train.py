@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from commbench.core.argtypes import PORT, SECONDS, SEED, integer, number
 from commbench.core.config import FrozenArgs, freeze, plain_options
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
@@ -26,6 +27,7 @@ from commbench.core.placement import Placement
 from commbench.core.progress import Progress
 from commbench.core.session import Session
 from commbench.core.table import Column, header_line, row_line
+from commbench.transports import _tf_bind as tf_bind
 
 IMAGE_MODELS = ("small_cnn", "resnet50", "resnet152", "inception_v3", "inception_resnet_v2", "vgg16",
                 "mobilenet_v2")
@@ -46,17 +48,19 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default="small_cnn",
                    help=f"image model, as the payload profiles name them: {', '.join(IMAGE_MODELS)} "
                         "(- or _ both work; default small_cnn)")
-    p.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
-    p.add_argument("--ps", type=int, default=1, help="parameter-server tasks with --strategy ps (default 1)")
-    p.add_argument("--batch", type=int, default=64, help="images per step per worker (default 64)")
-    p.add_argument("--steps", type=int, default=60, help="measured steps (ps: across all workers) (default 60)")
-    p.add_argument("--warmup-steps", type=int, default=10, help="steps before measuring (default 10)")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate, momentum 0.9 (default 0.01)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--workers", type=integer(1, 64), default=2, help="worker tasks (default 2)")
+    p.add_argument("--ps", type=integer(1, 64), default=1, help="parameter-server tasks with --strategy ps (default 1)")
+    p.add_argument("--batch", type=integer(1, 1 << 16), default=64, help="images per step per worker (default 64)")
+    p.add_argument("--steps", type=integer(1, 1_000_000), default=60,
+                   help="measured steps (ps: across all workers) (default 60)")
+    p.add_argument("--warmup-steps", type=integer(0, 1_000_000), default=10, help="steps before measuring (default 10)")
+    p.add_argument("--lr", type=number(above=0, hi=100), default=0.01,
+                   help="SGD learning rate, momentum 0.9 (default 0.01)")
+    p.add_argument("--seed", type=SEED, default=1)
+    p.add_argument("--timeout", type=SECONDS, default=120.0,
                    help="seconds to wait for a peer at set-up and for each step (default 120)")
-    p.add_argument("--port", type=int, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
-    p.add_argument("--hosts", type=int, default=0, metavar="N",
+    p.add_argument("--port", type=PORT, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
+    p.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
                    help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
     p.add_argument("-o", "--output", metavar="FILE", help="append the result row: FILE.jsonl or FILE.csv")
     p.set_defaults(func=train)
@@ -106,6 +110,8 @@ def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     n = ranks(args)
     from commbench.launch.local import here_or_launch
 
+    tf_bind.preload()  # every task runs a TF server: on the run's address only (see _tf_bind)
+
     what = f"train --strategy {args.strategy} with {args.workers} workers" + \
         (f" and {args.ps} PS" if args.strategy == "ps" else "")
     placement = here_or_launch(n, argv, args, what)
@@ -129,7 +135,9 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         rs = roles(args)
         job, index = rs[world.rank]
         addr = world.store.local_address
-        endpoints = world.allgather_json("tf-addr", f"{addr}:{_tf_port(args, world.rank, addr)}")
+        port = _tf_port(args, world.rank, addr)
+        tf_bind.confine(addr, port)
+        endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
                                               "task": {"type": job, "index": index}})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -134,6 +134,10 @@ class Transport(ABC):
     def check_usable(cls, args: argparse.Namespace) -> None:
         """Raise UsageError naming what is missing (a module, a device) and the fix."""
 
+    @classmethod
+    def prepare_process(cls, args: argparse.Namespace) -> None:
+        """Called once in every process of a run before it launches or joins one (may re-execute it)."""
+
     def versions(self) -> dict[str, str]:
         """Versions of libraries this transport uses beyond the Python packages the results record."""
         return {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hmac
 import select
 import socket
 import struct
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
 from commbench.core.framing import FrameError, read_frame, send_frame
+from commbench.core.gate import Gate
 from commbench.core.message import Message
 from commbench.core.sockets import bind_listener
 from commbench.transports._net import check_socket_args, data_port, local_endpoint
@@ -31,8 +33,7 @@ HDR = struct.Struct("<QI")
 IOV_MAX = 1024
 unpack_hdr = HDR.unpack_from
 EAGER = 4096  # messages up to this size travel through one contiguous staging buffer (one syscall, tiny copy)
-HELLO = 1
-HELLO_TIMEOUT = 5.0
+HELLO, OK = 1, 2
 SPIN_CHECK = 0xFFF  # look at the clock every 4096 empty polls
 
 
@@ -271,64 +272,54 @@ class TcpTransport(Transport):
         host = local_endpoint(self.args, world)
         listener = bind_listener(host, data_port(self.args, rank), f"tcp transport of rank {rank}")
         addrs = world.allgather_json("tcp-addr", [host, listener.getsockname()[1]])
+        gate = Gate(listener, f"rank {rank}")  # strangers queued ahead of a peer cost it nothing
         links: dict[int, Link] = {}
         try:
-            for p in (p for p in peers if p > rank):  # connect up, accept from below
-                sock = self._dial(addrs[p], p)
-                send_frame(sock, HELLO, {"token": world.placement.token, "rank": rank})
-                links[p] = TcpLink(sock, p, world.describe(p), self.timeout, self.busy)
-            expected = {p for p in peers if p < rank}
             deadline = time.monotonic() + self.timeout
+            for p in (p for p in peers if p > rank):  # connect up, accept from below
+                links[p] = TcpLink(self._dial(addrs[p], p, deadline), p, world.describe(p), self.timeout, self.busy)
+            expected = {p for p in peers if p < rank}
             while expected:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     names = ", ".join(world.describe(p) for p in sorted(expected))
                     raise PeerError(f"timed out after {self.timeout:g} s waiting for {names} to connect")
-                listener.settimeout(left)
-                try:
-                    conn, addr = listener.accept()
-                except TimeoutError:
-                    continue
-                p = self._hello(conn, addr, expected)
-                if p is not None:
-                    expected.discard(p)
-                    links[p] = TcpLink(conn, p, world.describe(p), self.timeout, self.busy)
+                for conn, addr, kind, hello in gate.wait(left):
+                    token, p = hello.get("token"), hello.get("rank")
+                    if kind != HELLO or not isinstance(token, str) \
+                            or not hmac.compare_digest(token.encode(), world.placement.token.encode()):
+                        gate.refuse(conn, addr, "wrong run token")
+                    elif p not in expected:
+                        gate.refuse(conn, addr, f"unexpected rank {p!r}")
+                    else:
+                        send_frame(conn, OK, {})
+                        expected.discard(p)
+                        links[p] = TcpLink(conn, p, world.describe(p), self.timeout, self.busy)
         finally:
-            listener.close()
+            gate.close()
         self.links = links
         return links
 
-    def _dial(self, addr: list, peer: int) -> socket.socket:
-        deadline = time.monotonic() + self.timeout
+    def _dial(self, addr: list, peer: int, deadline: float) -> socket.socket:
+        """Connect to a peer's data port and show the token; again while it is busy or not listening yet."""
+        hello = {"token": self.world.placement.token, "rank": self.world.rank}
         while True:
             try:
-                return socket.create_connection((addr[0], addr[1]), timeout=self.timeout)
+                sock = socket.create_connection((addr[0], addr[1]), timeout=max(0.1, deadline - time.monotonic()))
+                try:
+                    send_frame(sock, HELLO, hello)
+                    if read_frame(sock, 4096, 0, deadline)[0] == OK:
+                        return sock
+                    why = "busy with strangers"
+                except (OSError, ConnectionError, FrameError) as exc:
+                    why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+                sock.close()
             except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise PeerError(f"cannot connect to {self.world.describe(peer)} at {addr[0]}:{addr[1]}: "
-                                    f"{exc.strerror or exc}") from None
-                time.sleep(0.05)
-
-    def _hello(self, conn: socket.socket, addr: tuple, expected: set[int]) -> int | None:
-        """Check a new connection's token and rank; refuse strays without disturbing the run."""
-        import hmac
-        import sys
-
-        conn.settimeout(HELLO_TIMEOUT)
-        try:
-            kind, obj, _ = read_frame(conn)
-            token, peer = obj.get("token"), obj.get("rank")
-            ok = (kind == HELLO and isinstance(token, str)
-                  and hmac.compare_digest(token.encode(), self.world.placement.token.encode()))
-            if ok and peer in expected:
-                return peer
-            why = "wrong run token" if not ok else f"unexpected rank {peer!r}"
-        except (FrameError, OSError, ConnectionError) as exc:
-            why = f"not a commbench peer: {exc}"
-        print(f"commbench: rank {self.world.rank}: refused a connection from {addr[0]}:{addr[1]} ({why})",
-              file=sys.stderr)
-        conn.close()
-        return None
+                why = exc.strerror or str(exc)
+            if time.monotonic() > deadline:
+                raise PeerError(f"cannot connect to {self.world.describe(peer)} at {addr[0]}:{addr[1]}: {why}") \
+                    from None
+            time.sleep(0.05)
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Sends and receives on several sockets at once, driven by poll() (or spinning when busy)."""

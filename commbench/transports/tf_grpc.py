@@ -27,6 +27,7 @@ import numpy as np
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.imports import import_tensorflow, installed
 from commbench.core.message import Message
+from commbench.transports import _tf_bind as tf_bind
 from commbench.transports.base import Link, Transport
 
 LOCAL, REMOTE = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
@@ -148,6 +149,10 @@ class TfGrpcTransport(Transport):
             raise UsageError("tf-grpc cannot validate: it sends each message's tensors as they were at the first "
                              "send (TF constants) and rank 1 is a bare TF server; drop --validate")
 
+    @classmethod
+    def prepare_process(cls, args: argparse.Namespace) -> None:
+        tf_bind.preload()  # TF's servers listen on every interface unless the bind() shim confines them
+
     def mode(self) -> str:
         return f"TF runtime, grappler off; latency: <= {ROUNDS} round trips per tf.function, timed together"
 
@@ -159,6 +164,7 @@ class TfGrpcTransport(Transport):
         with socket.socket() as s:
             s.bind((addr, 0))
             port = s.getsockname()[1]
+        tf_bind.confine(addr, port)  # both tasks start a server (task 0's by connect_to_cluster)
         endpoints = world.allgather_json("tf-grpc", f"{addr}:{port}")
         tf = _tf()
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})

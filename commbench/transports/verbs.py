@@ -37,6 +37,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from commbench.core.argtypes import integer, number
 from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, Unavailable, UsageError
 from commbench.core.message import Message
@@ -397,12 +398,12 @@ class VerbsTransport(Transport):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("verbs transport")
         g.add_argument("--ib-dev", metavar="NAME", help="RDMA device (default: the first; see `commbench devices`)")
-        g.add_argument("--ib-port", type=int, default=1, metavar="N", help="device port (default 1)")
-        g.add_argument("--gid-index", type=int, default=0, metavar="N",
+        g.add_argument("--ib-port", type=integer(1, 255), default=1, metavar="N", help="device port (default 1)")
+        g.add_argument("--gid-index", type=integer(0, 255), default=0, metavar="N",
                        help="GID table index (RoCE needs a populated one, often 1 or 3 for RoCE v2; default 0)")
         g.add_argument("--verbs-op", choices=("send", "write"), default="send",
                        help="SEND/RECV into pre-posted receives, or RDMA WRITE with immediate (default send)")
-        g.add_argument("--verbs-pool-mb", type=float, default=64, metavar="MB",
+        g.add_argument("--verbs-pool-mb", type=number(above=0, hi=1 << 20, what=" (MB)"), default=64, metavar="MB",
                        help="receive pool per peer; slots are the largest message, at most 64 (default 64)")
 
     @classmethod

@@ -1,0 +1,133 @@
+"""Before the token: a listener's unproven connections, all read by one selector, each bounded.
+
+A connection to the rendezvous or to a data port must send one hello frame (a small JSON object
+naming the run token) within ``HELLO_TIMEOUT``, however its bytes trickle. Until it has, nothing
+larger than ``HELLO_MAX_JSON`` is read for it, no thread is started for it, and at most
+``MAX_UNPROVEN`` such connections are held at once: more are told 'busy' and closed at once (a rank
+of the run that meets a flood tries again). Only the hello's own bytes are read, so whatever a proven
+peer sends after it stays in the socket for its link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import selectors
+import socket
+import sys
+import time
+
+from commbench.core.framing import HEADER, FrameError, decode_header, encode
+
+HELLO_TIMEOUT = 5.0  # s for a whole hello
+HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown
+MAX_UNPROVEN = 128  # connections held at once without the token
+BUSY = 3  # the rendezvous' ERR frame kind, sent as {"kind": "busy"} to connections over the cap
+
+
+class _Unproven:
+    __slots__ = ("conn", "addr", "buf", "need", "deadline")
+
+    def __init__(self, conn: socket.socket, addr: tuple, deadline: float) -> None:
+        self.conn, self.addr, self.deadline = conn, addr, deadline
+        self.buf = bytearray()
+        self.need = HEADER.size  # bytes still to read: the header first, then its JSON
+
+
+class Gate:
+    """Accepts on ``listener`` and reads hellos until a connection has shown one whole frame."""
+
+    def __init__(self, listener: socket.socket, who: str) -> None:
+        self.listener = listener
+        self.who = who  # "rank 0", in messages about refused connections
+        listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ)
+        self.unproven: dict[socket.socket, _Unproven] = {}
+        self.refused = 0
+
+    def wait(self, timeout: float) -> list[tuple[socket.socket, tuple, int, dict]]:
+        """(connection, address, frame kind, JSON object) for every hello completed within ``timeout``
+        s; strangers that send garbage, too much, or too slowly are refused meanwhile. Completed
+        connections are blocking again and no longer the gate's: the caller adopts or ``refuse``s them."""
+        now = time.monotonic()
+        soonest = min((u.deadline for u in self.unproven.values()), default=now + timeout)
+        done = []
+        for key, _ in self.selector.select(max(0.0, min(timeout, soonest - now))):
+            if key.fileobj is self.listener:
+                self._accept()
+            else:
+                hello = self._read(self.unproven[key.fileobj])
+                if hello:
+                    done.append(hello)
+        now = time.monotonic()
+        for u in [u for u in self.unproven.values() if u.deadline <= now]:
+            self._drop(u)
+            self.refuse(u.conn, u.addr, f"not a commbench peer: no whole hello within {HELLO_TIMEOUT:g} s")
+        return done
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors: the queued ones wait for the next round
+                if exc.errno in (23, 24):
+                    return
+                raise
+            conn.setblocking(False)
+            if len(self.unproven) >= MAX_UNPROVEN:
+                with contextlib.suppress(OSError):
+                    conn.send(encode(BUSY, {"kind": "busy"}))
+                self.refuse(conn, addr, f"more than {MAX_UNPROVEN} connections without the run token", quiet=True)
+                continue
+            u = _Unproven(conn, addr, time.monotonic() + HELLO_TIMEOUT)
+            self.unproven[conn] = u
+            self.selector.register(conn, selectors.EVENT_READ)
+
+    def _read(self, u: _Unproven) -> tuple[socket.socket, tuple, int, dict] | None:
+        try:
+            chunk = u.conn.recv(u.need - len(u.buf))
+            if not chunk:
+                raise ConnectionError("connection closed")
+            u.buf += chunk
+            if len(u.buf) < u.need:
+                return None
+            kind, jlen, _ = decode_header(bytes(u.buf[:HEADER.size]), HELLO_MAX_JSON, 0)
+            if u.need == HEADER.size and jlen:
+                u.need += jlen
+                return None
+            obj = json.loads(bytes(u.buf[HEADER.size:])) if jlen else {}
+            if not isinstance(obj, dict):
+                raise FrameError("frame JSON is not an object")
+        except BlockingIOError:
+            return None
+        except (FrameError, OSError, ConnectionError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self._drop(u)
+            self.refuse(u.conn, u.addr, f"not a commbench peer: {exc}")
+            return None
+        self._drop(u)
+        u.conn.setblocking(True)
+        return u.conn, u.addr, kind, obj
+
+    def _drop(self, u: _Unproven) -> None:
+        self.selector.unregister(u.conn)
+        del self.unproven[u.conn]
+
+    def refuse(self, conn: socket.socket, addr: tuple, why: str, quiet: bool = False) -> None:
+        """Close a stranger's connection and say so on stderr (in a flood: the first 10 and every 100th)."""
+        self.refused += 1
+        n = self.refused
+        if not quiet or n <= 10 or n % 100 == 0:
+            print(f"commbench: {self.who}: refused a connection from {addr[0]}:{addr[1]} ({why}; "
+                  f"{n} refused so far)", file=sys.stderr)
+        conn.close()
+
+    def close(self) -> None:
+        for u in list(self.unproven.values()):
+            self._drop(u)
+            u.conn.close()
+        self.selector.close()
+        with contextlib.suppress(OSError):
+            self.listener.close()

@@ -1,0 +1,71 @@
+"""The run token under srun: random, made by rank 0, handed to the step's other ranks through a file
+only this user can read.
+
+srun gives the ranks of a step nothing secret in common (job id, step id, user id and node list are
+public), so no token can be derived from it. Rank 0 writes a fresh ``secrets.token_hex`` to
+``<dir>/slurm-<job>.<step>.token`` (directory 0700, file 0600, written whole and renamed into place);
+the other ranks wait for it. ``<dir>`` is ``$COMMBENCH_TOKEN_DIR``, else ``~/.commbench/run-tokens``:
+it must be the same directory on every node of the step (a shared home, as clusters have). A file
+older than this process by more than ``STALE`` s is from an earlier step with the same ids (job ids
+restart with a new cluster) and is ignored. Exporting ``COMMBENCH_TOKEN`` before srun skips all this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from commbench.core.errors import PeerError
+
+ENV_TOKEN_DIR = "COMMBENCH_TOKEN_DIR"
+STALE = 120.0  # s before this process started
+
+
+def token_path(env: Mapping[str, str]) -> Path:
+    base = env.get(ENV_TOKEN_DIR) or str(Path.home() / ".commbench" / "run-tokens")
+    return Path(base) / f"slurm-{env.get('SLURM_JOB_ID', '0')}.{env.get('SLURM_STEP_ID', '0')}.token"
+
+
+def publish(path: Path) -> str:
+    """Rank 0: a new random token, written where the other ranks look for it."""
+    token = secrets.token_hex(16)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.parent.stat().st_mode & 0o077:
+        os.chmod(path.parent, 0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.replace(tmp, path)
+    return token
+
+
+def fetch(path: Path, timeout: float, rank: int, host: str, started: float | None = None) -> str:
+    """Another rank: the token rank 0 published for this step, once it is there (``timeout`` s at most)."""
+    if started is None:
+        import psutil
+
+        started = psutil.Process().create_time()
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            st = path.stat()
+            if st.st_mtime >= started - STALE:
+                token = path.read_text().strip()
+                if len(token) == 32 and all(c in "0123456789abcdef" for c in token):
+                    return token
+        if time.monotonic() > deadline:
+            raise PeerError(f"rank {rank} on host {host}: no run token from rank 0 at {path} within {timeout:g} s; "
+                            f"that directory must be shared by the step's nodes: set {ENV_TOKEN_DIR} to a shared "
+                            "directory, or export COMMBENCH_TOKEN=$(openssl rand -hex 16) before srun")
+        time.sleep(0.05)
+
+
+def withdraw(path: Path) -> None:
+    """Rank 0, at the end of the run: remove the token file."""
+    with contextlib.suppress(OSError):
+        path.unlink()
