@@ -89,10 +89,13 @@ def test_hung_peer(tmp_path, transport):
     elapsed = time.monotonic() - t0
     assert launcher.returncode != 0
     assert f"rank 0 on host {HOST}:" in stderr and f"rank 1 on host {HOST}" in stderr, stderr
+    # rank 0 gives up by itself (its own timeout, or its watchdog), or the launcher kills the stopped
+    # rank after --timeout + 1 s and rank 0 reports its death
+    killed = f"rank 1 (pid {pids[1]}) has been stopped for more than --timeout 3 s; killing it" in stderr
     assert any(s in stderr for s in ("timed out after 3 s", "sent nothing within 3 s", "stopped calling",
-                                     "did not answer within 3 s",
-                                     "stopped responding (no heartbeat")), stderr
-    assert "still running 3 s after another rank failed; killing it" in stderr
+                                     "did not answer within 3 s", "stopped responding (no heartbeat")) or \
+        killed and any(s in stderr for s in ("left the run", "unreachable", "closed the connection")), stderr
+    assert "still running after another rank failed; killing it" in stderr or killed, stderr
     assert elapsed < 2 * timeout + 6, elapsed  # rank 0 within its timeout; the stopped rank killed after it
     assert len(read_runs(out)[0].rows) >= 2
 
@@ -278,6 +281,8 @@ def test_rendezvous_bounds_strangers_before_the_token():
     stdout, stderr = launcher.communicate(timeout=180)
     for s in (*big, over, *idle, *slow):
         s.close()
+    print(f"rank 0 under the flood: at most {peak_threads} threads, {peak_rss >> 20} MiB RSS; "
+          f"slowloris closed after {closed_after} s")
     assert launcher.returncode == 0, stderr
     assert [line.split()[0] for line in stdout.splitlines() if not line.startswith("#")] == ["8", "65536"]
     assert closed_after and closed_after[0] < HELLO_TIMEOUT + 2, closed_after
@@ -381,6 +386,9 @@ def test_srun_token_is_random_and_the_old_derivation_is_refused(tmp_path):
         assert time.monotonic() < deadline, "rank 0 published no token"
         time.sleep(0.02)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(tokens.stat().st_mode) == 0o700
+    listening = {c.laddr.ip for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                 and c.status == psutil.CONN_LISTEN}
+    assert listening == {"127.0.0.1"}, listening  # the first node's address ("localhost"), not every interface
     old = hashlib.sha256(f"commbench:4242:0:{os.getuid()}:localhost".encode()).hexdigest()[:32]
     assert old != path.read_text().strip()
     s = _connect(port)

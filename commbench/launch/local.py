@@ -24,6 +24,8 @@ from commbench.core.sockets import bind_listener
 
 GRACE = 2.0
 POLL = 0.25  # s between the launcher's looks at its ranks
+STOP_GRACE = 1.0  # s past --timeout before a stopped rank is killed (SIGCONT in time saves the run)
+REPORT_GRACE = 0.6  # s for the others to report its death before what is left is killed
 PR_SET_PDEATHSIG = 1
 ENV_LAUNCHER = "COMMBENCH_LAUNCHER_PID"
 
@@ -67,6 +69,7 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
     first_failure: float | None = None
+    kill_rest_at: float | None = None
     stopped_since: dict[int, float] = {}
     try:
         while any(p.returncode is None for p in procs):
@@ -81,16 +84,21 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
                     stopped_since.setdefault(r, now)
                 else:
                     stopped_since.pop(r, None)
-            stale = [r for r, t in stopped_since.items() if now - t > timeout]
-            if stale:
-                print(f"commbench: rank {stale[0]} (pid {procs[stale[0]].pid}) has been stopped for {timeout:g} s "
-                      "(--timeout); ending the run", file=sys.stderr)
-                _kill_all(procs)
-            elif first_failure is not None and now - first_failure > timeout + GRACE:
+            stale = [r for r, t in stopped_since.items() if now - t > timeout + STOP_GRACE]
+            for r in stale:  # the others see it die and say so themselves, naming it and its host
+                print(f"commbench: rank {r} (pid {procs[r].pid}) has been stopped for more than --timeout "
+                      f"{timeout:g} s; killing it", file=sys.stderr)
+                procs[r].kill()
+                procs[r].wait()
+                stopped_since.pop(r)
+                kill_rest_at = min(kill_rest_at or now + REPORT_GRACE, now + REPORT_GRACE)
+            if first_failure is not None and kill_rest_at is None:
+                kill_rest_at = first_failure + timeout + GRACE
+            if kill_rest_at is not None and now > kill_rest_at:
                 for r, p in enumerate(procs):
                     if p.poll() is None:
-                        print(f"commbench: rank {r} (pid {p.pid}) still running {timeout:g} s after another rank "
-                              "failed; killing it", file=sys.stderr)
+                        print(f"commbench: rank {r} (pid {p.pid}) still running after another rank failed; "
+                              "killing it", file=sys.stderr)
                 _kill_all(procs)
     except KeyboardInterrupt:
         for p in procs:
