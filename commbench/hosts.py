@@ -139,7 +139,7 @@ def placement_for(n: int) -> dict:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("hosts", help="emulated hosts: network namespaces joined by shaped links (root)",
-                       description=__doc__.split("\n\n")[0])
+                       description=__doc__.split("\n\n")[0].replace("``", ""))
     hs = p.add_subparsers(dest="action", required=True, metavar="up|down|status")
     u = hs.add_parser("up", help="make N hosts joined at --rate")
     u.add_argument("n", type=integer(1, 64), help="number of hosts")

@@ -252,7 +252,7 @@ def number(v) -> str:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="plots and one HTML/Markdown page from results files; --compare A B",
-                       description=__doc__.split("\n\n")[0])
+                       description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("files", nargs="*", metavar="FILE", help="results files (.jsonl or .csv)")
     p.add_argument("-o", "--output", default="commbench-report", metavar="DIR",
                    help="directory for the PNGs and the page (default commbench-report)")

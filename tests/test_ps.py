@@ -55,8 +55,8 @@ def test_must_show_resnet50_2x2():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--ps", "0"], "--ps must be at least 1, not 0"),
-    (["--workers", "0"], "--workers must be at least 1"),
+    (["--ps", "0"], "argument --ps: must be a whole number from 1"),
+    (["--workers", "0"], "argument --workers: must be a whole number from 1"),
     (["--ps", "3", "--payload", "small_cnn", "--workers", "1"], None),
     (["--ps", "11", "--workers", "1", "--payload", "small_cnn"], "more shards than the payload has variables (10)"),
     (["--payload", "nosuchnet"], "unknown model or profile 'nosuchnet'"),

@@ -63,9 +63,10 @@ class Profile:
 
 
 def search_path() -> list[Path]:
-    """Where profiles are looked for: $COMMBENCH_PAYLOADS, then the repository's payloads/."""
+    """Where profiles are looked for: $COMMBENCH_PAYLOADS, then the package's payloads (in a source
+    tree ``commbench/payloads`` links to the repository's ``payloads/``; an install copies them)."""
     dirs = [Path(p) for p in os.environ.get("COMMBENCH_PAYLOADS", "").split(os.pathsep) if p]
-    return [*dirs, Path(__file__).resolve().parents[2] / "payloads"]
+    return [*dirs, Path(__file__).parent.parent / "payloads"]
 
 
 def known() -> dict[str, Path]:

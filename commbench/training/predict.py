@@ -187,7 +187,7 @@ COLUMNS = [Column("strategy", "Strategy", -9), Column("workers", "W", 4), Column
 def add_parser(sub) -> None:
     p = sub.add_parser("predict", help="predict training images/s from p2p results, a model profile and "
                                        "a compute time; compare with a train run",
-                       description=__doc__.split("\n\n")[0])
+                       description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--p2p", required=True, metavar="FILE", help="p2p-latency results of a size sweep (jsonl/csv)")
     p.add_argument("--train", metavar="FILE", help="train results: model, strategy, W, P, batch, compute time and "
                                                    "the measured images/s to compare with")

@@ -1,5 +1,5 @@
 """MPI through mpi4py: buffer mode (Send/Recv, Isend/Irecv/Waitall on the message's own buffers, no
-serialization) and object mode (mpi4py's lower-case API, the serialized variant OMB-Py runs with
+serialization) and pickle mode (mpi4py's lower-case API, the serialized variant OMB-Py runs with
 --pickle; here with commbench's framed codec in place of pickle, see core/mpi_env.py).
 
 The hot paths (call, serve) do not re-check each message's size: the runner checked at start
@@ -166,7 +166,7 @@ class MpiTransport(Transport):
         self.objects = args.mpi_mode == "pickle"
 
     def mode(self) -> str:
-        return f"{'object' if self.objects else 'buffer'}, MPI progress (busy-poll)"
+        return f"{'pickle' if self.objects else 'buffer'}, MPI progress (busy-poll)"
 
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         self.links = {p: MpiLink(self.comm, p, self.world.describe(p), self.objects)
