@@ -132,7 +132,7 @@ def print_summary(paths: Sequence[Path | str]) -> None:
     """One row per transport configuration: latency at 8 B and 1 MiB, bandwidth at 4 MiB, ratios to tcp."""
     rows: dict[str, dict] = {}
     for path in paths:
-        for run in read_runs(path):
+        for run in read_runs(path, need_rows=True):
             label = config_label(run.meta)
             row = rows.setdefault(label, {"config": label})
             by_size = {r["size"]: r for r in run.rows}

@@ -61,7 +61,7 @@ def pyplot():
 
 def read_all(files: Sequence[str]) -> list[tuple[str, Run]]:
     """(file, run) for every run of every file, each file read once."""
-    return [(f, r) for f in files for r in read_runs(f)]
+    return [(f, r) for f in files for r in read_runs(f, need_rows=True)]
 
 
 def load(runs: Sequence[tuple[str, Run]]):

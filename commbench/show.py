@@ -21,7 +21,7 @@ def render(path: str) -> list[str]:
 
     reg = benchmarks.registry()
     lines: list[str] = []
-    for run in read_runs(path):
+    for run in read_runs(path, need_rows=True):
         cls = reg.get(run.meta.get("bench"))
         if cls is None:
             raise UsageError(f"{path}: unknown benchmark {run.meta.get('bench')!r} in the metadata row")

@@ -72,7 +72,7 @@ def test_bad_verbs_flags_are_usage_errors():
     r = commbench("p2p-latency", "-t", "verbs", "--verbs-op", "read")
     assert r.code == 2 and "--verbs-op" in r.err and "Traceback" not in r.err
     r = commbench("p2p-latency", "-t", "verbs", "--verbs-pool-mb", "0")
-    assert r.code == 2 and "--verbs-pool-mb must be positive" in r.err
+    assert r.code == 2 and "argument --verbs-pool-mb: must be a finite number above 0" in r.err
 
 
 @no_device

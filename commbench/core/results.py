@@ -216,8 +216,9 @@ def read_text_file(path: str | os.PathLike, what: str) -> str:
         raise UsageError(f"{str(p)!r} is not text (binary data): give a {what}") from None
 
 
-def read_runs(path: str | os.PathLike) -> list[Run]:
-    """Parse a results file; a line that does not parse is named with file and line (exit 2)."""
+def read_runs(path: str | os.PathLike, need_rows: bool = False) -> list[Run]:
+    """Parse a results file; a line that does not parse is named with file and line (exit 2), and so
+    is a file without rows where the caller needs some (``need_rows``: the commands that show them)."""
     p = Path(path)
     text = read_text_file(p, "results file (.jsonl or .csv)")
     runs = list(_read_csv(p, text) if p.suffix == ".csv" else _read_jsonl(p, text))
@@ -226,7 +227,7 @@ def read_runs(path: str | os.PathLike) -> list[Run]:
     for run in runs:
         if not isinstance(run.meta.get("bench"), str) or not isinstance(run.meta.get("options"), dict):
             raise UsageError(f"{p}: a metadata row without the benchmark and its options: not written by commbench")
-    if not any(run.rows for run in runs):
+    if need_rows and not any(run.rows for run in runs):
         raise UsageError(f"{p}: no result rows in this file (only metadata: the run ended before its first point)")
     return runs
 

@@ -139,7 +139,7 @@ def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, t
 
 def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, total: int) -> tuple[float, str]:
     """(communication ms per step, where it came from) from commbench's PS or all-reduce emulator."""
-    runs = read_runs(path)
+    runs = read_runs(path, need_rows=True)
     if strategy == "ps":
         rows = [r for run in runs if run.meta.get("bench") == "ps-throughput" for r in run.rows
                 if r.get("workers") == workers and r.get("ps") == ps]
@@ -214,7 +214,7 @@ def add_parser(sub) -> None:
 
 def runs_of(path: str, bench: str, needs: str):
     """The runs of one benchmark in a results file (read once), or a one-line error naming what it holds."""
-    every = read_runs(path)
+    every = read_runs(path, need_rows=True)
     runs = [r for r in every if r.meta.get("bench") == bench and r.rows]
     if not runs:
         kinds = sorted({str(r.meta.get("bench")) for r in every})
