@@ -205,3 +205,18 @@ def test_tf_servers_listen_on_the_run_address_only(args):
     assert launcher.returncode == 0, err
     assert "::ffff:127.0.0.1" in seen or len(seen) > 1, seen  # TF's listeners were seen
     assert seen <= {"127.0.0.1", "::ffff:127.0.0.1"}, seen
+
+
+@pytest.mark.slow
+def test_ps_training_keeps_every_variable_on_the_ps(tmp_path):
+    """Under ParameterServerStrategy every model and optimizer variable (momentum slots, the step
+    counter) lives on a PS task: none on the chief, which would make them cross chief <-> PS each step."""
+    out = tmp_path / "train.jsonl"
+    r = commbench("train", "--model", "small-cnn", "--strategy", "ps", "--workers", "2", "--ps", "2",
+                  "--steps", "4", "--warmup-steps", "2", "--batch", "8", "-o", str(out), timeout=400)
+    assert r.code == 0, r.err
+    devices = read_runs(out)[0].meta["variable_devices"]
+    slots = [n for n in devices if "momentum" in n]
+    assert slots and len(devices) > 2 * len(slots) - 1, devices  # the optimizer's slots were made and listed
+    assert all("/job:ps/" in d for d in devices.values()), devices
+    assert {d.split("/task:")[1][0] for d in devices.values()} == {"0", "1"}  # spread over both PS

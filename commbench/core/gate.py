@@ -11,6 +11,7 @@ peer sends after it stays in the socket for its link.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import selectors
 import socket
@@ -72,10 +73,13 @@ class Gate:
                 conn, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # out of file descriptors: the queued ones wait for the next round
-                if exc.errno in (23, 24):
+            except OSError as exc:
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO):  # gone before it was accepted
+                    continue
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.05)  # out of descriptors: the queued ones wait for the next round
                     return
-                raise
+                raise  # the listener itself is closed or shut down
             conn.setblocking(False)
             if len(self.unproven) >= MAX_UNPROVEN:
                 with contextlib.suppress(OSError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,30 @@ from commbench.profiles.models import build, tensorflow
 class StepTimes:
     ns: list[int]
     losses: list[float]
+    devices: dict[str, str] = field(default_factory=dict)  # every model and optimizer variable: its device
+
+
+def build_in_scope(tf, model_name: str, lr: float):
+    """(model, input shape, classes, optimizer) with every variable made inside the strategy's scope
+    (the caller's ``with strategy.scope()``). Keras 3 makes an optimizer's slots (momentum) lazily, at
+    its first apply_gradients, which under ParameterServerStrategy runs outside the scope: the slots
+    would live on the chief and cross chief <-> PS every step (2.5x the bytes TF's PS training moves
+    when they live on the PS). Building the optimizer here puts them where the strategy places variables."""
+    model, shape, classes = image_model(model_name)
+    opt = tf.keras.optimizers.SGD(lr, momentum=0.9)
+    opt.build(model.trainable_variables)
+    return model, shape, classes, opt
+
+
+def variable_devices(model, opt) -> dict[str, str]:
+    """Each model and optimizer variable's device, as TensorFlow placed it."""
+    def device(v) -> str:
+        for obj in (v, getattr(v, "value", None), getattr(v, "_value", None)):
+            d = getattr(obj, "device", None)
+            if isinstance(d, str) and d:
+                return d
+        return "unknown"
+    return {getattr(v, "path", None) or v.name: device(v) for v in [*model.variables, *opt.variables]}
 
 
 def image_model(name: str):
@@ -94,8 +118,7 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
-        model, shape, classes = image_model(model_name)
-        opt = tf.keras.optimizers.SGD(lr, momentum=0.9)
+        model, shape, classes, opt = build_in_scope(tf, model_name, lr)
     replica = _step_fn(tf, strategy, model, opt, batch)
 
     def dataset_fn():
@@ -108,7 +131,7 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
         x, y = next(it)
         return strategy.run(replica, args=(x, y))
 
-    out = StepTimes([], [])
+    out = StepTimes([], [], variable_devices(model, opt))
     rounds = -(-steps // workers)
     for r in range(-(-warmup // workers) + rounds):
         t0 = time.perf_counter_ns()
@@ -130,8 +153,7 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
     with strategy.scope():
-        model, shape, classes = image_model(model_name)
-        opt = tf.keras.optimizers.SGD(lr, momentum=0.9)
+        model, shape, classes, opt = build_in_scope(tf, model_name, lr)
     replica = _step_fn(tf, strategy, model, opt, batch)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -144,7 +166,7 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
         per_replica = strategy.run(replica, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-    out = StepTimes([], [])
+    out = StepTimes([], [], variable_devices(model, opt))
     for s in range(warmup + steps):
         t0 = time.perf_counter_ns()
         loss = float(step(iterator).numpy())

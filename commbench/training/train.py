@@ -168,6 +168,7 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             row["compute_ms"] = float(np.median([c for c in computes if c is not None]))
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
+            meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
             step = "a round of one step per worker (W closures, then join)" if args.strategy == "ps" else \
                 "one synchronous step of every worker"
             print(f"# commbench train: {args.strategy}, {args.model}, {args.workers} workers"
