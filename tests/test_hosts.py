@@ -95,3 +95,26 @@ def test_a_failed_up_removes_what_it_made(emulated):
         assert "cbbr0" not in links and "cbv0" not in links  # the bridge and host 0's pair are gone too
     finally:
         subprocess.run(["ip", "link", "del", "cbv1"], check=False)
+
+
+def one_mib_latency_us(tmp_path, name: str) -> float:
+    out = tmp_path / f"{name}.jsonl"
+    r = commbench("p2p-latency", "--hosts", "2", "-m", "1M:1M", "-i", "20", "-x", "3", "-o", str(out), timeout=300)
+    assert r.code == 0, r.err
+    return read_runs(out)[0].rows[0]["p50_us"]
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("rate,bps", [("100mbit", 100e6), ("1gbit", 1e9)])
+def test_a_shaped_link_delays_a_message_by_its_wire_time(emulated, tmp_path, rate, bps):
+    """1 MiB one way over a shaped link takes size / rate on top of the unshaped link's time, within
+    10 %: tbf's burst (what passes at once) is too small to hide part of the message."""
+    assert emulated("2").code == 0  # unshaped
+    base = one_mib_latency_us(tmp_path, "base")
+    assert emulated("2", "--rate", rate).code == 0
+    shaped = one_mib_latency_us(tmp_path, rate)
+    wire = (1 << 20) * 8 / bps * 1e6
+    print(f"{rate}: 1 MiB one way {shaped:.0f} us; wire {wire:.0f} + unshaped {base:.0f} us")
+    assert abs(shaped - (wire + base)) / (wire + base) < 0.10, (shaped, wire, base)
