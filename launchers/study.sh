@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The transport study in the README, end to end, from a clean checkout (as root: emulated hosts):
+# The transport study (docs/study.md), end to end, from a clean checkout (as root: emulated hosts):
 #   bash launchers/study.sh            # about 15 minutes on a 2-core VM
 # 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, grpc-cpp, mpi, tf-grpc (loopback)
 # 2. ps-throughput with resnet50 gradients: 1-2 workers x 1-2 PS, tcp and grpc
 # 3. small-cnn PS training (chief + 2 workers + 1 PS, one per emulated host) at 100mbit, 1gbit and
 #    unshaped links, each with a grpc p2p sweep and a --batch 1 run, then commbench predict
-# 4. commbench report -> docs/study/ (PNGs + report.md), pasted between the study markers in README.md
+# 4. commbench report -> docs/study/ (PNGs + report.md), pasted between the study markers in docs/study.md
 # Results files stay in study-results/ (STUDY_RESULTS=dir to change). QUICK=1 shortens every run;
 # REPORT_ONLY=1 redoes step 4 from the results files already there.
 set -euo pipefail
@@ -63,12 +63,12 @@ $CB report "$R"/latency.jsonl "$R"/bandwidth.jsonl "$R"/ps.jsonl "$R"/predict.js
 python3 - "$OUT/report.md" <<'EOF'
 import re, sys
 from pathlib import Path
-page = Path(sys.argv[1]).read_text().replace("](", "](docs/study/").replace("# commbench report", "### Runs", 1)
+page = Path(sys.argv[1]).read_text().replace("](", "](study/").replace("# commbench report", "### Runs", 1)
 page = page.replace("\n## ", "\n#### ")
-readme = Path("README.md")
+readme = Path("docs/study.md")
 text = readme.read_text()
 begin, end = "<!-- study:begin (launchers/study.sh writes this part) -->", "<!-- study:end -->"
 text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: f"{begin}\n{page}\n{end}", text, flags=re.S)
 readme.write_text(text)
 EOF
-echo "study: results in $R/, figures and report.md in $OUT/, README.md updated" >&2
+echo "study: results in $R/, figures and report.md in $OUT/, docs/study.md updated" >&2
