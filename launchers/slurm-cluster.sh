@@ -40,6 +40,8 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
 fi
 down  # a stale cluster in DIR
 mkdir -p "$dir/state" "$dir/spool"
+if [ "$nodes" = 1 ]; then mkdir -p "$dir/tmp/$(hostname -s)"; else for i in $(seq "$nodes"); do mkdir -p "$dir/tmp/n$i"; done; fi
+chmod 1777 "$dir"/tmp/*
 
 if ! pgrep -x munged >/dev/null; then
   [ -f /etc/munge/munge.key ] || { /usr/sbin/mungekey -c 2>/dev/null || /usr/sbin/create-munge-key -f; }
@@ -73,6 +75,7 @@ mem=$(( mem / nodes ))
   echo "SlurmdParameters=config_overrides"
   echo "StateSaveLocation=$dir/state"
   echo "SlurmdSpoolDir=$dir/spool/%n"
+  echo "TmpFS=$dir/tmp/%n"  # per node: fake nodes share this machine's /tmp (pmix makes its appdir here)
   echo "SlurmctldPidFile=$dir/slurmctld.pid"
   echo "SlurmdPidFile=$dir/slurmd-%n.pid"
   echo "SlurmctldLogFile=$dir/slurmctld.log"

@@ -129,6 +129,22 @@ def test_train_under_srun(slurm, tmp_path):
     assert r.returncode == 2 and "needs 4 ranks but the launcher started 3" in r.stderr
 
 
+@pytest.mark.parametrize("transports,code", [("tcp", 0), ("tcp verbs", 1)])
+def test_compare_recipe_on_one_node(slurm, tmp_path, transports, code):
+    """slurm/compare.sbatch on a one-node cluster runs (both tasks on the node) instead of pending for
+    a second node; a failed step (verbs: no device here) fails the job after the others' summary."""
+    job = subprocess.run(["sbatch", "--wait", "-o", str(tmp_path / "out.txt"),
+                          f"--export=ALL,COMMBENCH={BIN / 'commbench'},TRANSPORTS={transports},SIZES=8,4M,"
+                          "EXTRA=-i 20 --timeout 20", str(ROOT / "slurm" / "compare.sbatch")],
+                         capture_output=True, text=True, env=slurm, cwd=tmp_path, timeout=600)
+    out = (tmp_path / "out.txt").read_text()
+    assert job.returncode == code, job.stderr + out
+    summary = out[out.index("# commbench compare"):]
+    assert table_rows(summary)[0][:2] == ["tcp", "blocking"]
+    if code:
+        assert "2 step(s) failed: latency_verbs bandwidth_verbs" in out, out
+
+
 # runs last: it replaces the module's one-node cluster with two fake nodes
 def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
     subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down",
@@ -141,6 +157,11 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
         assert r.returncode == 0, r.stderr
         assert "hosts: n1, n2" in r.stdout  # one rank on each node
         assert [row[-1] for row in table_rows(r.stdout)] == ["0", "0"]
+        # pmix on fake nodes: each node's slurmd makes its step directory under its own TmpFS
+        r = srun(env, "-N", "2", "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", "mpi",
+                 "-m", "8:8", "-i", "200")
+        assert r.returncode == 0, r.stderr
+        assert "hosts: n1, n2" in r.stdout and len(table_rows(r.stdout)) == 1
         # the recipe in slurm/, submitted for real
         work = tmp_path_factory.mktemp("sbatch")
         job = subprocess.run(["sbatch", "--wait", "-o", str(work / "out.txt"),
