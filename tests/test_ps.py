@@ -81,3 +81,26 @@ def test_async_mode_applies_every_push(tmp_path, transport):
     # every push applied on arrival, no averaging: -k W (W + 1) / 4096 whatever the order
     assert row["final_value"] == row["expected_value"] == -7 * 3 * 4 / 4096
     assert row["wrong"] == 0
+
+
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], grpc_cpp()])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_per_tensor_rpcs_as_tensorflow_sends_them(tmp_path, transport, mode):
+    """--rpc per-tensor: every gradient pushed and every variable pulled as its own RPC (TF's PS
+    training), with the same exact updates; RPC/s counts 2 x tensors per worker-step, not 2 x shards."""
+    out = tmp_path / "ps.jsonl"
+    r = commbench("ps-throughput", *transport, "--workers", "2", "--ps", "2", "--payload", "small_cnn", "--rpc",
+                  "per-tensor", "--mode", mode, "-i", "6", "-x", "1", "--validate", "-o", str(out))
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["rpc"] == "per-tensor" and row["wrong"] == 0 and row["shard_steps"] == [7, 7]
+    assert row["final_value"] == row["expected_value"]
+    tensors, nbytes = 10, sum(t.nbytes for t in store.load("small_cnn").tensors)
+    assert row["rpc_s"] / row["mb_s"] == pytest.approx(2 * tensors / (2 * nbytes / 1e6))
+
+
+def test_per_tensor_corruption_is_counted():
+    r = commbench("ps-throughput", "--workers", "2", "--ps", "1", "--payload", "small_cnn", "--rpc", "per-tensor",
+                  "-i", "5", "-x", "0", "--validate", "--inject-corruption", "7")
+    assert r.code == 1 and "#wrong" in r.err
+    assert int(table_rows(r.out)[0][-1]) > 0

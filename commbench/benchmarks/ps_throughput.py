@@ -51,6 +51,10 @@ class PSThroughput(Benchmark):
         parser.add_argument("--mode", choices=("sync", "async"), default="sync",
                             help="sync: shards average all workers' pushes each step (default); async: every "
                                  "push applied on arrival, no barrier")
+        parser.add_argument("--rpc", choices=("packed", "per-tensor"), default="packed",
+                            help="packed: one push and one pull per worker, shard and step (TF-gRPC-Bench's, "
+                                 "the default); per-tensor: every gradient pushed and every variable pulled "
+                                 "as its own RPC, as TensorFlow's PS training sends them")
         parser.set_defaults(payload="skew")
 
     @classmethod
@@ -74,12 +78,12 @@ class PSThroughput(Benchmark):
         owners = place(payload.sizes, np_, self.args.placement)
         per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
                      for s in range(np_)}
-        asynchronous = self.args.mode == "async"
+        asynchronous, per_tensor = self.args.mode == "async", self.args.rpc == "per-tensor"
         if me < nw:
-            worker = Worker(me, nw, per_shard, ctx.links, checked, asynchronous, ctx.corrupt_every)
+            worker = Worker(me, nw, per_shard, ctx.links, checked, asynchronous, ctx.corrupt_every, per_tensor)
             return Side(step=worker.step, begin=worker.start, wrong=lambda: worker.wrong,
                         report=lambda: {"push": worker.push_ns, "pull": worker.pull_ns})
-        shard = Shard(per_shard[me], list(range(nw)), ctx.links, asynchronous)
+        shard = Shard(per_shard[me], list(range(nw)), ctx.links, asynchronous, per_tensor)
         run = shard.run_async if asynchronous else (lambda n: untimed_loop(shard.step, n))
         return Side(run=run, wrong=shard.wrong if checked else (lambda: 0),
                     report=lambda: {"steps": shard.steps,
@@ -90,7 +94,8 @@ class PSThroughput(Benchmark):
         nw, np_ = self.nw, self.np_
         workers, shards = reports[:nw], reports[nw:]
         owners = place(payload.sizes, np_, self.args.placement)
-        per_step_rpcs, per_step_bytes = 2 * np_, 2 * payload.nbytes
+        per_step_rpcs = 2 * (len(payload.sizes) if self.args.rpc == "per-tensor" else np_)
+        per_step_bytes = 2 * payload.nbytes
         slowest = max(w["wall_ns"] for w in workers) / 1e9  # every worker starts at the same barrier
         push = np.asarray([x for w in workers for x in w["push"]], dtype=np.float64) / 1e6
         pull = np.asarray([x for w in workers for x in w["pull"]], dtype=np.float64) / 1e6
@@ -104,7 +109,7 @@ class PSThroughput(Benchmark):
                 "shard_mb": "/".join(f"{b / 1e6:.1f}" for b in shard_bytes(payload.sizes, owners, np_)),
                 "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
                 "expected_value": expected_value(shards[0]["steps"], nw, self.args.mode == "async"),
-                "ps_mode": self.args.mode}
+                "ps_mode": self.args.mode, "rpc": self.args.rpc}
 
 
 def _p99(values: np.ndarray) -> float | None:

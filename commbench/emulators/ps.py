@@ -45,10 +45,17 @@ def expected_value(steps: int, workers: int, asynchronous: bool = False) -> floa
     return -steps * (workers + 1) / 4096 * (workers if asynchronous else 1)
 
 
+def split(msg: Message, per_tensor: bool) -> list[Message]:
+    """The message itself, or one message per tensor over the same memory (TF sends each tensor as
+    its own RPC: RecvTensor for gradients, one read per variable)."""
+    return [Message.over([a]) for a in msg.arrays] if per_tensor else [msg]
+
+
 class Shard:
     def __init__(self, sizes: list[int], workers: list[int], links: dict[int, Link],
-                 asynchronous: bool = False) -> None:
+                 asynchronous: bool = False, per_tensor: bool = False) -> None:
         self.asynchronous = asynchronous
+        self.per_tensor = per_tensor
         self.lock = threading.Lock()
         self.workers = workers
         self.links = links
@@ -61,15 +68,22 @@ class Shard:
             acc.fill(0)
         self.ack, self.req = Message(CONTROL), Message(CONTROL)
         self.steps = 0
+        self.grad_parts, self.var_parts = split(self.grad, per_tensor), split(self.vars, per_tensor)
+        # one accumulate per part: all tensors for a packed push, tensor i for a per-tensor one
+        spans = [range(len(sizes))] if not per_tensor else [range(i, i + 1) for i in range(len(sizes))]
+        self.accumulators = [self._accumulate(span) for span in spans]
 
-    def accumulate(self) -> Message:
-        for acc, g in zip(self.acc, self.grad_f, strict=True):
-            np.add(acc, g, out=acc)
-        return self.ack
+    def _accumulate(self, span: range):
+        def accumulate() -> Message:
+            for i in span:
+                np.add(self.acc[i], self.grad_f[i], out=self.acc[i])
+            return self.ack
+        return accumulate
 
     def step(self) -> None:
         for w in self.workers:
-            self.links[w].serve(1, self.grad, self.accumulate)
+            for part, accumulate in zip(self.grad_parts, self.accumulators, strict=True):
+                self.links[w].serve(1, part, accumulate)
         nw, lr = np.float32(len(self.workers)), np.float32(LR)
         for var, acc in zip(self.var_f, self.acc, strict=True):
             # the mean by a division: correctly rounded, so exact whenever the true mean is representable
@@ -80,7 +94,8 @@ class Shard:
             acc.fill(0)
         self.steps += 1
         for w in self.workers:
-            self.links[w].serve(1, self.req, self.vars)
+            for part in self.var_parts:
+                self.links[w].serve(1, self.req, part)
 
     def run_async(self, n: int) -> None:
         """n steps of every worker, each worker served by its own thread, updates applied on arrival."""
@@ -90,16 +105,23 @@ class Shard:
             grad = Message(self.grad.sizes)
             grad_f = floats(grad)
             ack, req = Message(CONTROL), Message(CONTROL)
+            parts = split(grad, self.per_tensor)
+            spans = [range(len(grad_f))] if not self.per_tensor else [range(i, i + 1) for i in range(len(grad_f))]
 
-            def apply() -> Message:
-                with self.lock:
-                    for var, g in zip(self.var_f, grad_f, strict=True):
-                        var -= g * np.float32(LR)
-                return ack
+            def apply(span: range):
+                def applied() -> Message:
+                    with self.lock:
+                        for i in span:
+                            self.var_f[i] -= grad_f[i] * np.float32(LR)
+                    return ack
+                return applied
+            appliers = [apply(span) for span in spans]
             try:
                 for _ in range(n):
-                    self.links[w].serve(1, grad, apply)
-                    self.links[w].serve(1, req, self.vars)
+                    for part, applied in zip(parts, appliers, strict=True):
+                        self.links[w].serve(1, part, applied)
+                    for part in self.var_parts:
+                        self.links[w].serve(1, req, part)
             except BaseException as exc:  # re-raised by the shard's main thread
                 errors.append(exc)
 
@@ -120,7 +142,7 @@ class Shard:
 
 class Worker:
     def __init__(self, rank: int, nworkers: int, shard_sizes: dict[int, list[int]], links: dict[int, Link],
-                 validate: bool, asynchronous: bool = False, corrupt_every: int = 0) -> None:
+                 validate: bool, asynchronous: bool = False, corrupt_every: int = 0, per_tensor: bool = False) -> None:
         self.asynchronous = asynchronous
         self.shards = sorted(shard_sizes)
         self.links = links
@@ -138,55 +160,65 @@ class Worker:
         self.pull_ns: list[int] = []
         self.corrupt_every = corrupt_every  # test hook: every Nth push carries one flipped byte
         self.pushes = 0
+        # (shard, message) per RPC of a step, in order: one per shard, or one per tensor
+        self.by_shard = [(s, split(self.grads[s], per_tensor), split(self.vars[s], per_tensor)) for s in self.shards]
+        self.push_rpcs = [(s, m) for s, pushes, _ in self.by_shard for m in pushes]
+        self.pull_rpcs = [(s, m) for s, _, pulls in self.by_shard for m in pulls]
 
     def start(self, n: int) -> None:
         """Preallocate this run's per-RPC timings."""
-        self.push_ns = [0] * (n * len(self.shards))
-        self.pull_ns = [0] * (n * len(self.shards))
+        self.push_ns = [0] * (n * len(self.push_rpcs))
+        self.pull_ns = [0] * (n * len(self.pull_rpcs))
         self.slot = 0
 
     def step(self) -> None:
         if self.asynchronous:
             return self.step_async()
         clock, links, slot = time.perf_counter_ns, self.links, self.slot
-        for i, s in enumerate(self.shards):
-            if self.corrupt_every:
-                self.push_corrupted(s)
-                continue
+        if self.corrupt_every:
+            for s, m in self.push_rpcs:
+                self.push_corrupted(s, m)
+        else:
+            for i, (s, m) in enumerate(self.push_rpcs):
+                t = clock()
+                links[s].call(m, self.ack)
+                self.push_ns[slot + i] = clock() - t
+        for i, (s, m) in enumerate(self.pull_rpcs):
             t = clock()
-            links[s].call(self.grads[s], self.ack)
-            self.push_ns[slot + i] = clock() - t
-        for i, s in enumerate(self.shards):
-            t = clock()
-            links[s].call(self.req, self.vars[s])
+            links[s].call(self.req, m)
             self.pull_ns[slot + i] = clock() - t
-        self.slot = slot + len(self.shards)
+        self.slot = slot + len(self.push_rpcs)
         self.steps += 1
         if self.validate:  # sync: every pull must show exactly this step's value
             want = np.float32(expected_value(self.steps, self.nworkers))
             for m in self.vars.values():
                 self.wrong += any(bool(np.any(f != want)) for f in floats(m))
 
-    def push_corrupted(self, shard: int) -> None:
-        """The test hook's push: every Nth one with a byte of the first gradient flipped (then restored)."""
+    def push_corrupted(self, shard: int, msg: Message) -> None:
+        """The test hook's push: every Nth one with a byte of its first gradient flipped (then restored)."""
         self.pushes += 1
-        arr = self.grads[shard].arrays[0]
+        arr = msg.arrays[0]
         bad = self.pushes % self.corrupt_every == 0 and len(arr) > 0
         if bad:
             arr[len(arr) // 2] ^= 0xFF
-        self.links[shard].call(self.grads[shard], self.ack)
+        self.links[shard].call(msg, self.ack)
         if bad:
             arr[len(arr) // 2] ^= 0xFF
 
     def step_async(self) -> None:
-        """Push to a shard and pull from it at once, shard after shard; no step barrier among workers."""
+        """Push everything to a shard, then pull everything from it, shard after shard; no step barrier
+        among workers."""
         clock, links, slot = time.perf_counter_ns, self.links, self.slot
-        for i, s in enumerate(self.shards):
-            t = clock()
-            links[s].call(self.grads[s], self.ack)
-            t2 = clock()
-            links[s].call(self.req, self.vars[s])
-            self.push_ns[slot + i] = t2 - t
-            self.pull_ns[slot + i] = clock() - t2
-        self.slot = slot + len(self.shards)
+        i = 0
+        for s, pushes, pulls in self.by_shard:
+            for k, m in enumerate(pushes):
+                t = clock()
+                links[s].call(m, self.ack)
+                self.push_ns[slot + i + k] = clock() - t
+            for k, m in enumerate(pulls):
+                t = clock()
+                links[s].call(self.req, m)
+                self.pull_ns[slot + i + k] = clock() - t
+            i += len(pushes)
+        self.slot = slot + len(self.push_rpcs)
         self.steps += 1
