@@ -26,10 +26,11 @@ PINNED = {
     "p2p-bandwidth": BANDWIDTH, "p2p-bibw": BANDWIDTH,
     "ps-throughput": {"workers", "ps", "iterations", "steps_s", "rpc_s", "mb_s", "push_p50_ms", "push_p99_ms",
                       "pull_p50_ms", "pull_p99_ms", "shard_mb", "shard_steps", "final_value", "expected_value",
-                      "ps_mode", "wrong"},
+                      "ps_mode", "rpc", "wrong"},
     "allreduce": COLLECTIVE, "allgather": COLLECTIVE, "alltoall": COLLECTIVE, "broadcast": COLLECTIVE,
 }
-DEFAULTS = dict(window=4, pairs=1, workers=2, ps=1, placement="round-robin", mode="sync", bucket_mb=None, ranks=None,
+DEFAULTS = dict(window=4, pairs=1, workers=2, ps=1, placement="round-robin", mode="sync", rpc="packed",
+                bucket_mb=None, ranks=None,
                 np=None, payload=None, root=0)
 
 

@@ -101,6 +101,7 @@ def run_ranks(bench_cls, n: int, payload: Payload, loops: Loops, validate: str |
     """Every rank a thread of this process over in-process wires; returns rank 0's row. ``opts`` are
     the benchmark's options (window, pairs, workers, algorithm, ...)."""
     args = freeze(argparse.Namespace(**{**dict(window=8, pairs=1, workers=2, ps=1, placement="round-robin", mode="sync",
+                                                rpc="packed",
                                                 algorithm="ring", bucket_mb=None, ranks=n, np=n, payload=None,
                                                 root=0), **opts}))
     config = RunConfig(args, n, points=(payload,), loops=loops)
