@@ -125,8 +125,6 @@ def plan_points(args: argparse.Namespace) -> tuple[list[Payload], str | None]:
         k = args.tensors_per_message
         if k is None:
             return [Payload(f"{prof.name}[{len(sizes)}]={mb:.1f}MB", sizes, "model")], spec
-        if k < 1:
-            raise UsageError(f"--tensors-per-message must be at least 1, not {k}")
         return ([Payload(f"{prof.name}[{i}:{min(i + k, len(sizes))}]={sum(sizes[i:i + k]) / 1e6:.2f}MB",
                          sizes[i:i + k], "model") for i in range(0, len(sizes), k)],
                 spec + f", {k} tensors a message")

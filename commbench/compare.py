@@ -66,8 +66,6 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if detect() is not None:
         raise UsageError("compare starts its own ranks on this machine; under mpirun or srun run the benchmarks "
                          "themselves (see slurm/)")
-    if args.iterations <= 0:
-        raise UsageError(f"-i/--iterations must be a positive number, not {args.iterations}")
     configs = [c for c in CONFIGS if not args.only or any(o in c[0] for o in args.only)]
     if not configs:
         raise UsageError(f"--only {' '.join(args.only)} matches none of: {', '.join(c[0] for c in CONFIGS)}")

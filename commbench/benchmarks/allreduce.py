@@ -8,14 +8,12 @@ gradient tensor every iteration, or ``--bucket-mb`` fused buckets of them (Horov
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 
 from commbench.benchmarks.base import Context
 from commbench.benchmarks.collective import F32, Collective, Plan
 from commbench.core.argtypes import number
-from commbench.core.errors import UsageError
 from commbench.core.payload import Payload
 from commbench.emulators.allreduce import ALGORITHMS, AllReduce
 
@@ -31,12 +29,6 @@ class AllReduceBench(Collective):
         parser.add_argument("--bucket-mb", type=number(above=0, hi=1 << 20, what=" (MB)"),
                             help="with --payload MODEL: fuse tensors into buckets of "
                                                             "at most this many MB (default: each tensor alone)")
-
-    @classmethod
-    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
-        if args.bucket_mb is not None and not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
-            raise UsageError(f"--bucket-mb must be a positive finite number of MB, not {args.bucket_mb:g}")
-        return super().plan_points(args)
 
     @staticmethod
     def bus_factor(n: int) -> float:

@@ -50,10 +50,6 @@ class P2PBandwidth(Benchmark):
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:
         """2 x --pairs, or --np (even): N pairs as osu_mbw_mr runs on 2N ranks."""
-        if args.window < 1:
-            raise UsageError(f"-W/--window must be at least 1, not {args.window}")
-        if args.pairs < 1:
-            raise UsageError(f"--pairs must be at least 1, not {args.pairs}")
         if args.np is not None and args.pairs == 1:
             if args.np < 2 or args.np % 2:
                 raise UsageError(f"{cls.name} runs on pairs of ranks: --np must be even, not {args.np}")

@@ -15,7 +15,6 @@ import numpy as np
 from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.argtypes import RANKS
 from commbench.core.config import RunConfig
-from commbench.core.errors import UsageError
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
 from commbench.core.payload import Payload
 from commbench.core.table import Column
@@ -59,10 +58,6 @@ class PSThroughput(Benchmark):
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:
-        if args.workers < 1:
-            raise UsageError(f"--workers must be at least 1, not {args.workers}")
-        if args.ps < 1:
-            raise UsageError(f"--ps must be at least 1, not {args.ps}")
         return args.workers + args.ps
 
     def __init__(self, config: RunConfig) -> None:

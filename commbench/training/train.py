@@ -71,13 +71,6 @@ def check_args(args: argparse.Namespace) -> FrozenArgs:
     model = args.model.replace("-", "_")
     if model not in IMAGE_MODELS:
         raise UsageError(f"unknown model {model!r} for train; known: {', '.join(IMAGE_MODELS)}")
-    for name in ("workers", "batch", "steps"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name} must be at least 1, not {getattr(args, name)}")
-    if args.strategy == "ps" and args.ps < 1:
-        raise UsageError(f"--ps must be at least 1 with --strategy ps, not {args.ps}")
-    if args.warmup_steps < 0 or args.timeout <= 0:
-        raise UsageError("--warmup-steps must be >= 0 and --timeout positive")
     if not tf_installed():
         raise UsageError("train runs TensorFlow, which is not installed here: pip install 'commbench[tf]'")
     return freeze(argparse.Namespace(**{**vars(args), "model": model}))
