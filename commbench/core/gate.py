@@ -1,7 +1,8 @@
 """Before the token: a listener's unproven connections, all read by one selector, each bounded.
 
 A connection to the rendezvous or to a data port must send one hello frame (a small JSON object
-naming the run token) within ``HELLO_TIMEOUT``, however its bytes trickle. Until it has, nothing
+naming the run token) within ``HELLO_TIMEOUT``, however its bytes trickle; the gate checks the token
+and hands over only connections that showed it. Until it has, nothing
 larger than ``HELLO_MAX_JSON`` is read for it, no thread is started for it, and at most
 ``MAX_UNPROVEN`` such connections are held at once: more are told 'busy' and closed at once (a rank
 of the run that meets a flood tries again). Only the hello's own bytes are read, so whatever a proven
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hmac
 import json
 import selectors
 import socket
@@ -23,7 +25,7 @@ from commbench.core.framing import HEADER, FrameError, decode_header, encode
 HELLO_TIMEOUT = 5.0  # s for a whole hello
 HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown
 MAX_UNPROVEN = 128  # connections held at once without the token
-BUSY = 3  # the rendezvous' ERR frame kind, sent as {"kind": "busy"} to connections over the cap
+HELLO, BUSY = 1, 3  # frame kinds shared with the rendezvous (its HELLO and ERR): {"kind": "busy"} over the cap
 
 
 class _Unproven:
@@ -38,19 +40,21 @@ class _Unproven:
 class Gate:
     """Accepts on ``listener`` and reads hellos until a connection has shown one whole frame."""
 
-    def __init__(self, listener: socket.socket, who: str) -> None:
+    def __init__(self, listener: socket.socket, who: str, token: str) -> None:
         self.listener = listener
         self.who = who  # "rank 0", in messages about refused connections
+        self.token = token.encode()
         listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
         self.unproven: dict[socket.socket, _Unproven] = {}
         self.refused = 0
 
-    def wait(self, timeout: float) -> list[tuple[socket.socket, tuple, int, dict]]:
-        """(connection, address, frame kind, JSON object) for every hello completed within ``timeout``
-        s; strangers that send garbage, too much, or too slowly are refused meanwhile. Completed
-        connections are blocking again and no longer the gate's: the caller adopts or ``refuse``s them."""
+    def wait(self, timeout: float) -> list[tuple[socket.socket, tuple, dict]]:
+        """(connection, address, hello) for every hello with the run's token completed within
+        ``timeout`` s; strangers that send garbage, too much, too slowly or the wrong token are refused
+        meanwhile. Handed-over connections are blocking again and no longer the gate's: the caller
+        adopts them or ``refuse``s them (a rank this listener does not expect)."""
         now = time.monotonic()
         soonest = min((u.deadline for u in self.unproven.values()), default=now + timeout)
         done = []
@@ -90,7 +94,7 @@ class Gate:
             self.unproven[conn] = u
             self.selector.register(conn, selectors.EVENT_READ)
 
-    def _read(self, u: _Unproven) -> tuple[socket.socket, tuple, int, dict] | None:
+    def _read(self, u: _Unproven) -> tuple[socket.socket, tuple, dict] | None:
         try:
             chunk = u.conn.recv(u.need - len(u.buf))
             if not chunk:
@@ -112,8 +116,12 @@ class Gate:
             self.refuse(u.conn, u.addr, f"not a commbench peer: {exc}")
             return None
         self._drop(u)
+        token = obj.get("token")
+        if kind != HELLO or not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token):
+            self.refuse(u.conn, u.addr, "wrong run token")
+            return None
         u.conn.setblocking(True)
-        return u.conn, u.addr, kind, obj
+        return u.conn, u.addr, obj
 
     def _drop(self, u: _Unproven) -> None:
         self.selector.unregister(u.conn)

@@ -9,7 +9,6 @@ later ``get`` at once, naming that rank and its host, so no rank waits for a dea
 from __future__ import annotations
 
 import contextlib
-import hmac
 import socket
 import threading
 import time
@@ -17,9 +16,10 @@ import time
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
 from commbench.core.framing import FrameError, read_frame, send_frame
 from commbench.core.gate import BUSY, Gate
+from commbench.core.gate import HELLO as GATE_HELLO
 
 HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT = range(1, 11)
-assert ERR == BUSY  # the gate tells a flood 'busy' in the store's own ERR frame
+assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello and says 'busy' in its ERR frame
 
 
 class StoreServer:
@@ -28,7 +28,6 @@ class StoreServer:
 
     def __init__(self, listener: socket.socket, token: str, size: int) -> None:
         self.listener = listener
-        self.token = token
         self.size = size
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
@@ -38,7 +37,7 @@ class StoreServer:
         self.failed: str | None = None
         self.aborted: tuple[str, int] | None = None
         self._closing = False
-        self.gate = Gate(listener, "rank 0")
+        self.gate = Gate(listener, "rank 0", token)
         threading.Thread(target=self._accept_loop, name="rdv-accept", daemon=True).start()
 
     @property
@@ -52,19 +51,16 @@ class StoreServer:
     def _accept_loop(self) -> None:
         try:
             while not self._closing:
-                for conn, addr, kind, hello in self.gate.wait(0.5):
-                    self._admit(conn, addr, kind, hello)
+                for conn, addr, hello in self.gate.wait(0.5):
+                    self._admit(conn, addr, hello)
         except (OSError, ValueError):  # the listener was closed under the selector
             pass
         finally:
             self.gate.close()
 
-    def _admit(self, conn: socket.socket, addr: tuple, kind: int, hello: dict) -> None:
-        """A whole hello: a rank of this run gets a thread; anything else is refused."""
-        token, rank = hello.get("token"), hello.get("rank")
-        if kind != HELLO or not isinstance(token, str) \
-                or not hmac.compare_digest(token.encode(), self.token.encode()):
-            return self.gate.refuse(conn, addr, "wrong run token")
+    def _admit(self, conn: socket.socket, addr: tuple, hello: dict) -> None:
+        """A hello with the run's token: a rank of this run gets a thread; anything else is refused."""
+        rank = hello.get("rank")
         if not isinstance(rank, int) or not 0 <= rank < self.size or hello.get("size") != self.size:
             return self.gate.refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} "
                                                 f"do not fit this run of {self.size}")
@@ -83,7 +79,10 @@ class StoreServer:
             threading.Thread(target=target, args=(conn, rank, host), daemon=True).start()
         except RuntimeError:  # no thread to be had: this rank is told so, and the run fails cleanly
             with self.cond:
-                taken.discard(rank) if watchdog else self.members.pop(rank, None)
+                if watchdog:
+                    self.watching.discard(rank)
+                else:
+                    self.members.pop(rank, None)
             self.gate.refuse(conn, addr, "no thread to serve it")
 
     def _serve(self, conn: socket.socket, rank: int, host: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hmac
 import select
 import socket
 import struct
@@ -23,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
 from commbench.core.framing import FrameError, read_frame, send_frame
-from commbench.core.gate import Gate
+from commbench.core.gate import HELLO, Gate
 from commbench.core.message import Message
 from commbench.core.sockets import bind_listener
 from commbench.transports._net import check_socket_args, data_port, local_endpoint
@@ -33,7 +32,7 @@ HDR = struct.Struct("<QI")
 IOV_MAX = 1024
 unpack_hdr = HDR.unpack_from
 EAGER = 4096  # messages up to this size travel through one contiguous staging buffer (one syscall, tiny copy)
-HELLO, OK = 1, 2
+OK = 2  # the acceptor's answer to a dialer's hello
 SPIN_CHECK = 0xFFF  # look at the clock every 4096 empty polls
 
 
@@ -272,7 +271,7 @@ class TcpTransport(Transport):
         host = local_endpoint(self.args, world)
         listener = bind_listener(host, data_port(self.args, rank), f"tcp transport of rank {rank}")
         addrs = world.allgather_json("tcp-addr", [host, listener.getsockname()[1]])
-        gate = Gate(listener, f"rank {rank}")  # strangers queued ahead of a peer cost it nothing
+        gate = Gate(listener, f"rank {rank}", world.placement.token)  # strangers ahead of a peer cost it nothing
         links: dict[int, Link] = {}
         try:
             deadline = time.monotonic() + self.timeout
@@ -284,12 +283,9 @@ class TcpTransport(Transport):
                 if left <= 0:
                     names = ", ".join(world.describe(p) for p in sorted(expected))
                     raise PeerError(f"timed out after {self.timeout:g} s waiting for {names} to connect")
-                for conn, addr, kind, hello in gate.wait(left):
-                    token, p = hello.get("token"), hello.get("rank")
-                    if kind != HELLO or not isinstance(token, str) \
-                            or not hmac.compare_digest(token.encode(), world.placement.token.encode()):
-                        gate.refuse(conn, addr, "wrong run token")
-                    elif p not in expected:
+                for conn, addr, hello in gate.wait(left):
+                    p = hello.get("rank")
+                    if p not in expected:
                         gate.refuse(conn, addr, f"unexpected rank {p!r}")
                     else:
                         send_frame(conn, OK, {})
