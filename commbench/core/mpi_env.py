@@ -83,12 +83,12 @@ def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) 
 
     MPI = check_world_size(size, launcher)
     comm = MPI.COMM_WORLD
-    # all ranks on this host (the MPI processor name's hash the same everywhere): loopback only
-    name = np.array([zlib.crc32(MPI.Get_processor_name().encode())], dtype=np.int64)
-    low, high = np.empty_like(name), np.empty_like(name)
-    comm.Allreduce([name, MPI.INT64_T], [low, MPI.INT64_T], op=MPI.MIN)
-    comm.Allreduce([name, MPI.INT64_T], [high, MPI.INT64_T], op=MPI.MAX)
-    bind = bind or ("127.0.0.1" if low[0] == high[0] else None)
+    # all ranks on this host (the MPI processor name's hash the same everywhere): loopback only.
+    # One MIN over (h, -h) gives the smallest and the largest hash.
+    h = zlib.crc32(MPI.Get_processor_name().encode())
+    lows = np.array([h, -h], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, [lows, MPI.INT64_T], op=MPI.MIN)
+    bind = bind or ("127.0.0.1" if lows[0] == -lows[1] else None)
     fd = None
     blob = b""
     if rank == 0:

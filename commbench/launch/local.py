@@ -91,7 +91,7 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
                 procs[r].kill()
                 procs[r].wait()
                 stopped_since.pop(r)
-                kill_rest_at = min(kill_rest_at or now + REPORT_GRACE, now + REPORT_GRACE)
+                kill_rest_at = now + REPORT_GRACE if kill_rest_at is None else min(kill_rest_at, now + REPORT_GRACE)
             if first_failure is not None and kill_rest_at is None:
                 kill_rest_at = first_failure + timeout + GRACE
             if kill_rest_at is not None and now > kill_rest_at:
@@ -146,7 +146,8 @@ def die_with_launcher() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.environ.get(ENV_LAUNCHER) and os.getppid() != int(os.environ[ENV_LAUNCHER]):
+    launcher = os.environ.get(ENV_LAUNCHER, "")
+    if launcher.isdigit() and os.getppid() != int(launcher):
         print("commbench: this rank's launcher is gone; stopping", file=sys.stderr)
         os._exit(1)
 
