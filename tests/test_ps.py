@@ -104,3 +104,17 @@ def test_per_tensor_corruption_is_counted():
                   "-i", "5", "-x", "0", "--validate", "--inject-corruption", "7")
     assert r.code == 1 and "#wrong" in r.err
     assert int(table_rows(r.out)[0][-1]) > 0
+
+
+@pytest.mark.parametrize("transport", [grpc_cpp("--grpc-call", "unary"), grpc_cpp("--grpc-call", "stream")])
+def test_shard_threads_share_one_grpc_cpp_engine(tmp_path, transport):
+    """An async shard serves each worker from its own thread, all calling into one grpc-cpp engine at
+    once: they must take turns at its completion queue (two drivers at once crashed the shard)."""
+    out = tmp_path / "ps.jsonl"
+    r = commbench("ps-throughput", *transport, "--workers", "3", "--ps", "1", "--payload",
+                  "small_cnn", "--rpc", "per-tensor", "--mode", "async", "-i", "40", "-x", "2", "--validate",
+                  "--timeout", "30", "-o", str(out))
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["wrong"] == 0 and row["shard_steps"] == [42]
+    assert row["final_value"] == row["expected_value"]

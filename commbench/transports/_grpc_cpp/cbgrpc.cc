@@ -19,6 +19,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -171,26 +172,31 @@ class Engine {
   const char* error() const { return error_.c_str(); }
   double timeout() const { return timeout_; }
 
-  // Everything below runs between Enter() and Leave(): one thread drives the queue at a time.
-  void Enter() {
-    std::unique_lock<std::mutex> l(m_);
-    want_ = true;
-    if (idle_driving_ && !kick_pending_) {
-      kick_pending_ = true;
-      kick_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &kick_op_);
-    }
-    cv_.wait(l, [this] { return !idle_driving_; });
-    want_ = false;
-    main_in_ = true;
-  }
+  // Everything below runs between Enter() and Leave(): one thread drives the queue at a time. Threads of
+  // one rank may call in at once (the PS emulator serves each worker from its own thread): a caller
+  // arriving from outside kicks the current driver (an alarm), which hands the queue over at its next
+  // event; drivers waiting for events take turns, one event each (Drive).
+  void Enter() { Take(std::chrono::steady_clock::now(), false); }
   void Leave() {
-    std::lock_guard<std::mutex> l(m_);
-    main_in_ = false;
-    left_at_ = std::chrono::steady_clock::now();
-    if (idle_waits_) cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> l(m_);
+      driving_ = false;
+      left_at_ = std::chrono::steady_clock::now();
+    }
+    cv_.notify_all();
   }
 
-  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
+  // Hand the queue to a waiting thread and wait to get it back, kicking the driver only at this
+  // caller's own deadline (until then only events can change what it waits for, and whoever drives
+  // yields at each event while someone waits).
+  void Yield(gpr_timespec deadline) {
+    gpr_timespec left = gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC));
+    auto kick_at = std::chrono::steady_clock::now() +
+                   std::chrono::microseconds(std::max<int64_t>(0, gpr_time_to_millis(left)) * 1000);
+    Take(kick_at, true);
+  }
+
+  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
   template <class F>
   int Drive(F done, gpr_timespec deadline) {
     while (!done()) {
@@ -205,6 +211,7 @@ class Engine {
         default:
           return kFail;
       }
+      if (waiting_.load(std::memory_order_relaxed)) Yield(deadline);  // one event per turn
     }
     return kOk;
   }
@@ -424,10 +431,36 @@ class Engine {
   };
   void IdleLoop();
 
+  // Take the queue (the caller holds it until Leave). A yielding driver first lets a waiting thread
+  // take it (taken_ moves); the current driver is kicked at once when kick_at has passed.
+  void Take(std::chrono::steady_clock::time_point kick_at, bool yielding) {
+    std::unique_lock<std::mutex> l(m_);
+    uint64_t gen = taken_;
+    if (yielding) {
+      if (waiting_.load() == 0) return;  // nobody to hand over to: keep driving
+      driving_ = false;
+      cv_.notify_all();
+    }
+    ++waiting_;
+    // a yielder waits until another thread took the queue (or none waits any more)
+    auto free = [&] { return !driving_ && (!yielding || taken_ != gen || waiting_.load() == 1); };
+    if (!cv_.wait_until(l, kick_at, free)) {
+      if (driving_ && !kick_pending_) {
+        kick_pending_ = true;
+        kick_.Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), &kick_op_);
+      }
+      cv_.wait(l, free);
+    }
+    --waiting_;
+    driving_ = true;
+    ++taken_;
+  }
+
   std::mutex m_;
   std::condition_variable cv_;
-  bool want_ = false, main_in_ = false, idle_driving_ = false, idle_waits_ = false, kick_pending_ = false,
-       stop_ = false;
+  std::atomic<int> waiting_{0};  // threads waiting to drive
+  uint64_t taken_ = 0;           // how many times the queue changed hands
+  bool driving_ = false, kick_pending_ = false, stop_ = false;
   std::chrono::steady_clock::time_point left_at_ = std::chrono::steady_clock::now();
   grpc::Alarm kick_;
   Kick kick_op_{this};
@@ -555,10 +588,8 @@ int Engine::ServeReply(int peer, Msg* rep) {
 void Engine::IdleLoop() {
   std::unique_lock<std::mutex> l(m_);
   while (!stop_) {
-    if (main_in_ || want_) {
-      idle_waits_ = true;
+    if (driving_ || waiting_.load()) {
       cv_.wait(l);
-      idle_waits_ = false;
       continue;
     }
     auto idle_for = std::chrono::steady_clock::now() - left_at_;
@@ -566,14 +597,14 @@ void Engine::IdleLoop() {
       cv_.wait_for(l, kIdleAfter - idle_for);
       continue;
     }
-    idle_driving_ = true;
+    driving_ = true;
     l.unlock();
     void* tag;
     bool ok;
     auto st = cq_->AsyncNext(&tag, &ok, After(0.2));
     if (st == grpc::CompletionQueue::GOT_EVENT) static_cast<Op*>(tag)->Done(ok);
     l.lock();
-    idle_driving_ = false;
+    driving_ = false;
     cv_.notify_all();
     if (st == grpc::CompletionQueue::SHUTDOWN) break;
   }
