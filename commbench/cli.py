@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from commbench import __version__
 from commbench.core.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, integer, number
 from commbench.core.config import RunConfig, freeze
-from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError
+from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
 from commbench.core.harness import Loops
 from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.sizes import parse_range, parse_size
 
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_POINT_CAP = 1.0  # s: the longest a default-count point runs (grpc at 8 B: 10,000 round trips would take 4 s)
 DEFAULT_SIZES = "0:4M"
 
 
@@ -31,7 +32,8 @@ class Parser(argparse.ArgumentParser):
 def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g = p.add_argument_group("what to send")
     g.add_argument("-m", "--message-size", metavar="MIN:MAX",
-                   help="sizes to sweep, powers of two (OSU's -m), or a list like 8,1K,1M (default 0:4M)")
+                   help="sizes to sweep in powers of two, MIN:MAX or MAX alone for 0:MAX (OSU's -m); one size: "
+                        "4K:4K; or a list like 8,1K,1M (default 0:4M)")
     g.add_argument("--payload", metavar="SPEC",
                    help="instead of a sweep: a TF-gRPC-Bench scheme (uniform, random, skew), a model's gradient "
                         "tensors (resnet50, vgg16, ...: commbench payloads list), or SCHEME:MODEL (sizes drawn "
@@ -60,6 +62,10 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
                         "(or --max-time runs out; the row says which)")
     g.add_argument("--max-time", type=SECONDS, default=30.0, help="seconds per point at most with --precision "
                                                                 "(default 30)")
+    g.add_argument("--point-cap", type=number(0, 7 * 86400, what=" (seconds)"), default=DEFAULT_POINT_CAP,
+                   metavar="S", help="with OSU's default counts, cut a point that its warm-up says would run "
+                                     "longer to about S seconds; the Iters column shows what ran "
+                                     f"(default {DEFAULT_POINT_CAP:g}; 0: never; -i counts exactly)")
     g = p.add_argument_group("how")
     g.add_argument("-t", "--transport", default="tcp", help=f"one of {', '.join(transports)} (default tcp)")
     g.add_argument("--poll", choices=("blocking", "busy"),
@@ -178,7 +184,8 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         raise Unavailable(f"{exc}; usable transports here: {usable_here(but=transport_cls.name)}") from None
     transport_cls.prepare_process(args)
-    loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time, args.precision, args.max_time)
+    loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time, args.precision, args.max_time,
+                  args.point_cap)
     own = bench_cls.plan_points(args)
     if args.message_size is not None and (own or args.payload):
         instead = f"--payload {args.payload} sets the message" if args.payload else \
@@ -217,10 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunAborted as exc:
         return exc.exit_code
     except CommbenchError as exc:
-        print(f"commbench: {exc}", file=sys.stderr, flush=True)
+        say(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        print("commbench: interrupted", file=sys.stderr)
+        say("interrupted")
         return 130
     except BrokenPipeError:
         return 1

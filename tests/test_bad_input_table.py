@@ -24,6 +24,7 @@ COMMON = [
     (["--seed", "-1", "--payload", "random"], "--seed"), (["-m", "99999999999G"], "99999999999G"),
     (["-m", "9" * 5000], "size"), (["-m", "4X"], "4X"), (["--buffers", "0", "--payload", "uniform"], "--buffers"),
     (["--precision", "nan"], "--precision"), (["--max-time", "inf"], "--max-time"), (["--np", "0"], "--np"),
+    (["--point-cap", "nan"], "--point-cap"), (["--point-cap", "-1"], "--point-cap"),
     (["--hosts", "-1"], "--hosts"), (["-t", "carrier-pigeon"], "carrier-pigeon"), (["--payload", "fractal"], "fractal"),
 ]
 SPECIFIC = [

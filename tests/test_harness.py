@@ -73,6 +73,19 @@ def test_time_mode_runs_for_the_time_asked():
     assert row["stop"] == "time" and 0.6 * 0.3 / per <= row["iterations"] <= 0.3 / per * 1.01, row
 
 
+def test_point_cap_cuts_default_counts_to_the_time_asked():
+    """--point-cap: OSU's default 1,000 round trips of 4 ms would take 4 s; the warm-up (10) says so and
+    the point runs about 0.2 s, its row saying "cap"; -i counts exactly; never below 10 iterations."""
+    size = 10_000
+    per = 2 * (DELAY + size / RATE)
+    row = run_ranks(P2PLatency, 2, one(size), Loops(point_cap=0.2))
+    assert row["stop"] == "cap" and 0.7 * 0.2 / per <= row["iterations"] <= 0.2 / per * 1.01, row
+    exact = run_ranks(P2PLatency, 2, one(size), Loops(iterations=60, point_cap=0.2))
+    assert exact["iterations"] == 60 and "stop" not in exact
+    assert run_ranks(P2PLatency, 2, one(size), Loops(point_cap=0.001))["iterations"] == 10
+    assert "cut to about 0.2 s" in Loops(point_cap=0.2).describe() and "cut" not in Loops(point_cap=0).describe()
+
+
 def test_precision_mode_stops_when_the_interval_is_tight():
     row = run_ranks(P2PLatency, 2, one(1000), Loops(warmup=2, precision=5.0, max_time=5))
     assert row["stop"] == "precision" and row["p50_ci_pct"] <= 5.0, row

@@ -145,6 +145,32 @@ def test_compare_recipe_on_one_node(slurm, tmp_path, transports, code):
         assert "2 step(s) failed: latency_verbs bandwidth_verbs" in out, out
 
 
+def test_cluster_script_leaves_others_alone(slurm, tmp_path_factory, tmp_path):
+    """slurm-cluster.sh: a running cluster's DIR or a foreign non-empty DIR is refused (exit 2, nothing
+    torn down); a second cluster beside the first gets free ports of its own; its `down` stops only
+    its own daemons (munged too is stopped by its recorded pid, and only by the cluster that started it)."""
+    script = ["bash", str(ROOT / "launchers" / "slurm-cluster.sh")]
+    first = Path(slurm["SLURM_CONF"]).parent
+    again = subprocess.run([*script, "up", str(first)], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "holds a running cluster" in again.stderr, again.stderr
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("x")
+    refused = subprocess.run([*script, "up", str(foreign)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "not empty" in refused.stderr and (foreign / "keep.txt").exists()
+    assert "SlurmctldPort=6817" not in (first / "slurm.conf").read_text()  # a free port, not Slurm's default
+    second = cluster(tmp_path_factory, 2)
+    try:
+        r = srun({**slurm, "SLURM_CONF": str(second / "slurm.conf")}, "-N", "2", "-n", "2", "hostname")
+        assert r.returncode == 0 and len(r.stdout.split()) == 2, r.stderr
+        assert not (second / "munged.pid").exists()  # the first cluster's munged serves both
+    finally:
+        subprocess.run([*script, "down", str(second)], timeout=60)
+    assert not second.exists()
+    r = srun(slurm, "-n", "1", "hostname")
+    assert r.returncode == 0, r.stderr  # the first cluster, its munged included, still runs
+
+
 # runs last: it replaces the module's one-node cluster with two fake nodes
 def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
     subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down",

@@ -117,6 +117,9 @@ class Benchmark(ABC):
                             f"(system THP: {mem['system_thp']})")
         if o.get("payload_spec"):
             lines.insert(2, f"# payload: {o['payload_spec']}")
+        elif (m := o.get("message_size")) and not any(c in m for c in ":,"):  # OSU's -m MAX surprises
+            lines.insert(2, f"# sizes: -m {m} sweeps 0 to {m} in powers of two (OSU's -m MAX); one size alone: "
+                            f"-m {m}:{m}")
         return lines
 
     def size_column(self, meta: dict) -> Column:

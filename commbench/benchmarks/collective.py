@@ -67,7 +67,8 @@ class Collective(Benchmark):
                Column("root", "Root", 5, "{:d}"), Column("algorithm", "Algorithm", 19),
                Column("time_us", "Time(us)", 11, US), Column("time_min_us", "Min", 10, US),
                Column("time_max_us", "Max", 10, US), Column("algbw", "Algbw", 9, GBS),
-               Column("busbw", "Busbw", 9, GBS), Column("wrong", "#wrong", 7, "{:d}")]
+               Column("busbw", "Busbw", 9, GBS), Column("iterations", "Iters", 7, "{:d}"),
+               Column("wrong", "#wrong", 7, "{:d}")]
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:

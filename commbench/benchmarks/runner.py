@@ -3,11 +3,10 @@ results streamed to a file as they are measured."""
 
 from __future__ import annotations
 
-import sys
-
 from commbench.benchmarks.base import Benchmark, Context, measure_point
 from commbench.core import buffers
 from commbench.core.config import RunConfig
+from commbench.core.errors import say
 from commbench.core.harness import harness_overhead_ns
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
@@ -63,7 +62,6 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         progress.close()
         run.finish()
     if wrong:
-        print(f"commbench: #wrong {wrong}: data arrived that differs from what was sent (see the #wrong column)",
-              file=sys.stderr)
+        say(f"#wrong {wrong}: data arrived that differs from what was sent (see the #wrong column)")
         return 1
     return 0

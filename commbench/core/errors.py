@@ -1,4 +1,7 @@
-"""The three ways a run ends badly, each with its exit status."""
+"""The ways a run ends badly, each with its exit status, and how a rank says so (``say``)."""
+
+import contextlib
+import sys
 
 
 class CommbenchError(Exception):
@@ -36,3 +39,11 @@ class RunAborted(CommbenchError):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def say(message: str) -> None:
+    """``commbench: message`` on stderr in one write, so that lines of ranks sharing a terminal or a pipe
+    never run into each other (print writes the text and its newline apart)."""
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: nowhere to say it
+        sys.stderr.write(f"commbench: {message}\n")
+        sys.stderr.flush()

@@ -17,9 +17,9 @@ import hmac
 import json
 import selectors
 import socket
-import sys
 import time
 
+from commbench.core.errors import say
 from commbench.core.framing import HEADER, FrameError, decode_header, encode
 
 HELLO_TIMEOUT = 5.0  # s for a whole hello
@@ -132,8 +132,7 @@ class Gate:
         self.refused += 1
         n = self.refused
         if not quiet or n <= 10 or n % 100 == 0:
-            print(f"commbench: {self.who}: refused a connection from {addr[0]}:{addr[1]} ({why}; "
-                  f"{n} refused so far)", file=sys.stderr)
+            say(f"{self.who}: refused a connection from {addr[0]}:{addr[1]} ({why}; {n} refused so far)")
         conn.close()
 
     def close(self) -> None:

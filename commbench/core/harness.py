@@ -25,6 +25,7 @@ LARGE_MESSAGE = 8192  # OSU's switch between the small- and large-message loop c
 BATCH_S = 0.2  # --precision: at most this many seconds per batch between checks of the confidence interval
 FIRST_BATCH_S = 0.005  # --precision: the first batch; each next one is twice as long, up to BATCH_S
 MIN_PRECISION_SAMPLES = 30
+MIN_CAPPED = 10  # --point-cap never cuts a point below this many iterations
 Z95 = 1.959964
 
 
@@ -53,7 +54,8 @@ def _finite(name: str, value: float | None, positive: bool = True) -> None:
 @dataclass(frozen=True)
 class Loops:
     """What the user asked for: counts (``-i``, ``-x``), a duration (``--time``, ``--warmup-time``), or a
-    precision (``--precision PCT`` within ``--max-time``)."""
+    precision (``--precision PCT`` within ``--max-time``). With OSU's default counts, ``point_cap`` cuts a
+    point whose warm-up says it would run longer than that many seconds (0: never)."""
 
     iterations: int | None = None
     warmup: int | None = None
@@ -61,6 +63,7 @@ class Loops:
     warmup_time: float = 2.0
     precision: float | None = None
     max_time: float = 30.0
+    point_cap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.iterations is not None and self.iterations <= 0:
@@ -71,6 +74,7 @@ class Loops:
         _finite("--warmup-time", self.warmup_time, positive=False)
         _finite("--precision", self.precision)
         _finite("--max-time", self.max_time)
+        _finite("--point-cap", self.point_cap, positive=False)
         if self.time is not None and self.precision is not None:
             raise UsageError("--time and --precision both say when to stop; give one of them")
 
@@ -85,10 +89,16 @@ class Loops:
         if self.precision is not None:
             return (f"until the 95 % CI of the median is within +-{self.precision:g} % (at most {self.max_time:g} s), "
                     f"after {wu} warm-up")
+        cap = f", each point cut to about {self.point_cap:g} s (--point-cap)" if self.capped else ""
         if self.iterations is None and self.warmup is None:
-            return f"{source} defaults by size (small <= 8 KiB / large)"
+            return f"{source} defaults by size (small <= 8 KiB / large){cap}"
         it = self.iterations if self.iterations is not None else f"{source} default"
-        return f"{it} iterations after {wu} warm-up"
+        return f"{it} iterations after {wu} warm-up{cap}"
+
+    @property
+    def capped(self) -> bool:
+        """Whether --point-cap may cut a counted point: default counts, a cap, and a warm-up to judge by."""
+        return self.iterations is None and self.point_cap > 0 and self.warmup != 0
 
 
 def timed_loop(step: Step, n: int) -> np.ndarray:
@@ -167,7 +177,7 @@ class Timing:
     n: int
     wall_ns: int
     samples: np.ndarray | None = None
-    stop: str = "count"  # why the loop ended: count, time, precision, max-time
+    stop: str = "count"  # why the loop ended: count, cap (--point-cap), time, precision, max-time
     calls: int = 1  # iterations per sample (Side.calls)
 
 
@@ -189,11 +199,17 @@ def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side:
     """Warm up, barrier, then the timed loop: counted, time-based or precision-based (rank 0 decides)."""
     if loops.time is None and loops.precision is None:
         n, warmup = loops.counts(defaults, nbytes)
+        stop = "count"
         if warmup:
-            side.go(warmup)
+            _, wall = side.go(warmup)
+            if loops.capped:  # rank 0 judges from its warm-up how many iterations fit the cap
+                fit = max(MIN_CAPPED, int(loops.point_cap * 1e9 * warmup / max(wall, 1))) if sync.rank == 0 else None
+                fit = int(sync.bcast("cap", fit))  # type: ignore[arg-type]
+                if fit < n:
+                    n, stop = fit, "cap"
         sync.barrier()
         samples, wall = sync.timed(side, n)
-        return Timing(n, wall, samples, calls=side.calls)
+        return Timing(n, wall, samples, stop, side.calls)
     per = _calibrate(sync, loops, defaults, nbytes, side)
     sync.barrier()
     if loops.time is not None:

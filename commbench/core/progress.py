@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
+from commbench.core.errors import say
+
 PLAIN_EVERY = 10.0
 
 
@@ -37,8 +39,7 @@ class Progress:
         now = time.monotonic()
         if self.enabled and now - self.last >= PLAIN_EVERY and self.done < self.total:
             self.last = now
-            print(f"commbench: {self.what}: {self.done}/{self.total} {self.unit} after {now - self.start:.0f} s",
-                  file=sys.stderr, flush=True)
+            say(f"{self.what}: {self.done}/{self.total} {self.unit} after {now - self.start:.0f} s")
 
     def close(self) -> None:
         if self.bar is not None:

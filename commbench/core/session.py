@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from commbench.core.errors import CommbenchError, PeerError, RunAborted, UsageError
+from commbench.core.errors import CommbenchError, PeerError, RunAborted, UsageError, say
 from commbench.core.placement import Placement
 from commbench.core.results import ResultsWriter, run_metadata
 from commbench.core.watchdog import Watchdog
@@ -42,7 +41,7 @@ def end_run(world: World, exc: Exception) -> None:
     elif isinstance(exc, PeerError):
         raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
     elif isinstance(exc, CommbenchError) and not isinstance(exc, RunAborted):  # e.g. a full disk
-        print(f"commbench: {exc}", file=sys.stderr, flush=True)  # said before the others end (the launcher
+        say(str(exc))  # said before the others end (the launcher
         world.abort(str(exc), exc.exit_code)  # may stop this rank once they have)
         raise RunAborted(str(exc), exc.exit_code) from None
     elif not isinstance(exc, RunAborted):

@@ -15,13 +15,12 @@ instead of every INTERVAL, so the timing rank has no background wake-ups or rend
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from commbench.core.errors import CommbenchError
+from commbench.core.errors import CommbenchError, say
 from commbench.core.rendezvous import StoreClient
 
 INTERVAL = 0.5
@@ -86,7 +85,7 @@ class Watchdog:
     def _die(self, message: str) -> None:
         if self.stopped.is_set():
             return
-        print(f"commbench: {message}", file=sys.stderr, flush=True)
+        say(message)
         os._exit(1)
 
     def stop(self) -> None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from commbench.core.errors import say
 from commbench.core.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.sockets import bind_listener
 
@@ -86,8 +87,7 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
                     stopped_since.pop(r, None)
             stale = [r for r, t in stopped_since.items() if now - t > timeout + STOP_GRACE]
             for r in stale:  # the others see it die and say so themselves, naming it and its host
-                print(f"commbench: rank {r} (pid {procs[r].pid}) has been stopped for more than --timeout "
-                      f"{timeout:g} s; killing it", file=sys.stderr)
+                say(f"rank {r} (pid {procs[r].pid}) has been stopped for more than --timeout {timeout:g} s; killing it")
                 procs[r].kill()
                 procs[r].wait()
                 stopped_since.pop(r)
@@ -97,8 +97,7 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
             if kill_rest_at is not None and now > kill_rest_at:
                 for r, p in enumerate(procs):
                     if p.poll() is None:
-                        print(f"commbench: rank {r} (pid {p.pid}) still running after another rank failed; "
-                              "killing it", file=sys.stderr)
+                        say(f"rank {r} (pid {p.pid}) still running after another rank failed; killing it")
                 _kill_all(procs)
     except KeyboardInterrupt:
         for p in procs:
@@ -116,8 +115,7 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
     codes = [p.returncode for p in procs]
     for r, c in enumerate(codes):
         if c is not None and c < 0:
-            print(f"commbench: rank {r} (pid {procs[r].pid}) was killed by {signal.Signals(-c).name}",
-                  file=sys.stderr)
+            say(f"rank {r} (pid {procs[r].pid}) was killed by {signal.Signals(-c).name}")
     if 2 in codes:
         return 2
     return next((c if c > 0 else 1 for c in codes if c != 0), 0)
@@ -148,7 +146,7 @@ def die_with_launcher() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     launcher = os.environ.get(ENV_LAUNCHER, "")
     if launcher.isdigit() and os.getppid() != int(launcher):
-        print("commbench: this rank's launcher is gone; stopping", file=sys.stderr)
+        say("this rank's launcher is gone; stopping")
         os._exit(1)
 
 
