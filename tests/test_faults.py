@@ -136,6 +136,7 @@ def test_strays_at_a_data_port_are_refused():
     listener = socket.socket()
     listener.bind(("127.0.0.1", port))
     listener.listen()
+    listen_fd = listener.detach()  # rank 0's World owns it from here, as under the launcher (one owner per fd)
     token = "t" * 32
     config = RunConfig(freeze(argparse.Namespace(timeout=30.0, port=port, bind=None, iface=None)), 2)
     links, errors, done = {}, [], {}
@@ -147,7 +148,7 @@ def test_strays_at_a_data_port_are_refused():
 
     def rank(r):
         try:
-            p = Placement(r, 2, "127.0.0.1", port, token, "local", listener.fileno() if r == 0 else None)
+            p = Placement(r, 2, "127.0.0.1", port, token, "local", listen_fd if r == 0 else None)
             w = World(p, 30.0)
             t = (SlowDial if r == 0 else TcpTransport)(w, config)
             links[r] = (w, t, t.connect([1 - r]))
@@ -206,6 +207,21 @@ def _port_below_ephemeral(n: int) -> int:
     raise AssertionError("no free ports below the ephemeral range")
 
 
+@contextlib.contextmanager
+def explained(launcher):
+    """A failed check inside says what the run itself printed (it may have died first)."""
+    try:
+        yield
+    except AssertionError as exc:
+        launcher.kill()
+        try:
+            out, err = launcher.communicate(timeout=30)
+        except (ValueError, OSError):  # already read to the end by the check itself
+            out, err = "", ""
+        said = f"{out or ''}"[-1500:] + f"{err or ''}"[-2500:]
+        raise AssertionError(f"{exc}\nthe run (exit {launcher.returncode}) said:\n{said}") from None
+
+
 def _connect(port: int) -> socket.socket:
     for _ in range(200):
         try:
@@ -243,53 +259,54 @@ def test_rendezvous_bounds_strangers_before_the_token():
     port = _port_below_ephemeral(3)  # our stranger sockets take ephemeral source ports: keep P + 1 + r off them
     launcher = spawn("p2p-latency", "-m", "8,64K", "--time", "10", "--warmup-time", "0.2", "--port", str(port),
                      "--timeout", "30")
-    wait_for_listener(port)
-    rank0 = next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
-                 and c.status == psutil.CONN_LISTEN)
-    time.sleep(2)  # the ranks have joined: the run is live
-    big = [_connect(port) for _ in range(20)]
-    for s in big:  # a header claiming 2 GiB of JSON
-        s.sendall(b"CBv1\x01" + (2 << 30).to_bytes(4, "little") + bytes(4))
-    over = _connect(port)  # JSON just over the pre-token limit
-    over.sendall(b"CBv1\x01" + (HELLO_MAX_JSON + 1).to_bytes(4, "little") + bytes(4))
-    assert _closed_by_peer(over, 2) and all(_closed_by_peer(s, 2) for s in big), "oversized frames were read"
-    stop, t0, closed_after = threading.Event(), time.monotonic(), []
-    slow = [_connect(port) for _ in range(50)]
+    with explained(launcher):
+        wait_for_listener(port)
+        rank0 = next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                     and c.status == psutil.CONN_LISTEN)
+        time.sleep(2)  # the ranks have joined: the run is live
+        big = [_connect(port) for _ in range(20)]
+        for s in big:  # a header claiming 2 GiB of JSON
+            s.sendall(b"CBv1\x01" + (2 << 30).to_bytes(4, "little") + bytes(4))
+        over = _connect(port)  # JSON just over the pre-token limit
+        over.sendall(b"CBv1\x01" + (HELLO_MAX_JSON + 1).to_bytes(4, "little") + bytes(4))
+        assert _closed_by_peer(over, 2) and all(_closed_by_peer(s, 2) for s in big), "oversized frames were read"
+        stop, t0, closed_after = threading.Event(), time.monotonic(), []
+        slow = [_connect(port) for _ in range(50)]
 
-    def drip() -> None:  # one byte per connection every 0.5 s: never a whole hello in time
-        for byte in b"CBv1\x01\x10\x00\x00\x00\x00\x00\x00":
-            for s in slow:
-                with contextlib.suppress(OSError):
-                    s.send(bytes([byte]))
-            if stop.wait(0.5):
-                return
+        def drip() -> None:  # one byte per connection every 0.5 s: never a whole hello in time
+            for byte in b"CBv1\x01\x10\x00\x00\x00\x00\x00\x00":
+                for s in slow:
+                    with contextlib.suppress(OSError):
+                        s.send(bytes([byte]))
+                if stop.wait(0.5):
+                    return
 
-    dripper = threading.Thread(target=drip)
-    dripper.start()
-    idle = [_connect(port) for _ in range(1000)]
-    peak_threads, peak_rss = 0, 0
-    for _ in range(20):
-        proc = psutil.Process(rank0)
-        peak_threads = max(peak_threads, proc.num_threads())
-        peak_rss = max(peak_rss, proc.memory_info().rss)
-        time.sleep(0.1)
-    if _closed_by_peer(slow[0], 2 * HELLO_TIMEOUT):
-        closed_after.append(time.monotonic() - t0)
-    closed_idle = sum(_closed_by_peer(s, 2 * HELLO_TIMEOUT) for s in idle)
-    stop.set()
-    dripper.join(30)
-    stdout, stderr = launcher.communicate(timeout=180)
-    for s in (*big, over, *idle, *slow):
-        s.close()
-    print(f"rank 0 under the flood: at most {peak_threads} threads, {peak_rss >> 20} MiB RSS; "
-          f"slowloris closed after {closed_after} s")
-    assert launcher.returncode == 0, stderr
-    assert [line.split()[0] for line in stdout.splitlines() if not line.startswith("#")] == ["8", "65536"]
-    assert closed_after and closed_after[0] < HELLO_TIMEOUT + 2, closed_after
-    assert closed_idle == 1000  # those over MAX_UNPROVEN at once, and the rest after HELLO_TIMEOUT
-    assert peak_threads <= thread_bound and peak_rss < rss_bound, (peak_threads, peak_rss)
-    assert f"more than {MAX_UNPROVEN} connections without the run token" in stderr
-    assert "frame too large" in stderr
+        dripper = threading.Thread(target=drip)
+        dripper.start()
+        idle = [_connect(port) for _ in range(1000)]
+        peak_threads, peak_rss = 0, 0
+        for _ in range(20):
+            proc = psutil.Process(rank0)
+            peak_threads = max(peak_threads, proc.num_threads())
+            peak_rss = max(peak_rss, proc.memory_info().rss)
+            time.sleep(0.1)
+        if _closed_by_peer(slow[0], 2 * HELLO_TIMEOUT):
+            closed_after.append(time.monotonic() - t0)
+        closed_idle = sum(_closed_by_peer(s, 2 * HELLO_TIMEOUT) for s in idle)
+        stop.set()
+        dripper.join(30)
+        stdout, stderr = launcher.communicate(timeout=180)
+        for s in (*big, over, *idle, *slow):
+            s.close()
+        print(f"rank 0 under the flood: at most {peak_threads} threads, {peak_rss >> 20} MiB RSS; "
+              f"slowloris closed after {closed_after} s")
+        assert launcher.returncode == 0, stderr
+        assert [line.split()[0] for line in stdout.splitlines() if not line.startswith("#")] == ["8", "65536"]
+        assert closed_after and closed_after[0] < HELLO_TIMEOUT + 2, closed_after
+        assert closed_idle == 1000  # those over MAX_UNPROVEN at once, and the rest after HELLO_TIMEOUT
+        assert peak_threads <= thread_bound and peak_rss < rss_bound, (peak_threads, peak_rss)
+        assert f"more than {MAX_UNPROVEN} connections without the run token" in stderr
+        assert "frame too large" in stderr
 
 
 def wait_for_listener(port: int) -> None:

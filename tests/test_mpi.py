@@ -103,7 +103,10 @@ def test_stopped_peer_inside_mpi_recv():
             except psutil.Error:
                 pass
         time.sleep(0.2)
-    assert victim is not None
+    if victim is None:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"rank 1 never appeared; mpiexec exit {p.returncode}, said: {out[-1000:]}{err[-2000:]}")
     while not (out.exists() and '"row"' in out.read_text()):  # measuring, so rank 0 sits in MPI calls
         assert time.monotonic() < deadline + 30 and p.poll() is None
         time.sleep(0.05)

@@ -109,6 +109,7 @@ class World:
                 sock = socket.socket(fileno=p.listen_fd)
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
                     return sock
+                sock.detach()  # not ours to close
             except OSError:
                 pass
             raise UsageError(f"COMMBENCH_RDV_FD={p.listen_fd} is not a listening socket of this process: only "
