@@ -178,12 +178,14 @@ class Engine {
   // event; drivers waiting for events take turns, one event each (Drive).
   void Enter() { Take(std::chrono::steady_clock::now(), false); }
   void Leave() {
+    bool wake;
     {
       std::lock_guard<std::mutex> l(m_);
       driving_ = false;
       left_at_ = std::chrono::steady_clock::now();
+      wake = waiting_.load() || idle_waits_;  // not the idle driver's timed wait: no wake-up per call
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
   }
 
   // Hand the queue to a waiting thread and wait to get it back, kicking the driver only at this
@@ -460,7 +462,7 @@ class Engine {
   std::condition_variable cv_;
   std::atomic<int> waiting_{0};  // threads waiting to drive
   uint64_t taken_ = 0;           // how many times the queue changed hands
-  bool driving_ = false, kick_pending_ = false, stop_ = false;
+  bool driving_ = false, idle_waits_ = false, kick_pending_ = false, stop_ = false;
   std::chrono::steady_clock::time_point left_at_ = std::chrono::steady_clock::now();
   grpc::Alarm kick_;
   Kick kick_op_{this};
@@ -589,7 +591,9 @@ void Engine::IdleLoop() {
   std::unique_lock<std::mutex> l(m_);
   while (!stop_) {
     if (driving_ || waiting_.load()) {
+      idle_waits_ = true;
       cv_.wait(l);
+      idle_waits_ = false;
       continue;
     }
     auto idle_for = std::chrono::steady_clock::now() - left_at_;
