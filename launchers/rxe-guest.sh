@@ -22,6 +22,11 @@ die() { echo "rxe-guest: $*" >&2; exit 2; }
 if [ "${1:-}" = --stage2 ]; then
   set +eu
   mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+  mount -t tmpfs cgroup /sys/fs/cgroup  # cgroup v1 hierarchies, as on the host: slurmd (srun in the guest) needs them
+  for c in cpuset cpu cpuacct memory devices freezer pids; do
+    mkdir -p "/sys/fs/cgroup/$c" && mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
+  done
+  mkdir -p /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
   mkdir -p /dev/pts /dev/shm; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm
   mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /tmp
   exec > /dev/ttyS0 2>&1 < /dev/null

@@ -19,12 +19,12 @@ cmd=${1:-}; nodes=${3:-1}
 
 alive() {  # alive PIDFILE NAME: the pid in PIDFILE runs a process called NAME
   local pid
-  [ -f "$1" ] && pid=$(cat "$1") && [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
 }
 
 stop() {  # stop PIDFILE NAME: TERM, wait up to 5 s, then KILL
   alive "$1" "$2" || return 0
-  local pid; pid=$(cat "$1")
+  local pid; pid=$(cat "$1" 2>/dev/null) || return 0
   kill "$pid" 2>/dev/null || true
   for _ in $(seq 50); do alive "$1" "$2" || return 0; sleep 0.1; done
   kill -9 "$pid" 2>/dev/null || true
@@ -71,7 +71,8 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge libpmix2 libpmix-dev >/dev/null
 fi
 mkdir -p "$dir/state" "$dir/spool"
-if [ "$nodes" = 1 ]; then mkdir -p "$dir/tmp/$(hostname -s)"; else for i in $(seq "$nodes"); do mkdir -p "$dir/tmp/n$i"; done; fi
+if [ "$nodes" = 1 ]; then names=$(hostname -s); else names=$(seq -f 'n%g' "$nodes"); fi
+for n in $names; do mkdir -p "$dir/tmp/$n" "$dir/spool/$n"; done
 chmod 1777 "$dir"/tmp/*
 
 if ! pgrep -x munged >/dev/null; then

@@ -15,11 +15,16 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
-from conftest import commbench, spawn, table_rows
+from conftest import ENV, commbench, spawn, table_rows
+
+from commbench.core.results import read_runs
 
 
 def _no_device_reason() -> str | None:
@@ -120,3 +125,29 @@ def test_killed_peer_is_named_within_the_timeout(tmp_path):
     assert launcher.returncode != 0 and elapsed < timeout / 2, (elapsed, stderr)  # found dead, not timed out
     assert f"rank 0 on host {HOST}: " in stderr and f"rank 1 on host {HOST}" in stderr, stderr
     assert "rank 1 (pid" in stderr and "killed by SIGKILL" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts munged, slurmctld and slurmd: needs root")
+def test_srun_verbs_on_a_slurm_cluster(tmp_path):
+    """`srun -n 2 commbench p2p-latency -t verbs` as on a cluster: a one-node Slurm cluster from
+    launchers/slurm-cluster.sh (in the rxe guest: on the guest's own cgroups), two ranks of one step,
+    rank and size from Slurm's variables, a validated run."""
+    root = Path(__file__).resolve().parent.parent
+    script = ["bash", str(root / "launchers" / "slurm-cluster.sh")]
+    d = tmp_path / "slurm"
+    up = subprocess.run([*script, "up", str(d)], capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        out = tmp_path / "r.jsonl"
+        env = {**ENV, "SLURM_CONF": str(d / "slurm.conf")}
+        r = subprocess.run(["srun", "-n", "2", str(Path(sys.executable).parent / "commbench"), "p2p-latency", "-t",
+                            "verbs", *DEV, "-m", "8,4K", "-i", "50", "--validate", "-o", str(out)],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "transport: verbs" in r.stdout and r.stdout.count("# commbench p2p-latency") == 1
+        assert [(row[0], row[-1]) for row in table_rows(r.stdout)] == [("8", "0"), ("4096", "0")]
+        (run,) = read_runs(out)
+        assert run.meta["options"]["ranks"] == 2 and [x["wrong"] for x in run.rows] == [0, 0]
+    finally:
+        subprocess.run([*script, "down", str(d)], timeout=60)
