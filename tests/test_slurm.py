@@ -19,19 +19,26 @@ pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="starts munged, slurmctld and slurmd: needs root")]
 
 
+SCRIPT = ["bash", str(ROOT / "launchers" / "slurm-cluster.sh")]
+
+
 def cluster(tmp_path_factory, nodes: int):
     d = tmp_path_factory.mktemp(f"slurm{nodes}")
-    up = subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "up", str(d), str(nodes)],
+    up = subprocess.run([*SCRIPT, "up", str(d), str(nodes)],
                         capture_output=True, text=True, timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     return d
+
+
+def down(d: Path) -> None:
+    subprocess.run([*SCRIPT, "down", str(d)], timeout=60)
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     d = cluster(tmp_path_factory, 1)
     yield {**ENV, "SLURM_CONF": str(d / "slurm.conf"), "PMIX_MCA_psec": "native", "OPAL_PREFIX": str(BIN.parent)}
-    subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down", str(d)], timeout=60)
+    down(d)
 
 
 def srun(env, *args, timeout=180):
@@ -149,14 +156,13 @@ def test_cluster_script_leaves_others_alone(slurm, tmp_path_factory, tmp_path):
     """slurm-cluster.sh: a running cluster's DIR or a foreign non-empty DIR is refused (exit 2, nothing
     torn down); a second cluster beside the first gets free ports of its own; its `down` stops only
     its own daemons (munged too is stopped by its recorded pid, and only by the cluster that started it)."""
-    script = ["bash", str(ROOT / "launchers" / "slurm-cluster.sh")]
     first = Path(slurm["SLURM_CONF"]).parent
-    again = subprocess.run([*script, "up", str(first)], capture_output=True, text=True, timeout=60)
+    again = subprocess.run([*SCRIPT, "up", str(first)], capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "holds a running cluster" in again.stderr, again.stderr
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("x")
-    refused = subprocess.run([*script, "up", str(foreign)], capture_output=True, text=True, timeout=60)
+    refused = subprocess.run([*SCRIPT, "up", str(foreign)], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "not empty" in refused.stderr and (foreign / "keep.txt").exists()
     assert "SlurmctldPort=6817" not in (first / "slurm.conf").read_text()  # a free port, not Slurm's default
     second = cluster(tmp_path_factory, 2)
@@ -165,7 +171,7 @@ def test_cluster_script_leaves_others_alone(slurm, tmp_path_factory, tmp_path):
         assert r.returncode == 0 and len(r.stdout.split()) == 2, r.stderr
         assert not (second / "munged.pid").exists()  # the first cluster's munged serves both
     finally:
-        subprocess.run([*script, "down", str(second)], timeout=60)
+        down(second)
     assert not second.exists()
     r = srun(slurm, "-n", "1", "hostname")
     assert r.returncode == 0, r.stderr  # the first cluster, its munged included, still runs
@@ -173,8 +179,7 @@ def test_cluster_script_leaves_others_alone(slurm, tmp_path_factory, tmp_path):
 
 # runs last: it replaces the module's one-node cluster with two fake nodes
 def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
-    subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down",
-                    str(Path(slurm["SLURM_CONF"]).parent)], timeout=60)
+    down(Path(slurm["SLURM_CONF"]).parent)
     d = cluster(tmp_path_factory, 2)
     try:
         env = {**slurm, "SLURM_CONF": str(d / "slurm.conf")}
@@ -201,4 +206,4 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
         assert table_rows(summary)[0][:2] == ["tcp", "blocking"]
         assert len(list(work.glob("commbench-compare-*/*.jsonl"))) == 2
     finally:
-        subprocess.run(["bash", str(ROOT / "launchers" / "slurm-cluster.sh"), "down", str(d)], timeout=60)
+        down(d)

@@ -15,10 +15,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -129,25 +126,22 @@ def test_killed_peer_is_named_within_the_timeout(tmp_path):
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="starts munged, slurmctld and slurmd: needs root")
-def test_srun_verbs_on_a_slurm_cluster(tmp_path):
+def test_srun_verbs_on_a_slurm_cluster(tmp_path_factory, tmp_path):
     """`srun -n 2 commbench p2p-latency -t verbs` as on a cluster: a one-node Slurm cluster from
     launchers/slurm-cluster.sh (in the rxe guest: on the guest's own cgroups), two ranks of one step,
     rank and size from Slurm's variables, a validated run."""
-    root = Path(__file__).resolve().parent.parent
-    script = ["bash", str(root / "launchers" / "slurm-cluster.sh")]
-    d = tmp_path / "slurm"
-    up = subprocess.run([*script, "up", str(d)], capture_output=True, text=True, timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
+    from test_slurm import BIN, cluster, down, srun
+
+    d = cluster(tmp_path_factory, 1)
     try:
         out = tmp_path / "r.jsonl"
         env = {**ENV, "SLURM_CONF": str(d / "slurm.conf")}
-        r = subprocess.run(["srun", "-n", "2", str(Path(sys.executable).parent / "commbench"), "p2p-latency", "-t",
-                            "verbs", *DEV, "-m", "8,4K", "-i", "50", "--validate", "-o", str(out)],
-                           capture_output=True, text=True, timeout=300, env=env)
+        r = srun(env, "-n", "2", str(BIN / "commbench"), "p2p-latency", "-t", "verbs", *DEV, "-m", "8,4K", "-i", "50",
+                 "--validate", "-o", str(out), timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "transport: verbs" in r.stdout and r.stdout.count("# commbench p2p-latency") == 1
         assert [(row[0], row[-1]) for row in table_rows(r.stdout)] == [("8", "0"), ("4096", "0")]
         (run,) = read_runs(out)
         assert run.meta["options"]["ranks"] == 2 and [x["wrong"] for x in run.rows] == [0, 0]
     finally:
-        subprocess.run([*script, "down", str(d)], timeout=60)
+        down(d)

@@ -70,8 +70,8 @@ class Shard:
         self.steps = 0
         self.grad_parts, self.var_parts = split(self.grad, per_tensor), split(self.vars, per_tensor)
         # one accumulate per part: all tensors for a packed push, tensor i for a per-tensor one
-        spans = [range(len(sizes))] if not per_tensor else [range(i, i + 1) for i in range(len(sizes))]
-        self.accumulators = [self._accumulate(span) for span in spans]
+        self.spans = [range(len(sizes))] if not per_tensor else [range(i, i + 1) for i in range(len(sizes))]
+        self.accumulators = [self._accumulate(span) for span in self.spans]
 
     def _accumulate(self, span: range):
         def accumulate() -> Message:
@@ -106,7 +106,6 @@ class Shard:
             grad_f = floats(grad)
             ack, req = Message(CONTROL), Message(CONTROL)
             parts = split(grad, self.per_tensor)
-            spans = [range(len(grad_f))] if not self.per_tensor else [range(i, i + 1) for i in range(len(grad_f))]
 
             def apply(span: range):
                 def applied() -> Message:
@@ -115,7 +114,7 @@ class Shard:
                             self.var_f[i] -= grad_f[i] * np.float32(LR)
                     return ack
                 return applied
-            appliers = [apply(span) for span in spans]
+            appliers = [apply(span) for span in self.spans]
             try:
                 for _ in range(n):
                     for part, applied in zip(parts, appliers, strict=True):

@@ -198,7 +198,7 @@ class Engine {
     Take(kick_at, true);
   }
 
-  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
+  // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
   template <class F>
   int Drive(F done, gpr_timespec deadline) {
     while (!done()) {
