@@ -7,8 +7,10 @@
 // runtime uses it: /cb.Ref/Unary answers each call with a message of the same size; /cb.Ref/Stream
 // echoes every message of a bidi stream. The client times every round trip and prints one line:
 // "size p50_one_way_us mean_one_way_us" (one way = round trip / 2). With "copy", each side also copies
-// every message it receives out of gRPC's slices into a buffer of its own, as an application that
-// receives into its own memory does (commbench's grpc-cpp transport receives into the caller's buffers).
+// every message it receives out of gRPC's slices into a buffer of its own, and the server answers from a
+// second buffer of its own instead of echoing gRPC's slices: an application that receives into and sends
+// from its own memory (osu_latency's r_buf and s_buf; commbench's transports receive into the caller's
+// buffers and send from them).
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -35,6 +37,7 @@ grpc::ByteBuffer Payload(size_t size) {
 void* Tag(int i) { return reinterpret_cast<void*>(static_cast<intptr_t>(i)); }
 
 bool g_copy = false;  // copy each received message into the application's own buffer
+std::vector<char> g_app, g_send;  // the server's receive and send buffers (one thread serves every call)
 
 void CopyOut(const grpc::ByteBuffer& buf, std::vector<char>* app) {
   if (!g_copy) return;
@@ -69,7 +72,8 @@ class Call {
           stream_.Finish(grpc::Status::OK, this);
           return true;
         }
-        CopyOut(buf_, &app_);
+        CopyOut(buf_, &g_app);
+        if (g_copy) Answer();  // reply from the application's own send buffer
         if (ctx_.method() == "/cb.Ref/Unary") {  // one round: reply and finish in one batch
           state_ = kDone;
           stream_.WriteAndFinish(buf_, grpc::WriteOptions(), grpc::Status::OK, this);
@@ -93,8 +97,17 @@ class Call {
   grpc::GenericServerContext ctx_;
   grpc::GenericServerAsyncReaderWriter stream_;
   grpc::ServerCompletionQueue* cq_;
+  // buf_ becomes a message of the request's size over the server's own send buffer
+  void Answer() {
+    size_t size = buf_.Length();
+    if (g_send.size() != size) {
+      g_send.resize(size);
+      for (size_t i = 0; i < size; ++i) g_send[i] = static_cast<char>((i * 131 + 7) & 0xff);  // touched
+    }
+    grpc::Slice slice(g_send.data(), size, grpc::Slice::STATIC_SLICE);
+    buf_ = grpc::ByteBuffer(&slice, 1);
+  }
   grpc::ByteBuffer buf_;
-  std::vector<char> app_;
   State state_ = kNew;
 };
 

@@ -12,8 +12,8 @@
 // messages on a client stream), Exchange (unary call), ExchangeStream (calls on a bidi stream). A call
 // whose path lacks the run token gets UNIMPLEMENTED. Messages are iovecs: sent from static slices over
 // the caller's buffers (no copy; a send returns once gRPC has written them), received by one copy from
-// gRPC's slices into the caller's buffers. Unary one-way messages are the exception: a unary request is
-// held until its reply, so it is copied once (with its sequence number) to let the sender go on.
+// gRPC's slices into the caller's buffers. A unary one-way message is a generic call written as one
+// request (an 8-byte sequence number, then the buffers) and answered with an empty reply.
 #include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -89,13 +89,17 @@ struct Link {
   std::string broken;  // why this link cannot be used any more
 };
 
-struct UnarySend final : Op {
+// A unary one-way message: one request (its sequence number, then the caller's buffers) and an empty
+// reply, through the generic call API so that the write's completion is seen: the caller's buffers are
+// free once gRPC has written them, and the reply and status are collected later (Reap).
+struct UnarySend {
   grpc::ClientContext ctx;
-  grpc::ByteBuffer request, reply;
+  grpc::ByteBuffer reply;
   grpc::Status status;
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
-  bool done = false, ok = false;
-  void Done(bool o) override { done = true, ok = o; }
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> rpc;
+  Flag wrote, read, finished;
+  bool written() const { return wrote.done; }
+  bool done() const { return written() && read.done && finished.done; }
 };
 
 bool Scatter(const grpc::ByteBuffer& bb, size_t skip, const Msg* m, std::vector<grpc::Slice>* scratch) {
@@ -268,21 +272,28 @@ class Engine {
       if (rc != kOk || !l->dwrite.ok) return Broken(l, "closed its stream while this rank sent to it (died or aborted)");
       return kOk;
     }
-    // unary: copy (with the sequence number) so that the caller's buffers are free at once
+    // unary: the sequence number, then the caller's buffers (static slices, no copy); the call goes on
+    // after this returns, once gRPC has written the request
     auto* u = new UnarySend;
-    grpc::Slice data(8 + m->nbytes);
-    char* p = reinterpret_cast<char*>(const_cast<uint8_t*>(data.begin()));
     uint64_t seq = l->next_out++;
-    std::memcpy(p, &seq, 8);
-    p += 8;
-    for (const auto& [ptr, len] : m->iov) std::memcpy(p, ptr, len), p += len;
-    u->request = grpc::ByteBuffer(&data, 1);
+    std::vector<grpc::Slice> slices;
+    slices.reserve(m->iov.size() + 1);
+    slices.emplace_back(&seq, 8);  // copied: the one small copy
+    for (const auto& [ptr, len] : m->iov)
+      if (len) slices.emplace_back(ptr, len, grpc::Slice::STATIC_SLICE);
+    grpc::ByteBuffer request(slices.data(), slices.size());
     u->ctx.set_deadline(After(timeout_));
-    u->rpc = l->stub->PrepareUnaryCall(&u->ctx, l->deliver, u->request, cq_.get());
-    u->rpc->StartCall();
-    u->rpc->Finish(&u->reply, &u->status, u);
+    u->ctx.set_initial_metadata_corked(true);  // headers and message in one write, as a unary call sends them
+    u->rpc = l->stub->PrepareCall(&u->ctx, l->deliver, cq_.get());
+    for (Flag* f : {&u->wrote, &u->read, &u->finished}) f->Arm();
+    u->rpc->StartCall(nullptr);  // corked: no operation of its own, so no completion (the write carries it)
+    u->rpc->WriteLast(request, grpc::WriteOptions(), &u->wrote);
+    u->rpc->Read(&u->reply, &u->read);
+    u->rpc->Finish(&u->status, &u->finished);
     l->sends.push_back(u);
-    while (!l->sends.empty() && (l->sends.front()->done || l->sends.size() > kMaxInFlight)) {
+    Drive([u] { return u->written(); }, gpr_inf_future(GPR_CLOCK_MONOTONIC));  // the call's deadline ends it
+    bool failed = !u->wrote.ok;  // the call is over: its status says why
+    while (!l->sends.empty() && (failed || l->sends.front()->done() || l->sends.size() > kMaxInFlight)) {
       if (int rc = Reap(l); rc != kOk) return rc;
     }
     return kOk;
@@ -291,7 +302,7 @@ class Engine {
   // Complete the oldest unary send.
   int Reap(Link* l) {
     UnarySend* u = l->sends.front();
-    Drive([u] { return u->done; }, gpr_inf_future(GPR_CLOCK_MONOTONIC));  // its deadline ends it
+    Drive([u] { return u->done(); }, gpr_inf_future(GPR_CLOCK_MONOTONIC));  // its deadline ends it
     l->sends.pop_front();
     grpc::Status st = u->status;
     delete u;
