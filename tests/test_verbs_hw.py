@@ -88,8 +88,8 @@ def test_payloads(payload):
 
 
 def test_corruption_is_counted():
-    r = verbs("p2p-latency", "-m", "1K:1K", "-i", "20", "-x", "0", "--validate", "--inject-corruption", "5", code=1)
-    assert [row[-1] for row in table_rows(r.out)] == ["8"]  # every 5th of 20 messages, each way
+    r = verbs("p2p-latency", "-m", "1K,64K", "-i", "20", "-x", "0", "--validate", "--inject-corruption", "5", code=1)
+    assert [row[-1] for row in table_rows(r.out)] == ["8", "8"]  # every 5th of 20, each way (64 KiB: placed directly)
     assert "differs from what was sent" in r.err
 
 

@@ -1,8 +1,8 @@
 """An in-memory RC fabric with pyverbs' object shapes, for testing the verbs transport's protocol here
 (no RDMA device). It enforces what hardware would: sends only from RTS, receives must be posted
 (else an RNR error completion), scatter/gather entries must lie in a registered region with the
-right lkey (inline data excepted), RDMA writes need a matching rkey and range, receive SGEs must
-hold the data. Real pyverbs supplies the enums and error classes.
+right lkey (inline data excepted), RDMA writes need a matching rkey, range and remote-write access,
+receive SGEs must hold the data. Real pyverbs supplies the enums and error classes.
 """
 
 from __future__ import annotations
@@ -194,6 +194,13 @@ class FakeQP:
             return e.IBV_WC_LOC_PROT_ERR
         if peer is None or peer.state != "rts":
             return e.IBV_WC_RETRY_EXC_ERR
+        writable = any(m.rkey == wr.rkey and m.covers(wr.remote_addr, len(data))
+                       and m.access & e.IBV_ACCESS_REMOTE_WRITE for m in peer.pd.mrs)
+        if wr.opcode in (e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM) and not writable:
+            return e.IBV_WC_REM_ACCESS_ERR
+        if wr.opcode == e.IBV_WR_RDMA_WRITE:  # one-sided: no receive consumed, nothing on the peer's CQ
+            ctypes.memmove(wr.remote_addr, data, len(data))
+            return 0
         if not peer.rq:
             return e.IBV_WC_RNR_RETRY_EXC_ERR
         rwr = peer.rq.popleft()
@@ -204,8 +211,6 @@ class FakeQP:
             ctypes.memmove(room.addr, data, len(data))
             opcode = e.IBV_WC_RECV
         elif wr.opcode == e.IBV_WR_RDMA_WRITE_WITH_IMM:
-            if not any(m.rkey == wr.rkey and m.covers(wr.remote_addr, len(data)) for m in peer.pd.mrs):
-                return e.IBV_WC_REM_ACCESS_ERR
             ctypes.memmove(wr.remote_addr, data, len(data))
             opcode = e.IBV_WC_RECV_RDMA_WITH_IMM
         else:

@@ -7,6 +7,9 @@ around the hardware, so that it is tested on machines without an RDMA device.
 - ``plan_pool``: the receive pool, sized once from the largest message of the run.
 - ``sge_plan``: how a message's buffer list is posted (inline, one SGE per buffer, or packed).
 - ``Credits``: flow control, so a sender never overruns the peer's pre-posted receives.
+- Adverts: a receiver waiting for a large message writes where it wants it (address, rkey, span,
+  layout) into the sender's mailbox; the sender of exactly that message writes it there directly
+  (``pack_advert``, ``read_advert``, ``layout_of``).
 - ``Conn``: the connection's states; using a link that is not ready fails with its state named.
 - ``port_problem``: the port checks (state, link layer, LID, GID) as one-line messages.
 """
@@ -14,6 +17,8 @@ around the hardware, so that it is tested on machines without an RDMA device.
 from __future__ import annotations
 
 import re
+import struct
+import zlib
 from dataclasses import asdict, dataclass
 from enum import Enum
 
@@ -27,8 +32,12 @@ MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}  # IBV_MTU_*
 OPS = ("send", "write")
 SLOT_ALIGN = 64
 SPARE_RECVS = 2  # receives beyond the data depth, for credit messages (at most 2 are ever unprocessed)
-CREDIT_FLAG = 0x8000_0000  # immediate data: high bit set = credit return, else the data length
-MAX_IMM_LEN = CREDIT_FLAG - 1
+CREDIT_FLAG = 0x8000_0000  # immediate data: high bit set = credit return, else a data message's length
+DIRECT_FLAG = 0x4000_0000  # ... and, for data, this bit: written straight into the receiver's advertised buffer
+MAX_IMM_LEN = DIRECT_FLAG - 1
+DIRECT_FROM = 32 << 10  # messages this large are advertised by their receiver and placed without a copy
+MAILBOX = 64  # bytes at the end of each receive region where the peer's latest advert lands
+ADVERT = struct.Struct("<QQIIQQ")  # seq, address, rkey, layout, span, seq again (written last: a torn read shows)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class QpInfo:
     mtu: int  # IBV_MTU_* of the port
     link_layer: int  # IBV_LINK_LAYER_*
     op: str  # send | write: both sides must use the same
+    mailbox: int  # where this side takes the peer's adverts (inside the region of addr/rkey)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -62,7 +72,8 @@ class QpInfo:
         if missing or extra:
             raise PeerError(f"rank {peer}'s queue-pair info has missing fields {missing} / unknown fields {extra}")
         limits = {"rank": 1 << 31, "lid": 1 << 16, "qpn": 1 << 24, "psn": 1 << 24, "rkey": 1 << 32,
-                  "addr": 1 << 64, "slot": 1 << 40, "depth": 1 << 16, "mtu": 6, "link_layer": 3}
+                  "addr": 1 << 64, "slot": 1 << 40, "depth": 1 << 16, "mtu": 6, "link_layer": 3,
+                  "mailbox": 1 << 64}
         for key, top in limits.items():
             v = obj[key]
             if type(v) is not int or not 0 <= v < top:
@@ -77,6 +88,8 @@ class QpInfo:
             raise PeerError(f"queue-pair info published for rank {peer} says it is rank {info.rank}")
         if info.qpn == 0 or info.addr == 0 or info.depth == 0 or info.slot == 0 or info.mtu == 0:
             raise PeerError(f"rank {peer}'s queue-pair info has a zero qpn, address, depth, slot or mtu: {info}")
+        if info.mailbox < info.addr:
+            raise PeerError(f"rank {peer}'s queue-pair info: its mailbox lies before its receive region: {info}")
         return info
 
     def check_against(self, local: QpInfo, largest: int) -> None:
@@ -114,11 +127,16 @@ class PoolPlan:
         return self.depth + SPARE_RECVS
 
     @property
+    def mailbox(self) -> int:
+        """Offset of the mailbox (the peer's latest advert) in the region: after everything else."""
+        return self.recvs * self.slot if self.op == "send" else self.depth * self.slot + self.recvs * SLOT_ALIGN
+
+    @property
     def region(self) -> int:
         """Bytes registered for receiving on one link. With send, every posted receive (credit
         messages too) lands in a slot; with write, data goes to depth slots and receives need no data
-        space, but credit messages (4-byte SENDs) land in a small area after the slots."""
-        return self.recvs * self.slot if self.op == "send" else self.depth * self.slot + self.recvs * SLOT_ALIGN
+        space, but credit messages (4-byte SENDs) land in a small area after the slots. Then the mailbox."""
+        return self.mailbox + MAILBOX
 
 
 def round_up(n: int, to: int) -> int:
@@ -130,7 +148,7 @@ def plan_pool(largest: int, op: str, pool_bytes: int, max_depth: int = 64,
     """Receive slots sized to the largest message of the run; as many as fit in ``pool_bytes``
     (at least 2, so that one is consumed while the next arrives; at most ``max_depth``)."""
     if largest > MAX_IMM_LEN:
-        raise UsageError(f"messages of {largest} B are beyond the verbs transport's 2 GiB - 1 limit; use smaller -m")
+        raise UsageError(f"messages of {largest} B are beyond the verbs transport's 1 GiB - 1 limit; use smaller -m")
     slot = max(SLOT_ALIGN, round_up(largest, SLOT_ALIGN))
     depth = max(2, min(max_depth, pool_bytes // slot, max_qp_wr - SPARE_RECVS))
     plan = PoolPlan(slot, depth, op)
@@ -153,17 +171,39 @@ def sge_plan(sizes: tuple[int, ...], max_sge: int, max_inline: int) -> str:
     return "sge" if nonempty <= max_sge else "pack"
 
 
-def imm_data(nbytes: int) -> int:
-    return nbytes
+def imm_data(nbytes: int, direct: bool = False) -> int:
+    return (DIRECT_FLAG if direct else 0) | nbytes
 
 
 def imm_credit(n: int) -> int:
     return CREDIT_FLAG | n
 
 
-def parse_imm(imm: int) -> tuple[bool, int]:
-    """(is a credit return, count or length)."""
-    return bool(imm & CREDIT_FLAG), imm & MAX_IMM_LEN
+def parse_imm(imm: int) -> tuple[bool, int, bool]:
+    """(is a credit return, count or length, placed directly into the advertised buffer)."""
+    credit = bool(imm & CREDIT_FLAG)
+    return credit, imm & MAX_IMM_LEN, not credit and bool(imm & DIRECT_FLAG)
+
+
+def layout_of(addrs: list[int], sizes: tuple[int, ...]) -> int:
+    """A 32-bit digest of a message's layout (each buffer's offset from the first, and its size): two
+    messages with the same digest and span take the same bytes at the same places."""
+    return zlib.crc32(struct.pack(f"<{2 * len(sizes)}Q", *(v for a, n in zip(addrs, sizes, strict=True)
+                                                          for v in (a - addrs[0], n))))
+
+
+def pack_advert(seq: int, addr: int, rkey: int, layout: int, span: int) -> bytes:
+    """What a receiver waiting for its message number ``seq`` writes into the sender's mailbox."""
+    return ADVERT.pack(seq, addr, rkey, layout, span, seq)
+
+
+def read_advert(mailbox: bytes, seq: int) -> tuple[int, int, int, int] | None:
+    """(address, rkey, layout, span) if the mailbox holds a whole advert for message ``seq``; None for an
+    older one, an empty or a half-written mailbox (the sender then uses the receive slots)."""
+    head, addr, rkey, layout, span, tail = ADVERT.unpack_from(mailbox)
+    if head != seq or tail != seq or addr == 0:
+        return None
+    return addr, rkey, layout, span
 
 
 class Credits:

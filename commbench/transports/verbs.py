@@ -12,7 +12,14 @@ Data paths (``--verbs-op``):
   consumes a posted receive only as a notification.
 Either way the receiver copies the slot into the caller's buffers and re-posts it; credits
 (``Credits``) returned in batches as small SEND-with-immediate messages keep a sender from
-overrunning the pool. The sending side is zero-copy: the message's buffers become one
+overrunning the pool. Messages of ``DIRECT_FROM`` (32 KiB) and more skip that copy when the receiver
+is already waiting (``--verbs-direct on``, the default): on entering a receive it RDMA-writes an
+advert (message number, address, rkey, layout) into the sender's mailbox, and a sender about to send
+exactly that message RDMA-writes it with immediate straight into the caller's buffers, as
+TensorFlow's verbs runtime placed tensors into buffers the receiver announced and as MPI libraries
+do above their eager limit; a message sent before its advert arrived goes through a slot as above.
+An advert names only the buffer its receiver is waiting in, so nothing lands anywhere the caller
+has not handed over for that very message. The sending side is zero-copy: the message's buffers become one
 scatter/gather entry each (registered once, on first use, in a cache that keeps them alive), up to
 the device's ``max_sge``; more buffers are packed into a registered staging slot; small messages
 go inline. A sent message's buffers are in use until the next receive, call or progress on that
@@ -42,16 +49,22 @@ from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, Unavailable, UsageError
 from commbench.core.message import Message
 from commbench.transports._verbs_plan import (
+    ADVERT,
+    DIRECT_FROM,
+    MAILBOX,
     Conn,
     ConnState,
     Credits,
     QpInfo,
     imm_credit,
     imm_data,
+    layout_of,
+    pack_advert,
     parse_imm,
     path_mtu,
     plan_pool,
     port_problem,
+    read_advert,
     sge_plan,
 )
 from commbench.transports.base import Link, Transport, queues
@@ -122,13 +135,16 @@ def open_port(api: SimpleNamespace, dev: str | None, port: int, gid_index: int):
 
 
 class Registry:
-    """Memory registered once per backing array (the root of a numpy view chain), kept alive with it."""
+    """Memory registered once per backing array (the root of a numpy view chain), kept alive with it.
+    Registered for remote writes too: a receive buffer may be advertised to the peer (only ever to the
+    peer of this run's queue pairs, and only while a receive waits in it)."""
 
     def __init__(self, api: SimpleNamespace, pd) -> None:
         self.api, self.pd = api, pd
         self.mrs: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
 
-    def lkey(self, arr: np.ndarray) -> int:
+    def _mr(self, arr: np.ndarray):
+        """(MR, start, size) of the registration covering arr."""
         root = arr
         while isinstance(root.base, np.ndarray):
             root = root.base
@@ -139,9 +155,29 @@ class Registry:
         hit = self.mrs.get((start, size))
         if hit is None:
             e = self.api.e
-            mr = self.api.mr.MR(self.pd, size, e.IBV_ACCESS_LOCAL_WRITE, address=start)
+            mr = self.api.mr.MR(self.pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=start)
             hit = self.mrs[(start, size)] = (mr, root)
-        return hit[0].lkey
+        return hit[0], start, size
+
+    def lkey(self, arr: np.ndarray) -> int:
+        return self._mr(arr)[0].lkey
+
+    def span(self, msg: Message) -> tuple[int, int, int, int, int] | None:
+        """(address, bytes, lkey, rkey, layout) of one registered range holding all of msg's buffers
+        (a message carved from one mapping, padding included), or None if they are not in one."""
+        hit = msg.cache.get("verbs-span")
+        if hit is None:
+            arrays = [a for a in msg.arrays if len(a)]
+            hit = False
+            if arrays:
+                mr, start, size = self._mr(arrays[0])
+                addrs = [a.ctypes.data for a in arrays]
+                first, end = addrs[0], addrs[-1] + len(arrays[-1])
+                apart = all(a + len(x) <= b for a, x, b in zip(addrs, arrays, addrs[1:], strict=False))
+                if apart and start <= first and end <= start + size:
+                    hit = (first, end - first, mr.lkey, mr.rkey, layout_of(addrs, tuple(len(a) for a in arrays)))
+            msg.cache["verbs-span"] = hit
+        return hit or None
 
 
 def _region(mr, size: int) -> np.ndarray:
@@ -165,6 +201,16 @@ class VerbsLink(Link):
         self.recv_mr = api.mr.MR(t.pd, plan.region, access)
         self.recv_mem = _region(self.recv_mr, plan.region)
         self.ctrl_mr = api.mr.MR(t.pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+        self.mailbox = self.recv_mem[plan.mailbox:plan.mailbox + MAILBOX]
+        self.mailbox[:] = 0  # no advert yet
+        self.advert_mr = api.mr.MR(t.pd, MAILBOX, e.IBV_ACCESS_LOCAL_WRITE)
+        self.advert_mem = _region(self.advert_mr, MAILBOX)
+        self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                                       sg=[api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)],
+                                       send_flags=e.IBV_SEND_SIGNALED)
+        self.direct = t.direct
+        self.advertised: tuple[int, int] | None = None  # (message number, id of the message) waiting in its buffers
+        self.direct_in = self.direct_out = 0  # messages placed without a copy, received and sent
         self.rwrs = [api.wr.RecvWR(wr_id=i, num_sge=1, sg=[api.wr.SGE(*self._recv_sge(i), self.recv_mr.lkey)])
                      for i in range(plan.recvs)]
         for w in self.rwrs:
@@ -173,10 +219,11 @@ class VerbsLink(Link):
         self.local = QpInfo(rank=t.world.rank, lid=int(t.port_attr.lid), gid=t.gid, qpn=self.qp.qp_num,
                             psn=self.psn, rkey=self.recv_mr.rkey, addr=self.recv_mr.buf, slot=plan.slot,
                             depth=plan.depth, mtu=int(t.port_attr.active_mtu),
-                            link_layer=int(t.port_attr.link_layer), op=t.op)
+                            link_layer=int(t.port_attr.link_layer), op=t.op,
+                            mailbox=self.recv_mr.buf + plan.mailbox)
         self.remote: QpInfo | None = None
         self.credits: Credits | None = None
-        self.stash: deque[tuple[int, int]] = deque()  # data completions seen while waiting for credits
+        self.stash: deque[tuple[int, int, bool]] = deque()  # data completions seen while waiting for credits
         self.received = 0  # data messages consumed (write mode: the next slot is received % depth)
         self.unreaped = 0  # signaled sends not yet polled from the send CQ
         self.staging: np.ndarray | None = None
@@ -282,22 +329,22 @@ class VerbsLink(Link):
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, old)
 
-    def _recv_wc(self, block: bool) -> tuple[int, int] | None:
-        """The next data message (receive index, length): one kept earlier, else from the CQ."""
+    def _recv_wc(self, block: bool) -> tuple[int, int, bool] | None:
+        """The next data message (receive index, length, placed directly): one kept earlier, else from the CQ."""
         if self.stash:
             return self.stash.popleft()
         return self._poll_rcq(block)
 
-    def _poll_rcq(self, block: bool, for_credit: bool = False) -> tuple[int, int] | None:
+    def _poll_rcq(self, block: bool, for_credit: bool = False) -> tuple[int, int, bool] | None:
         """The next data completion from the receive CQ, taking credit returns on the way (and
         returning None after one when ``for_credit``)."""
         while True:
             wc = self._poll(self.rcq, block)
             if wc is None:
                 return None
-            credit, value = parse_imm(wc.imm_data)
+            credit, value, direct = parse_imm(wc.imm_data)
             if not credit:
-                return wc.wr_id, value
+                return wc.wr_id, value, direct
             self.qp.post_recv(self.rwrs[wc.wr_id])
             self.credits.granted(value)
             if for_credit:
@@ -346,15 +393,40 @@ class VerbsLink(Link):
         return self.api.wr.SendWR(wr_id=0, opcode=op, num_sge=1, sg=[sge], imm_data=imm_data(msg.nbytes),
                                   send_flags=flags)
 
+    def _direct_wr(self, msg: Message, seq: int):
+        """An RDMA write of msg straight into the buffers its receiver advertised for message ``seq``,
+        or None (no advert for it yet, or the buffers there are not laid out as msg's)."""
+        got = read_advert(self.mailbox, seq)
+        mine = self.t.registry.span(msg)
+        if got is None or mine is None:
+            return None
+        addr, rkey, layout, span = got
+        first, nbytes, lkey, _, my_layout = mine
+        if (span, layout) != (nbytes, my_layout):
+            return None
+        wr = msg.cache.get("verbs-direct")
+        if wr is None:
+            e = self.api.e
+            wr = msg.cache["verbs-direct"] = self.api.wr.SendWR(
+                wr_id=0, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, sg=[self.api.wr.SGE(first, nbytes, lkey)],
+                imm_data=imm_data(msg.nbytes, direct=True), send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(rkey, addr)
+        return wr
+
     def _post(self, msg: Message) -> None:
         if self.state.state is not Conn.READY:
             self.state.require_ready()
         self._wait_credit()
+        seq = self.credits.sent
         slot = self.credits.spend()
-        c = self._send_wr(msg)
-        wr = self._pack(msg, slot, c[1], c[2]) if c[0] == "pack" else c[1]
-        if self.t.op == "write":
-            wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
+        wr = self._direct_wr(msg, seq) if self.direct and msg.nbytes >= DIRECT_FROM else None
+        if wr is not None:
+            self.direct_out += 1
+        else:
+            c = self._send_wr(msg)
+            wr = self._pack(msg, slot, c[1], c[2]) if c[0] == "pack" else c[1]
+            if self.t.op == "write":
+                wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
         self._reap(False)
         self.qp.post_send(wr)
         self.unreaped += 1
@@ -362,17 +434,23 @@ class VerbsLink(Link):
     def send(self, msg: Message) -> None:
         self._post(msg)
 
-    def _deliver(self, got: tuple[int, int], msg: Message) -> None:
-        idx, nbytes = got
+    def _deliver(self, got: tuple[int, int, bool], msg: Message) -> None:
+        idx, nbytes, direct = got
         if nbytes != msg.nbytes:
             raise self.state.fail(f"a {nbytes}-byte message arrived where {msg.nbytes} B were expected")
         p = self.plan
         base = (idx if p.op == "send" else self.received % p.depth) * p.slot
+        if direct:  # already in msg's buffers: only ever the message this receive advertised them for
+            if self.advertised != (self.received, id(msg)):
+                raise self.state.fail(f"message {self.received} was written into buffers not advertised for it")
+            self.direct_in += 1
+        else:
+            src = self.recv_mem
+            for a in msg.arrays:
+                a[:] = src[base:base + len(a)]
+                base += len(a)
+        self.advertised = None
         self.received += 1
-        src = self.recv_mem
-        for a in msg.arrays:
-            a[:] = src[base:base + len(a)]
-            base += len(a)
         self.qp.post_recv(self.rwrs[idx])
         back = self.credits.consumed()
         if back:
@@ -381,9 +459,34 @@ class VerbsLink(Link):
             self.qp.post_send(self.credit_wr)
             self.unreaped += 1
 
+    def _advertise(self, msg: Message) -> None:
+        """Tell the peer where the message this receive waits for (number ``received``) may go directly."""
+        mine = self.t.registry.span(msg)
+        if mine is None:
+            return
+        first, nbytes, _, rkey, layout = mine
+        self.advert_mem[:ADVERT.size] = np.frombuffer(pack_advert(self.received, first, rkey, layout, nbytes),
+                                                      dtype=np.uint8)
+        self.advert_wr.set_wr_rdma(self.remote.rkey, self.remote.mailbox)
+        self.advertised = (self.received, id(msg))
+        self._reap(False)
+        self.qp.post_send(self.advert_wr)
+        self.unreaped += 1
+
     def recv_into(self, msg: Message) -> None:
-        self._reap(True)
+        self._reap(True)  # every earlier send done: the advert buffer is free again
+        if self.direct and msg.nbytes >= DIRECT_FROM and not self.stash:
+            self._advertise(msg)
         self._deliver(self._recv_wc(True), msg)
+
+    def call(self, request: Message, reply: Message) -> None:
+        """Send a request and receive its reply, the reply's buffers advertised before the request
+        leaves: the advert is at the peer before the request is, so the reply can go direct."""
+        self._reap(True)
+        if self.direct and reply.nbytes >= DIRECT_FROM and not self.stash:
+            self._advertise(reply)
+        self._post(request)
+        self._deliver(self._recv_wc(True), reply)
 
     def close(self) -> None:
         self.state.advance(Conn.CLOSED)
@@ -403,6 +506,9 @@ class VerbsTransport(Transport):
                        help="GID table index (RoCE needs a populated one, often 1 or 3 for RoCE v2; default 0)")
         g.add_argument("--verbs-op", choices=("send", "write"), default="send",
                        help="SEND/RECV into pre-posted receives, or RDMA WRITE with immediate (default send)")
+        g.add_argument("--verbs-direct", choices=("on", "off"), default="on",
+                       help=f"messages of {DIRECT_FROM >> 10} KiB and more go straight into the buffers their "
+                            "waiting receiver advertised, without a copy (default on)")
         g.add_argument("--verbs-pool-mb", type=number(above=0, hi=1 << 20, what=" (MB)"), default=64, metavar="MB",
                        help="receive pool per peer; slots are the largest message, at most 64 (default 64)")
 
@@ -421,6 +527,7 @@ class VerbsTransport(Transport):
         self.api = load_api()
         self.events = config.poll == "blocking"
         self.op, self.port, self.gid_index = args.verbs_op, args.ib_port, args.gid_index
+        self.direct = getattr(args, "verbs_direct", "on") == "on"
         self.ctx, self.dev, self.port_attr, self.gid, dattr = open_port(self.api, args.ib_dev, self.port,
                                                                         self.gid_index)
         self.max_sge = max(1, min(int(dattr.max_sge), 30))
@@ -433,7 +540,8 @@ class VerbsTransport(Transport):
         self.links: dict[int, VerbsLink] = {}
 
     def mode(self) -> str:
-        return f"{self.op}, {self.dev}:{self.port}, {'events' if self.events else 'busy-poll'}"
+        direct = f", direct placement >= {DIRECT_FROM >> 10} KiB" if self.direct else ""
+        return f"{self.op}, {self.dev}:{self.port}, {'events' if self.events else 'busy-poll'}{direct}"
 
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world
