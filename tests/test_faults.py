@@ -327,8 +327,11 @@ def test_stray_grpc_calls_are_refused(transport):
     launcher = spawn("p2p-latency", *transport, "-m", "0:64K", "-i", "1500", "-x", "10", "--port", str(port))
     target = f"127.0.0.1:{port + 1}"  # rank 0's data port
     codes = []
-    with grpc.insecure_channel(target) as ch:
-        grpc.channel_ready_future(ch).result(timeout=30)
+    with grpc.insecure_channel(target) as ch, explained(launcher):
+        try:
+            grpc.channel_ready_future(ch).result(timeout=60)
+        except grpc.FutureTimeoutError:
+            raise AssertionError(f"rank 0's data port {target} did not accept a gRPC channel within 60 s") from None
         for path in ("/cbnot-the-token/Exchange1", "/cbnot-the-token/DeliverStream1", "/x.Y/Z"):
             try:
                 ch.unary_unary(path)(b"stray", timeout=5)
