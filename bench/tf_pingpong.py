@@ -12,19 +12,14 @@ cost remains (its executor, rendezvous and one RecvTensor RPC per transfer).
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
+from vs_grpc_cpp import free_port  # bench/ is on sys.path
+
 from commbench.core.imports import import_tensorflow  # TensorFlow with its start-up notices dropped
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:

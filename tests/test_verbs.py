@@ -171,7 +171,7 @@ def test_credits():
 def test_adverts_are_read_whole_and_only_for_their_message():
     box = bytearray(vp.MAILBOX)
     assert vp.read_advert(box, 0) is None  # an empty mailbox holds no advert, not one for message 0
-    box[:vp.ADVERT.size] = vp.pack_advert(7, 0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
+    vp.pack_advert(box, 7, 0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
     assert vp.read_advert(box, 7) == (0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
     assert vp.read_advert(box, 8) is None  # an older message's advert: the sender uses a slot
     torn = bytearray(box)

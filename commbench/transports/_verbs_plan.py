@@ -192,9 +192,9 @@ def layout_of(addrs: list[int], sizes: tuple[int, ...]) -> int:
                                                           for v in (a - addrs[0], n))))
 
 
-def pack_advert(seq: int, addr: int, rkey: int, layout: int, span: int) -> bytes:
-    """What a receiver waiting for its message number ``seq`` writes into the sender's mailbox."""
-    return ADVERT.pack(seq, addr, rkey, layout, span, seq)
+def pack_advert(buf, seq: int, addr: int, rkey: int, layout: int, span: int) -> None:
+    """Put into buf what a receiver waiting for its message number ``seq`` writes into the sender's mailbox."""
+    ADVERT.pack_into(buf, 0, seq, addr, rkey, layout, span, seq)
 
 
 def read_advert(mailbox: bytes, seq: int) -> tuple[int, int, int, int] | None:

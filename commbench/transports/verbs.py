@@ -272,6 +272,7 @@ class VerbsLink(Link):
         self.qp.to_rts(attr)
         self.remote = remote
         self.credits = Credits(remote.depth, self.plan.depth)
+        self.advert_wr.set_wr_rdma(remote.rkey, remote.mailbox)  # adverts always go to the peer's mailbox
 
     # -- completions ----------------------------------------------------------------------------
     def _poll(self, cq, block: bool):
@@ -397,8 +398,8 @@ class VerbsLink(Link):
         """An RDMA write of msg straight into the buffers its receiver advertised for message ``seq``,
         or None (no advert for it yet, or the buffers there are not laid out as msg's)."""
         got = read_advert(self.mailbox, seq)
-        mine = self.t.registry.span(msg)
-        if got is None or mine is None:
+        mine = self.t.registry.span(msg) if got is not None else None
+        if mine is None:
             return None
         addr, rkey, layout, span = got
         first, nbytes, lkey, _, my_layout = mine
@@ -460,14 +461,15 @@ class VerbsLink(Link):
             self.unreaped += 1
 
     def _advertise(self, msg: Message) -> None:
-        """Tell the peer where the message this receive waits for (number ``received``) may go directly."""
+        """Tell the peer where the message this receive waits for (number ``received``) may go directly,
+        if it is large enough and none has arrived already."""
+        if not self.direct or msg.nbytes < DIRECT_FROM or self.stash:
+            return
         mine = self.t.registry.span(msg)
         if mine is None:
             return
         first, nbytes, _, rkey, layout = mine
-        self.advert_mem[:ADVERT.size] = np.frombuffer(pack_advert(self.received, first, rkey, layout, nbytes),
-                                                      dtype=np.uint8)
-        self.advert_wr.set_wr_rdma(self.remote.rkey, self.remote.mailbox)
+        pack_advert(self.advert_mem, self.received, first, rkey, layout, nbytes)
         self.advertised = (self.received, id(msg))
         self._reap(False)
         self.qp.post_send(self.advert_wr)
@@ -475,16 +477,14 @@ class VerbsLink(Link):
 
     def recv_into(self, msg: Message) -> None:
         self._reap(True)  # every earlier send done: the advert buffer is free again
-        if self.direct and msg.nbytes >= DIRECT_FROM and not self.stash:
-            self._advertise(msg)
+        self._advertise(msg)
         self._deliver(self._recv_wc(True), msg)
 
     def call(self, request: Message, reply: Message) -> None:
         """Send a request and receive its reply, the reply's buffers advertised before the request
         leaves: the advert is at the peer before the request is, so the reply can go direct."""
         self._reap(True)
-        if self.direct and reply.nbytes >= DIRECT_FROM and not self.stash:
-            self._advertise(reply)
+        self._advertise(reply)
         self._post(request)
         self._deliver(self._recv_wc(True), reply)
 
