@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from commbench import __version__
+from commbench.core import traffic
 from commbench.core.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, integer, number
 from commbench.core.config import RunConfig, freeze
 from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
@@ -86,6 +87,7 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
                    help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
     g.add_argument("-o", "--output", metavar="FILE", help="append results as measured: FILE.jsonl or FILE.csv")
+    g.add_argument("--traffic", action="store_true", help=traffic.HELP + "; rows after the run's last point")
     g.add_argument("--inject-corruption", type=integer(0), default=0, help=argparse.SUPPRESS)
     for cls in transports.values():
         cls.add_arguments(p)
@@ -183,6 +185,8 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from commbench.devices import usable_here
 
         raise Unavailable(f"{exc}; usable transports here: {usable_here(but=transport_cls.name)}") from None
+    if args.traffic:
+        traffic.check_usable()
     transport_cls.prepare_process(args)
     loops = Loops(args.iterations, args.warmup, args.time, args.warmup_time, args.precision, args.max_time,
                   args.point_cap)

@@ -96,7 +96,7 @@ def series_label(row) -> str:
         parts.append(get("algorithm"))
     if row.get("bench") == "ps-throughput":
         parts += [f"P={get('ps')}", get("placement")]
-    if row.get("bench") in ("train", "predict"):
+    if row.get("bench") in ("train", "predict", "train-traffic"):
         parts = [get("strategy"), get("model"), get("label") or None]
     return " ".join(str(p) for p in parts if p)
 
@@ -126,7 +126,8 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
     """(title, png path, the table shown beside it) for every kind of result present."""
     plt = pyplot()
     made = []
-    for bench, g in df[~df.bench.isin(NOT_BY_SIZE)].groupby("bench", sort=False) if "size" in df else ():
+    traffic = df.bench.str.endswith("-traffic", na=False)
+    for bench, g in df[~df.bench.isin(NOT_BY_SIZE) & ~traffic].groupby("bench", sort=False) if "size" in df else ():
         key = g["metric"].iloc[0]
         p = out / f"{bench}.png"
         _line_plot(plt, g, "size", key, f"{bench}: {key}", key, "message size (B)", p)
@@ -163,7 +164,33 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         made.append(("Training: predicted and measured", p, table))
+    if traffic.any():
+        made.append(traffic_figure(plt, df[traffic], out / "traffic.png"))
     return made
+
+
+def traffic_figure(plt, tr, path: Path) -> tuple[str, Path, object]:
+    """--traffic rows: bytes and RPCs per step for each role pair (from -> to), one bar per series."""
+    tr = tr.assign(pair=tr["from"] + " -> " + tr["to"], point=tr["series"])
+    pairs, points = sorted(tr["pair"].unique()), list(dict.fromkeys(tr["point"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.8 / len(points)
+    for k, pt in enumerate(points):
+        g = tr[tr["point"] == pt].set_index("pair")
+        xs = [i + (k - (len(points) - 1) / 2) * width for i in range(len(pairs))]
+        axes[0].bar(xs, [g["bytes_step"].get(p, 0) for p in pairs], width, label=pt)
+        axes[1].bar(xs, [g["rpcs_step"].get(p, 0) for p in pairs], width, label=pt)
+    for ax, what in zip(axes, ("bytes per step", "RPCs per step"), strict=True):
+        ax.set_xticks(range(len(pairs)), pairs, fontsize=8, rotation=20)
+        ax.set(title=f"on the wire: {what}", ylabel=what)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return ("Traffic on the wire (--traffic)", path, tr[["point", "from", "to", "bytes_step", "segments_step",
+                                                          "rpcs_step"]])
 
 
 def compare(a: str, b: str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -220,3 +221,29 @@ def test_ps_training_keeps_every_variable_on_the_ps(tmp_path):
     assert slots and len(devices) > 2 * len(slots) - 1, devices  # the optimizer's slots were made and listed
     assert all("/job:ps/" in d for d in devices.values()), devices
     assert {d.split("/task:")[1][0] for d in devices.values()} == {"0", "1"}  # spread over both PS
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="a packet capture needs root")
+def test_train_traffic_shows_what_tensorflow_sends_per_step(tmp_path):
+    """TF's PS training on the wire: each gradient and each variable crosses worker <-> PS as its own
+    RecvTensor RPC (the PS calls the worker for gradients, the worker the PS for variables), the bytes
+    are the model's plus framing, and the chief drives each worker's step with a few small RPCs."""
+    from commbench.profiles.store import load
+
+    out = tmp_path / "train.jsonl"
+    r = commbench("train", "--model", "small-cnn", "--strategy", "ps", "--workers", "2", "--ps", "1",
+                  "--steps", "8", "--warmup-steps", "2", "--batch", "8", "--traffic", "-o", str(out), timeout=400)
+    assert r.code == 0, r.err
+    rows = {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == "train-traffic"}
+    model = load("small_cnn")
+    tensors, nbytes = len(model.tensors), model.nbytes
+    ps_worker, worker_ps = rows[("ps", "worker")], rows[("worker", "ps")]
+    assert ps_worker["steps"] == 8
+    for x in (ps_worker, worker_ps):  # RPCs by caller: the PS asks for each gradient, the worker for each variable
+        assert x["methods"]["RecvTensor"]["rpcs_step"] >= tensors, x
+        assert nbytes < x["bytes_step"] < 1.1 * nbytes, x  # bytes by direction: one model's worth each way
+    chief = rows[("chief", "worker")]
+    assert chief["rpcs_step"] >= 1 and chief["bytes_step"] < 0.1 * nbytes
+    assert "# traffic on the wire, the 8 measured steps" in r.out

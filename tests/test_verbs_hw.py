@@ -58,11 +58,17 @@ def test_device_is_listed_with_its_port():
 
 
 @pytest.mark.parametrize("op,poll", [("send", "busy"), ("write", "blocking")])
-def test_latency(op, poll):
-    r = verbs("p2p-latency", "--verbs-op", op, "--poll", poll, "-m", "8,64K,1M", "-i", "100", "-x", "10", "--validate")
+def test_latency(op, poll, tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = verbs("p2p-latency", "--verbs-op", op, "--poll", poll, "-m", "8,64K,1M", "-i", "100", "-x", "10", "--validate",
+              "-o", str(out))
     rows = table_rows(r.out)
     assert [row[0] for row in rows] == ["8", "65536", "1048576"] and all(row[-1] == "0" for row in rows)
     assert f"verbs ({op}," in r.out and ("busy-poll" if poll == "busy" else "events") in r.out
+    # direct placement: large messages (nearly all: a request may leave before its advert lands) go
+    # straight into the waiting receiver's buffers; small ones never do
+    direct = {row["size"]: (row["received_direct"], row["received"]) for row in read_runs(out)[0].rows}
+    assert direct[8] == (0, 220) and all(d >= 0.8 * n and n == 220 for d, n in (direct[65536], direct[1 << 20])), direct
 
 
 @pytest.mark.parametrize("op,poll", [("write", "busy"), ("send", "blocking")])

@@ -46,6 +46,7 @@ class Context:
     seed: int
     corrupt_every: int = 0  # test hook: flip a byte in every Nth outgoing message (validation tests)
     quiet: Callable[[], AbstractContextManager] = nullcontext  # the run's background work asleep (timed loops)
+    traffic: list | None = None  # with --traffic, on rank 0: (payload, window, steps) per point measured
 
     def checker(self, payload: Payload, origin: int) -> Checker:
         """A checker for messages of this payload sent by rank ``origin``."""
@@ -99,6 +100,14 @@ class Benchmark(ABC):
     @abstractmethod
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
         """Rank 0: the row's columns from its own timing and every rank's report (n, wall_ns, ...)."""
+
+    def roles(self, world: World) -> list[str]:
+        """Each rank's role, as --traffic names the ends of a connection (default: rank0, rank1, ...)."""
+        return [f"rank{r}" for r in range(world.size)]
+
+    def traffic_steps(self, timing: Timing) -> int:
+        """What --traffic divides by: the timed iterations (a benchmark may count its own steps)."""
+        return max(1, timing.n)
 
     def header(self, meta: dict) -> list[str]:
         """The '#' lines above the table, built from the run's metadata only (so `show` can redo them)."""
@@ -162,22 +171,31 @@ class Checker:
 def measure_point(ctx: Context, bench: Benchmark, payload: Payload) -> dict | None:
     """One point on this rank: prepare, measure (harness), validate, gather; rank 0 returns the row."""
     sync = ctx.sync()
+    before = ctx.transport.counters()
     side = bench.prepare(ctx, payload, ctx.validate == "every")
     timing = measure(sync, ctx.loops, bench.loops, payload.nbytes, side)
+    window = sync.window
     wrong = side.wrong()
     if ctx.validate == "untimed":  # nccl-tests: timings unchanged, then one checked round
         checked = bench.prepare(ctx, payload, True)
         sync.barrier()
         checked.go(1)
         wrong += checked.wrong()
-    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop, **side.report()}
+    counts = {k: v - before.get(k, 0) for k, v in ctx.transport.counters().items()}  # warm-up included
+    mine = {"n": timing.n, "wall_ns": timing.wall_ns, "wrong": wrong, "stop": timing.stop, "window": window,
+            "counters": counts, **side.report()}
     if timing.samples is not None:
         mine["mean_ns"] = float(np.mean(timing.samples))
     reports = ctx.world.gather_json(f"{bench.name}-point", mine, patient=True)
     if reports is None:
         return None
     row = bench.row(payload, timing, reports)
+    if ctx.traffic is not None:  # every rank's timed loop: the window --traffic sums over
+        ctx.traffic.append((payload, [min(r["window"][0] for r in reports), max(r["window"][1] for r in reports)],
+                            bench.traffic_steps(timing)))
     row.setdefault("wrong", sum(r["wrong"] for r in reports))
+    for k in reports[0]["counters"]:  # the transport's own counts, all ranks summed
+        row[k] = sum(r["counters"].get(k, 0) for r in reports)
     row["huge_kb"] = buffers.huge_kb()  # rank 0's page backing, while this point's buffers (side) still exist
     if timing.stop != "count":
         row.setdefault("stop", timing.stop)

@@ -68,6 +68,13 @@ class PSThroughput(Benchmark):
         workers, shards = range(self.nw), range(self.nw, self.nw + self.np_)
         return list(shards) if world.rank < self.nw else list(workers)
 
+    def roles(self, world: World) -> list[str]:
+        return ["worker"] * self.nw + ["ps"] * self.np_
+
+    def traffic_steps(self, timing: Timing) -> int:
+        """Worker-steps, as ``train --traffic`` counts them for the PS strategy."""
+        return max(1, timing.n * self.nw)
+
     def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
         me, nw, np_ = ctx.world.rank, self.nw, self.np_
         owners = place(payload.sizes, np_, self.args.placement)

@@ -4,7 +4,7 @@ results streamed to a file as they are measured."""
 from __future__ import annotations
 
 from commbench.benchmarks.base import Benchmark, Context, measure_point
-from commbench.core import buffers
+from commbench.core import buffers, traffic
 from commbench.core.config import RunConfig
 from commbench.core.errors import say
 from commbench.core.harness import harness_overhead_ns
@@ -26,11 +26,12 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
     bench = bench_cls(config)
     with Session(placement, args.timeout, getattr(args, "bind", None), config.options(), PACKAGES) as run:
         world = run.world
+        capture = traffic.start(world, run.on_close, args.hosts > 0) if args.traffic else None
         transport = transport_cls(world, config)
         run.on_close(transport.close)
         links = transport.connect(bench.peers(world))
         ctx = Context(world, transport, links, config, config.loops, args.validate, args.seed, args.inject_corruption,
-                      run.watchdog.quiet)
+                      run.watchdog.quiet, [] if args.traffic and world.rank == 0 else None)
         meta = run.metadata(bench.name, {"poll": config.poll, "mode": transport.mode(), "ranks": world.size,
                                          "loops": config.loops.describe(bench.loop_source),
                                          "payload_spec": config.payload_spec})
@@ -60,8 +61,22 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
             print(row_line(columns, row), flush=True)
             wrong += row.get("wrong", 0)
         progress.close()
+        if args.traffic:  # every rank names its sockets while the run's connections are open
+            owned = traffic.owners(world)
+            if capture is not None:
+                show_traffic(capture.stop(), owned, bench.roles(world), ctx.traffic, writer,
+                             {"bench": f"{bench.name}-traffic", "run_id": meta["run_id"], "transport": transport.name,
+                              "mode": transport.mode()})
         run.finish()
     if wrong:
         say(f"#wrong {wrong}: data arrived that differs from what was sent (see the #wrong column)")
         return 1
     return 0
+
+
+def show_traffic(captured, owned: list, roles: list[str], points: list, writer, keys: dict) -> None:
+    """--traffic's rows, point by point, after the run (the capture is read once it has stopped)."""
+    for payload, window, steps in points:
+        extra = {**keys, "payload": payload.label, "size": payload.nbytes}
+        traffic.show(traffic.rows(captured, owned, roles, window, steps, extra), writer,
+                     f"{payload.label}, {steps} steps")

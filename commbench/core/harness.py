@@ -188,11 +188,15 @@ class Sync:
     def __init__(self, rank: int, barrier: Callable[[], None], bcast: Callable[[str, object], object],
                  quiet: Callable[[], AbstractContextManager] = nullcontext) -> None:
         self.rank, self.barrier, self.bcast, self.quiet = rank, barrier, bcast, quiet
+        self.window = [0, 0]  # wall clock (ns) from the first timed iteration to the last: --traffic's window
 
     def timed(self, side: Side, n: int) -> tuple[np.ndarray | None, int]:
         """n timed iterations with the process quiet."""
+        start = time.time_ns()
         with self.quiet():
-            return side.go(n)
+            got = side.go(n)
+        self.window = [self.window[0] or start, time.time_ns()]
+        return got
 
 
 def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side: Side) -> Timing:

@@ -25,6 +25,7 @@ class StepTimes:
     ns: list[int]
     losses: list[float]
     devices: dict[str, str] = field(default_factory=dict)  # every model and optimizer variable: its device
+    window: list[int] = field(default_factory=lambda: [0, 0])  # wall clock (ns) around the measured steps
 
 
 def build_in_scope(tf, model_name: str, lr: float):
@@ -133,12 +134,16 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
 
     out = StepTimes([], [], variable_devices(model, opt))
     rounds = -(-steps // workers)
-    for r in range(-(-warmup // workers) + rounds):
+    first = -(-warmup // workers)
+    for r in range(first + rounds):
+        if r == first:
+            out.window[0] = time.time_ns()
         t0 = time.perf_counter_ns()
         results = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
         coordinator.join()
         t = time.perf_counter_ns() - t0
-        if r >= -(-warmup // workers):
+        if r >= first:
+            out.window[1] = time.time_ns()
             out.ns.append(t)
             out.losses.append(float(np.mean([v.fetch() for v in results])))
             tick(workers)  # after the round's clock stopped
@@ -168,10 +173,13 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
 
     out = StepTimes([], [], variable_devices(model, opt))
     for s in range(warmup + steps):
+        if s == warmup:
+            out.window[0] = time.time_ns()
         t0 = time.perf_counter_ns()
         loss = float(step(iterator).numpy())
         t = time.perf_counter_ns() - t0
         if s >= warmup:
+            out.window[1] = time.time_ns()
             out.ns.append(t)
             out.losses.append(loss)
             tick(1)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from commbench.core import traffic
 from commbench.core.argtypes import PORT, SECONDS, SEED, integer, number
 from commbench.core.config import FrozenArgs, freeze, plain_options
 from commbench.core.errors import UsageError
@@ -62,6 +63,7 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=PORT, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
     p.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
                    help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
+    p.add_argument("--traffic", action="store_true", help=traffic.HELP + "; a step as the row counts them")
     p.add_argument("-o", "--output", metavar="FILE", help="append the result row: FILE.jsonl or FILE.csv")
     p.set_defaults(func=train)
 
@@ -73,6 +75,8 @@ def check_args(args: argparse.Namespace) -> FrozenArgs:
         raise UsageError(f"unknown model {model!r} for train; known: {', '.join(IMAGE_MODELS)}")
     if not tf_installed():
         raise UsageError("train runs TensorFlow, which is not installed here: pip install 'commbench[tf]'")
+    if args.traffic:
+        traffic.check_usable()
     return freeze(argparse.Namespace(**{**vars(args), "model": model}))
 
 
@@ -131,6 +135,7 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         port = _tf_port(args, world.rank, addr)
         tf_bind.confine(addr, port)
         endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
+        capture = traffic.start(world, run.on_close, args.hosts > 0) if args.traffic else None
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
                                               "task": {"type": job, "index": index}})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -153,6 +158,13 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             row = summarize(args, times) if reporter else None
             if args.strategy == "ps":
                 world.bcast_json("train-done", True)
+        if args.traffic:  # every rank names its sockets; the chief sums the capture by role
+            owned = traffic.owners(world)
+            if capture is not None:
+                traffic_rows = traffic.rows(capture.stop(), owned, [job for job, _ in rs], times.window,
+                                            row["steps"], {"bench": "train-traffic", "strategy": args.strategy,
+                                                           "model": args.model, "workers": args.workers,
+                                                           "ps": row["ps"]})
         # compute without communication: every worker at once, as they computed during training
         world.barrier("compute")
         ms = tf_loops.compute_step_ms(args.model, args.batch, args.seed) if job == "worker" else None
@@ -173,6 +185,8 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             writer = run.open_results(args.output, meta, ["bench", *(c.key for c in COLUMNS)])
             if writer:
                 writer.row({"bench": "train", **row})
+            if args.traffic:
+                traffic.show(traffic_rows, writer, f"the {row['steps']} measured steps")
         run.finish("train-end")
     sys.stdout.flush()
     return 0

@@ -142,6 +142,11 @@ class Transport(ABC):
         """Versions of libraries this transport uses beyond the Python packages the results record."""
         return {}
 
+    def counters(self) -> dict[str, int]:
+        """Running totals of what this rank's transport did that a row should show (per point: the
+        difference), e.g. verbs' messages placed without a copy; none by default."""
+        return {}
+
     def mode(self) -> str:
         """Short description of the transport's mode for table headers and rows, e.g. 'raw/unary'."""
         return "-"

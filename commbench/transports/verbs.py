@@ -205,9 +205,11 @@ class VerbsLink(Link):
         self.mailbox[:] = 0  # no advert yet
         self.advert_mr = api.mr.MR(t.pd, MAILBOX, e.IBV_ACCESS_LOCAL_WRITE)
         self.advert_mem = _region(self.advert_mr, MAILBOX)
+        self.advert_inline = self.max_inline >= ADVERT.size  # copied at post: the buffer is free at once
+        inline = e.IBV_SEND_INLINE if self.advert_inline else 0
         self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
                                        sg=[api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)],
-                                       send_flags=e.IBV_SEND_SIGNALED)
+                                       send_flags=e.IBV_SEND_SIGNALED | inline)
         self.direct = t.direct
         self.advertised: tuple[int, int] | None = None  # (message number, id of the message) waiting in its buffers
         self.direct_in = self.direct_out = 0  # messages placed without a copy, received and sent
@@ -463,8 +465,10 @@ class VerbsLink(Link):
     def _advertise(self, msg: Message) -> None:
         """Tell the peer where the message this receive waits for (number ``received``) may go directly,
         if it is large enough and none has arrived already."""
-        if not self.direct or msg.nbytes < DIRECT_FROM or self.stash:
+        if not self.direct or msg.nbytes < DIRECT_FROM or self.stash or self.advertised == (self.received, id(msg)):
             return
+        if not self.advert_inline:
+            self._reap(True)  # the advert buffer is read by the device until its write completes
         mine = self.t.registry.span(msg)
         if mine is None:
             return
@@ -476,7 +480,7 @@ class VerbsLink(Link):
         self.unreaped += 1
 
     def recv_into(self, msg: Message) -> None:
-        self._reap(True)  # every earlier send done: the advert buffer is free again
+        self._reap(True)  # every earlier send done: its buffers are the caller's again
         self._advertise(msg)
         self._deliver(self._recv_wc(True), msg)
 
@@ -542,6 +546,11 @@ class VerbsTransport(Transport):
     def mode(self) -> str:
         direct = f", direct placement >= {DIRECT_FROM >> 10} KiB" if self.direct else ""
         return f"{self.op}, {self.dev}:{self.port}, {'events' if self.events else 'busy-poll'}{direct}"
+
+    def counters(self) -> dict[str, int]:
+        """Messages received, and those placed straight into the receiver's buffers (--verbs-direct)."""
+        return {"received": sum(k.received for k in self.links.values()),
+                "received_direct": sum(k.direct_in for k in self.links.values())}
 
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world

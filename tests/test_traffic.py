@@ -1,0 +1,158 @@
+"""--traffic: the capture's TCP reassembly and HTTP/2 reading (fed made-up segments), and real runs
+measured on the wire (root: a packet capture)."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import struct
+
+import hpack
+import pytest
+from conftest import commbench
+
+from commbench.core.capture import PREFACE, Capturer, Traffic, own_endpoints
+from commbench.core.errors import CommbenchError, UsageError
+from commbench.core.results import read_runs
+
+CLIENT, SERVER = ("127.0.0.1", 40000), ("127.0.0.1", 50051)
+root = pytest.mark.skipif(os.geteuid() != 0, reason="a packet capture needs root")
+
+
+def frame(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
+
+
+def headers(enc: hpack.Encoder, stream: int, path: str, split: bool = False) -> bytes:
+    block = enc.encode([(":method", "POST"), (":scheme", "http"), (":path", path), ("te", "trailers")])
+    if not split:
+        return frame(0x1, 0x4, stream, block)
+    half = len(block) // 2  # HEADERS without END_HEADERS, then a CONTINUATION that ends them
+    return frame(0x1, 0x8, stream, bytes([3]) + block[:half] + b"\0\0\0") + frame(0x9, 0x4, stream, block[half:])
+
+
+def conversation() -> tuple[bytes, bytes]:
+    """A client opening two RPCs (one with padded, continued headers) and the server answering."""
+    c, s = hpack.Encoder(), hpack.Encoder()
+    client = PREFACE + frame(0x4, 0, 0, b"") + headers(c, 1, "/pkg.Svc/Foo") + frame(0x0, 0x1, 1, b"x" * 100) + \
+        headers(c, 3, "/pkg.Svc/Bar", split=True) + frame(0x0, 0, 3, b"y" * 3000) + frame(0x0, 0x1, 3, b"y" * 2000)
+    server = frame(0x4, 0, 0, b"") + frame(0x1, 0x4, 1, s.encode([(":status", "200")])) + \
+        frame(0x0, 0, 1, b"r" * 40) + frame(0x1, 0x5, 1, s.encode([("grpc-status", "0")]))
+    return client, server
+
+
+def feed(cap: Capturer, src, dst, data: bytes, t0: int, chunks: int, shuffle: bool, drop: int | None = None,
+         isn: int = 0xFFFFFF00) -> None:
+    """data as TCP segments of src -> dst after a handshake (sequence numbers wrap), in order or not."""
+    cap.segment(t0, src, dst, isn, 0x02 | (0x10 if src == SERVER else 0), memoryview(b""))
+    cuts = sorted(random.Random(7).sample(range(1, len(data)), chunks - 1))
+    parts = [(a, data[a:b]) for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    if shuffle:  # neighbours swapped: what a packet socket sees when per-CPU queues reorder
+        for i in range(0, len(parts) - 1, 2):
+            parts[i], parts[i + 1] = parts[i + 1], parts[i]
+    parts.append(parts[1])  # and a retransmission, counted once
+    for k, (off, chunk) in enumerate(parts):
+        if k != drop:
+            cap.segment(t0 + 10 + k, src, dst, (isn + 1 + off) & 0xFFFFFFFF, 0x18, memoryview(chunk))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_rpcs_are_counted_with_their_methods_and_sizes_from_reordered_segments(shuffle):
+    client, server = conversation()
+    cap = Capturer([9999])
+    feed(cap, CLIENT, SERVER, client, 1000, 40, shuffle)
+    feed(cap, SERVER, CLIENT, server, 1000, 5, shuffle)
+    t = Traffic(cap.result(0))
+    assert [(path, req, resp) for _, _, path, req, resp in t.data["rpcs"]] == \
+        [("/pkg.Svc/Foo", 100, 40), ("/pkg.Svc/Bar", 5000, 0)]
+    cells = t.by_roles({CLIENT: "worker", SERVER: "ps"}, 0, 10**9)
+    assert cells[("worker", "ps")]["bytes"] == len(client)  # every byte once, the retransmission too
+    assert cells[("ps", "worker")]["bytes"] == len(server)
+    assert cells[("worker", "ps")]["rpcs"] == 2 and cells[("ps", "worker")]["rpcs"] == 0
+    assert cells[("worker", "ps")]["methods"] == {"Foo": [1, 100, 40], "Bar": [1, 5000, 0]}
+    assert cells[("worker", "ps")]["segments"] == 40
+
+
+def test_a_window_counts_only_what_it_covers():
+    client, server = conversation()
+    cap = Capturer([])
+    feed(cap, CLIENT, SERVER, client, 1000, 40, False)
+    t = Traffic(cap.result(0))
+    cells = t.by_roles({CLIENT: "worker", SERVER: "ps"}, 1010, 1020)  # the first ten segments
+    assert cells[("worker", "ps")]["segments"] == 10
+    assert t.by_roles({CLIENT: "worker", SERVER: "ps"}, 5000, 6000) == {}
+
+
+def test_a_segment_the_capture_missed_is_an_error_not_a_smaller_number():
+    client, _ = conversation()
+    cap = Capturer([])
+    feed(cap, CLIENT, SERVER, client, 1000, 40, False, drop=5)
+    with pytest.raises(CommbenchError, match="bytes never captured"):
+        Traffic(cap.result(0)).by_roles({CLIENT: "worker", SERVER: "ps"}, 0, 10**9)
+    # a connection of nobody in the run does not matter
+    assert Traffic(cap.result(0)).by_roles({}, 0, 10**9) == {}
+    with pytest.raises(CommbenchError, match="dropped 3 packets"):
+        Traffic(cap.result(3)).by_roles({}, 0, 10**9)
+
+
+def test_other_protocols_count_bytes_only_and_excluded_ports_nothing():
+    data = b"\x00\x00\x00\x08" + b"z" * 5000
+    cap = Capturer([SERVER[1]])
+    feed(cap, CLIENT, SERVER, data, 1000, 4, False)
+    assert cap.result(0)["flows"] == []  # the rendezvous's port: never captured
+    cap = Capturer([])
+    feed(cap, CLIENT, SERVER, data, 1000, 4, True)
+    cells = Traffic(cap.result(0)).by_roles({CLIENT: "rank0", SERVER: "rank1"}, 0, 10**9)
+    assert cells == {("rank0", "rank1"): {"bytes": len(data), "segments": 4, "rpcs": 0, "methods": {}}}
+
+
+def test_own_endpoints_names_this_processes_sockets():
+    with socket.socket() as lst:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen()
+        with socket.create_connection(lst.getsockname()) as c:
+            mine = own_endpoints()
+            assert lst.getsockname() in mine and c.getsockname() in mine
+
+
+def test_traffic_needs_root(monkeypatch):
+    from commbench.core import traffic
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(UsageError, match="needs root"):
+        traffic.check_usable()
+
+
+@root
+@pytest.mark.slow
+def test_grpc_calls_measured_on_the_wire(tmp_path):
+    """Unary gRPC: one Exchange RPC per round trip, carrying the message each way (plus gRPC's framing)."""
+    out = tmp_path / "r.jsonl"
+    r = commbench("p2p-latency", "-t", "grpc", "--grpc-call", "unary", "-m", "8,64K", "-i", "50", "-x", "5",
+                  "--traffic", "-o", str(out))
+    assert r.code == 0, r.err
+    rows = [x for x in read_runs(out)[0].rows if x["bench"] == "p2p-latency-traffic"]
+    by = {(x["size"], x["from"], x["to"]): x for x in rows}
+    assert set(by) == {(s, a, b) for s in (8, 65536) for a, b in (("rank0", "rank1"), ("rank1", "rank0"))}
+    for size in (8, 65536):
+        call, back = by[(size, "rank0", "rank1")], by[(size, "rank1", "rank0")]
+        assert call["steps"] == 50 and call["rpcs_step"] == 1.0 and back["rpcs_step"] == 0.0
+        (name, m), = call["methods"].items()
+        assert name.startswith("Exchange") and m["request_b"] >= size and m["response_b"] >= size
+        for x in (call, back):  # the message, its gRPC prefix and HTTP/2 frame, a few headers
+            assert size < x["bytes_step"] < size + 400, x
+    assert "# traffic on the wire, 65536, 50 steps" in r.out
+
+
+@root
+@pytest.mark.slow
+def test_tcp_bytes_on_the_wire_are_the_messages_and_their_framing(tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = commbench("p2p-bandwidth", "-t", "tcp", "-m", "1M:1M", "-i", "4", "-x", "1", "--traffic", "-o", str(out))
+    assert r.code == 0, r.err
+    rows = {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == "p2p-bandwidth-traffic"}
+    window = 64 * (1 << 20)  # a step is a window of 64 messages, then a 4-byte ack
+    assert window <= rows[("rank0", "rank1")]["bytes_step"] < window * 1.001
+    assert 4 <= rows[("rank1", "rank0")]["bytes_step"] < 100
+    assert rows[("rank0", "rank1")]["rpcs_step"] == 0
