@@ -2,7 +2,8 @@
 
 Each host is a network namespace ``cbhI`` with one interface ``cbeI`` (10.77.0.I+1/24), joined to
 a bridge ``cbbr0`` in the root namespace (10.77.0.254, where the local launcher's rendezvous
-listens) by a veth pair whose root end is ``cbvI``. ``--rate`` shapes every host's link with tc
+listens; named ``cbroot`` too, so that ``--traffic``'s capture can enter it) by a veth pair whose
+root end is ``cbvI``. ``--rate`` shapes every host's link with tc
 tbf on both ends (shaping is egress only; netem, hence added delay, is not in this kernel), so a
 flow between two hosts runs at the rate. Benchmarks and ``train`` run across them with
 ``--hosts N`` (rank r in host r mod N). ``up`` replaces whatever ``up`` made before (idempotent)
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from commbench.core.argtypes import integer
+from commbench.core.capture import ROOT_NETNS
 from commbench.core.errors import UsageError
 
 PREFIX = "cbh"
@@ -76,6 +78,7 @@ def down() -> list[str]:
     for ns in gone:
         _run("ip", "netns", "del", ns, check=False)  # its veth pair goes with it
     _run("ip", "link", "del", BRIDGE, check=False)
+    _run("ip", "netns", "del", ROOT_NETNS, check=False)  # only the name: the namespace is this machine's own
     STATE.unlink(missing_ok=True)
     return gone
 
@@ -105,6 +108,7 @@ def up(n: int, rate: str) -> dict:
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{ROOT_ADDR}/24", "dev", BRIDGE)
         _run("ip", "link", "set", BRIDGE, "up")
+        _run("ip", "netns", "attach", ROOT_NETNS, str(os.getpid()))  # where the links meet, for --traffic
         for i in range(n):
             ns, inner, outer = host_name(i), f"cbe{i}", f"cbv{i}"
             _run("ip", "netns", "add", ns)

@@ -12,6 +12,7 @@ from conftest import ENV, commbench, table_rows
 
 from commbench.core.results import read_runs
 from commbench.hosts import parse_rate
+from commbench.profiles.store import load
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 
@@ -64,7 +65,7 @@ def test_two_hosts_at_100mbit(emulated, tmp_path):
     assert abs(mb_s - 12.5) / 12.5 < 0.15, mb_s  # 100 Mbit/s = 12.5 MB/s
     down = commbench("hosts", "down")
     assert down.code == 0 and "removed cbh0, cbh1" in down.out
-    assert "cbh" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "cb" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 @ROOT_ONLY
@@ -74,10 +75,17 @@ def test_three_hosts_at_300mbit_carry_benchmarks_and_the_ps_emulator(emulated, t
     assert emulated("3", "--rate", "300mbit").code == 0
     mb_s = bandwidth_mb_s(3, tmp_path)
     assert abs(mb_s - 37.5) / 37.5 < 0.15, mb_s
+    out = tmp_path / "ps.jsonl"
     r = commbench("ps-throughput", "--hosts", "3", "--workers", "2", "--ps", "1", "--payload", "small_cnn",
-                  "-i", "5", "--validate", timeout=300)
+                  "-i", "5", "--validate", "--traffic", "-o", str(out), timeout=300)
     assert r.code == 0, r.err
     assert "cbh0, cbh1, cbh2" in r.out and table_rows(r.out)[0][-1] == "0"
+    # --traffic between hosts: captured in the root namespace, where their links meet; a worker-step
+    # pushes the model's gradients and pulls its variables (tcp: the bytes and a small frame each)
+    traffic = {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == "ps-throughput-traffic"}
+    nbytes = load("small_cnn").nbytes
+    assert set(traffic) == {("worker", "ps"), ("ps", "worker")}
+    assert all(nbytes <= x["bytes_step"] < 1.01 * nbytes and x["steps"] == 10 for x in traffic.values()), traffic
     r = commbench("p2p-latency", "--hosts", "5", "-m", "8")
     assert r.code == 2 and "--hosts 5: 3 emulated hosts are up" in r.err
 
@@ -90,7 +98,7 @@ def test_a_failed_up_removes_what_it_made(emulated):
     try:
         r = emulated("3", "--rate", "1gbit")
         assert r.code == 2 and r.err.count("\n") == 1 and "ip link add cbv1" in r.err, r.err
-        assert "cbh" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "cb" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         assert "cbbr0" not in links and "cbv0" not in links  # the bridge and host 0's pair are gone too
     finally:

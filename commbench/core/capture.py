@@ -40,6 +40,7 @@ DATA, HEADERS, CONTINUATION = 0x0, 0x1, 0x9
 END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
 SYN = 0x02
 NOT_HTTP2 = "not HTTP/2"
+ROOT_NETNS = "cbroot"  # `commbench hosts up` names the root namespace so: emulated hosts' links meet there
 Endpoint = tuple[str, int]
 
 
@@ -298,18 +299,20 @@ def capture_main(out: str, excluded: str = "") -> int:
 class Capture:
     """A capture process of this run's connections (see the module docstring), started and stopped."""
 
-    def __init__(self, out: Path, excluded: Iterable[int], netns_of_pid1: bool = False) -> None:
+    def __init__(self, out: Path, excluded: Iterable[int], hosts: bool = False) -> None:
         cmd = [sys.executable, "-m", "commbench.core.capture", str(out), ",".join(map(str, sorted(set(excluded))))]
-        if netns_of_pid1:  # emulated hosts: capture where their links meet, in the root namespace
-            cmd = ["nsenter", "--net=/proc/1/ns/net", *cmd]
+        if hosts:  # emulated hosts: capture where their links meet, in the root namespace
+            cmd = ["ip", "netns", "exec", ROOT_NETNS, *cmd]
         self.out = out
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             err = self.proc.stderr.read().strip().splitlines()
             self.proc.wait()
+            also = f" and emulated hosts made by `commbench hosts up` (which names the root namespace {ROOT_NETNS})" \
+                if hosts else ""
             raise UsageError(f"--traffic: the packet capture did not start ({err[-1] if err else 'no output'}); "
-                             "it needs root")
+                             f"it needs root{also}")
 
     def kill(self) -> None:
         """End the capture if it still runs (the run failed before stop)."""

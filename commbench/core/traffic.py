@@ -53,7 +53,7 @@ def start(world, on_close: Callable[[Callable], object], hosts: bool) -> Capture
     if world.rank == 0:
         d = Path(tempfile.mkdtemp(prefix="commbench-traffic-"))
         on_close(lambda: shutil.rmtree(d, ignore_errors=True))
-        capture = Capture(d / "capture.json", [world.root_address[1]], netns_of_pid1=hosts)
+        capture = Capture(d / "capture.json", [world.root_address[1]], hosts=hosts)
         on_close(capture.kill)
     world.barrier("traffic-capture")
     return capture
