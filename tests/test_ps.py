@@ -1,5 +1,7 @@
 """The parameter-server emulator: TensorFlow-like placement, real updates, any transport."""
 
+import os
+
 import pytest
 from conftest import commbench, grpc_cpp, table_rows
 
@@ -118,3 +120,72 @@ def test_shard_threads_share_one_grpc_cpp_engine(tmp_path, transport):
     (row,) = read_runs(out)[0].rows
     assert row["wrong"] == 0 and row["shard_steps"] == [42]
     assert row["final_value"] == row["expected_value"]
+
+
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc", "--grpc-call", "unary"]])
+@pytest.mark.parametrize("model,workers,ps", [("small_cnn", 2, 2), ("mobilenet_v2", 3, 1)])
+def test_tf_mode_runs_tensorflows_step_with_real_updates(tmp_path, transport, model, workers, ps):
+    """--rpc tf: a chief drives every step, the shards read the gradients from the workers and apply
+    each on arrival: after k steps every trainable variable holds -k W (W + 1) / 4096 exactly."""
+    out = tmp_path / "ps.jsonl"
+    r = commbench("ps-throughput", *transport, "--rpc", "tf", "--workers", str(workers), "--ps", str(ps),
+                  "--payload", model, "-i", "3", "-x", "1", "--validate", "-o", str(out))
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["rpc"] == "tf" and row["wrong"] == 0 and row["shard_steps"] == [4] * ps
+    assert row["final_value"] == row["expected_value"] == -4 * workers * (workers + 1) / 4096
+
+
+def tf_ps_plans(model: str, ps: int):
+    from commbench.benchmarks.ps_throughput import tf_variables
+    from commbench.emulators import tf_ps
+
+    return tf_ps.plan(tf_variables(model, None), ps)
+
+
+def test_tf_mode_places_and_counts_as_tensorflow():
+    """Round-robin in creation order, non-trainable variables included, then the step counter and the
+    learning rate; the calls of a worker-step are what TF 2.21 made on the wire (docs/training.md)."""
+    from commbench.emulators import tf_ps
+
+    one, two = tf_ps_plans("small_cnn", 1), tf_ps_plans("small_cnn", 2)
+    assert [len(p.variables) for p in two] == [5, 5] and [sum(v.conv for v in p.variables) for p in two] == [3, 0]
+    assert (two[0].step_counter, two[1].learning_rate) == (True, True)
+    # small_cnn: 5 chief -> worker, 17 worker -> ps, 11 ps -> worker (1 PS); 20, 11 and 5 ps -> ps (2 PS)
+    assert tf_ps.rpcs_per_worker_step(one) == 5 + 17 + 11
+    assert tf_ps.rpcs_per_worker_step(two) == 5 + 20 + 11 + 5
+    mob = tf_ps_plans("mobilenet_v2", 2)
+    assert sum(len(p.pulls()) for p in mob) == 158 + 104 + 1  # gradients, batch-norm statistics, the counter
+    assert sum(p.lr_reads() for p in mob) == 79 and sum(len(p.reads()) for p in mob) == 262 + 38
+
+
+def wire(out, bench: str) -> dict:
+    return {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == bench}
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="a packet capture needs root")
+@pytest.mark.parametrize("model,ps", [("small_cnn", 1), ("small_cnn", 2), ("mobilenet_v2", 1), ("mobilenet_v2", 2)])
+def test_tf_mode_sends_what_tensorflow_sends_on_the_wire(tmp_path, model, ps):
+    """Real TF PS training and the emulator, both measured on the wire in this test: per role pair,
+    RPCs per worker-step within 10 % and bytes within 10 % (or, for flows of a few hundred bytes that
+    are only gRPC's headers, 32 B per RPC between the pair: grpcio's per-call headers, its deadline
+    among them, are not TF's C++ gRPC's)."""
+    tf_out, emu_out = tmp_path / "tf.jsonl", tmp_path / "emu.jsonl"
+    small = model == "small_cnn"
+    r = commbench("train", "--model", model, "--strategy", "ps", "--workers", "2", "--ps", str(ps), "--batch",
+                  "8", "--steps", "8" if small else "4", "--warmup-steps", "2", "--traffic", "-o", str(tf_out),
+                  timeout=600)
+    assert r.code == 0, r.err
+    r = commbench("ps-throughput", "-t", "grpc", "--grpc-call", "unary", "--rpc", "tf", "--workers", "2", "--ps",
+                  str(ps), "--payload", model, "-i", "4" if small else "2", "-x", "1", "--traffic", "-o", str(emu_out))
+    assert r.code == 0, r.err
+    tf, emu = wire(tf_out, "train-traffic"), wire(emu_out, "ps-throughput-traffic")
+    carried = {k for k, x in tf.items() if x["bytes_step"] >= 64}  # chief <-> ps: a few bytes of TCP keepalive
+    assert carried == set(emu), (sorted(tf), sorted(emu))
+    for k in carried:
+        a, b = tf[k], emu[k]
+        calls = a["rpcs_step"] + tf.get(k[::-1], {}).get("rpcs_step", 0)
+        assert abs(b["rpcs_step"] - a["rpcs_step"]) <= 0.1 * a["rpcs_step"], (k, a, b)
+        assert abs(b["bytes_step"] - a["bytes_step"]) <= max(0.1 * a["bytes_step"], 32 * calls), (k, a, b)

@@ -1,5 +1,7 @@
 """Parameter-server throughput (TF-gRPC-Bench's PS benchmark, with real updates): W workers x P shards,
-fully connected. Ranks 0 .. W-1 are workers (rank 0 reports), ranks W .. W+P-1 are shards.
+fully connected. Ranks 0 .. W-1 are workers (rank 0 reports), ranks W .. W+P-1 are shards; with
+``--rpc tf`` (what TensorFlow's PS training sends: ``emulators.tf_ps``) rank 0 is the chief that
+drives the workers, then W workers, then P shards.
 
 RPC/s and MB/s: all workers' RPCs and bytes over the slowest worker's wall-clock time (every worker
 starts at the same barrier, as osu_mbw_mr); steps/s is per worker, averaged; push and pull latencies
@@ -16,11 +18,13 @@ from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.argtypes import RANKS
 from commbench.core.config import RunConfig
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
-from commbench.core.payload import Payload
+from commbench.core.payload import SCHEMES, Payload
 from commbench.core.table import Column
 from commbench.core.world import World
+from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
 from commbench.emulators.ps import Shard, Worker, expected_value
+from commbench.profiles.store import load
 
 PS_LOOPS = LoopDefaults((100, 10), (10, 2))
 MS = "{:.2f}"
@@ -50,32 +54,44 @@ class PSThroughput(Benchmark):
         parser.add_argument("--mode", choices=("sync", "async"), default="sync",
                             help="sync: shards average all workers' pushes each step (default); async: every "
                                  "push applied on arrival, no barrier")
-        parser.add_argument("--rpc", choices=("packed", "per-tensor"), default="packed",
+        parser.add_argument("--rpc", choices=("packed", "per-tensor", "tf"), default="packed",
                             help="packed: one push and one pull per worker, shard and step (TF-gRPC-Bench's, "
                                  "the default); per-tensor: every gradient pushed and every variable pulled "
-                                 "as its own RPC, as TensorFlow's PS training sends them")
+                                 "as its own call; tf: what TensorFlow's PS training sends, measured on the "
+                                 "wire (a chief rank driving each step, the shards calling the workers for "
+                                 "gradients, control calls and scalar reads; gradients applied on arrival)")
         parser.set_defaults(payload="skew")
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:
-        return args.workers + args.ps
+        return args.workers + args.ps + (args.rpc == "tf")
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
         self.nw, self.np_ = config.args.workers, config.args.ps
+        self.tf = config.args.rpc == "tf"
+        first = 1 if self.tf else 0  # tf: rank 0 is the chief
+        self.workers = list(range(first, first + self.nw))
+        self.shards = list(range(first + self.nw, first + self.nw + self.np_))
 
     def peers(self, world: World) -> list[int]:
-        workers, shards = range(self.nw), range(self.nw, self.nw + self.np_)
-        return list(shards) if world.rank < self.nw else list(workers)
+        me = world.rank
+        if me in self.workers:
+            return ([0] if self.tf else []) + self.shards
+        if me in self.shards:
+            return self.workers + ([s for s in self.shards if s != me] if self.tf else [])
+        return self.workers  # the chief
 
     def roles(self, world: World) -> list[str]:
-        return ["worker"] * self.nw + ["ps"] * self.np_
+        return ["chief"] * self.tf + ["worker"] * self.nw + ["ps"] * self.np_
 
     def traffic_steps(self, timing: Timing) -> int:
         """Worker-steps, as ``train --traffic`` counts them for the PS strategy."""
         return max(1, timing.n * self.nw)
 
     def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
+        if self.tf:
+            return self.prepare_tf(ctx, payload, checked)
         me, nw, np_ = ctx.world.rank, self.nw, self.np_
         owners = place(payload.sizes, np_, self.args.placement)
         per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
@@ -92,7 +108,40 @@ class PSThroughput(Benchmark):
                                     "value": float(shard.var_f[0][0]) if shard.var_f and len(shard.var_f[0])
                                     else None})
 
+    def prepare_tf(self, ctx: Context, payload: Payload, checked: bool) -> Side:
+        me, variables = ctx.world.rank, tf_variables(self.args.payload, payload)
+        owners = place([v.nbytes for v in variables], self.np_, self.args.placement) \
+            if self.args.placement != "round-robin" else None
+        plans = dict(zip(self.shards, tf_ps.plan(variables, self.np_, owners), strict=True))
+        if me == 0:
+            return Side(step=tf_ps.Chief(self.workers, ctx.links, len(variables)).round)
+        if me in self.workers:
+            worker = tf_ps.Worker(me - 1, 0, plans, ctx.links, len(variables))
+            return Side(run=worker.run, begin=worker.start, report=lambda: {"pull": worker.pull_ns})
+        shard = tf_ps.Shard(me, plans, self.workers, ctx.links)
+        return Side(run=shard.run, wrong=shard.wrong if checked else (lambda: 0),
+                    report=lambda: {"push": [x for rec in shard.push_ns for x in rec], "steps": shard.steps,
+                                    "rpcs": tf_ps.rpcs_per_worker_step(list(plans.values())),
+                                    "nbytes": sum(v.nbytes for v in variables),
+                                    "held": sum(v.nbytes for v in shard.plan.variables), "value": shard.value()})
+
+    def row_tf(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        nw, n = self.nw, timing.n
+        chief, workers, shards = reports[0], reports[1:1 + nw], reports[1 + nw:]
+        wall = chief["wall_ns"] / 1e9  # n rounds: one step of every worker each
+        push = np.asarray([x for s in shards for x in s["push"]], dtype=np.float64) / 1e6
+        pull = np.asarray([x for w in workers for x in w["pull"]], dtype=np.float64) / 1e6
+        return {"workers": nw, "ps": self.np_, "iterations": n, "steps_s": n / wall,
+                "rpc_s": shards[0]["rpcs"] * n * nw / wall, "mb_s": 2 * shards[0]["nbytes"] * n * nw / wall / 1e6,
+                "push_p50_ms": float(np.percentile(push, 50)), "push_p99_ms": _p99(push),
+                "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": _p99(pull),
+                "shard_mb": "/".join(f"{s['held'] / 1e6:.1f}" for s in shards),
+                "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
+                "expected_value": expected_value(shards[0]["steps"], nw, True), "ps_mode": "tf", "rpc": "tf"}
+
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        if self.tf:
+            return self.row_tf(payload, timing, reports)
         nw, np_ = self.nw, self.np_
         workers, shards = reports[:nw], reports[nw:]
         owners = place(payload.sizes, np_, self.args.placement)
@@ -116,3 +165,13 @@ class PSThroughput(Benchmark):
 
 def _p99(values: np.ndarray) -> float | None:
     return float(np.percentile(values, 99)) if len(values) >= 100 else None
+
+
+def tf_variables(spec: str | None, payload: Payload) -> list[tf_ps.Variable]:
+    """The model's variables in creation order, trainable or not, where --payload names a profile that
+    lists them; else the payload's buffers, all trainable."""
+    if spec and spec.partition(":")[0] not in SCHEMES:
+        prof = load(spec)
+        return [tf_ps.Variable(t.nbytes, t.trainable, len(t.shape) == 4 and t.name.endswith("/kernel")
+                               and "depthwise" not in t.name) for t in prof.variables]
+    return [tf_ps.Variable(n) for n in payload.sizes]

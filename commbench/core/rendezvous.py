@@ -193,7 +193,8 @@ def _connect_any(hosts: list[str], port: int, timeout: float) -> socket.socket:
 
 
 class StoreClient:
-    """One rank's connection to the store. Used only from the rank's main thread."""
+    """One rank's connection to the store. A request and its answer hold ``lock``: threads of a rank
+    (an emulator serving several peers, each transport waiting asks whether a rank died) share it."""
 
     def __init__(self, host: str, port: int, token: str, rank: int, size: int, my_host: str, timeout: float,
                  role: str = "rank") -> None:
@@ -229,13 +230,18 @@ class StoreClient:
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         self.local_address = self.sock.getsockname()[0]
+        self.lock = threading.Lock()
 
     def set(self, key: str, value: bytes) -> None:
-        self._send(SET, {"key": key}, value)
+        with self.lock:
+            self._send(SET, {"key": key}, value)
 
     def get(self, key: str, timeout: float | None = None) -> bytes:
         """The value of key once some rank sets it; waits ``timeout`` (default the run's) at most."""
-        wait = self.timeout if timeout is None else timeout
+        with self.lock:
+            return self._get(key, self.timeout if timeout is None else timeout)
+
+    def _get(self, key: str, wait: float) -> bytes:
         self._send(GET, {"key": key, "timeout": wait})
         try:
             self.sock.settimeout(wait + 5)
@@ -254,11 +260,12 @@ class StoreClient:
 
     def check(self) -> None:
         """Raise if a rank died or aborted the run (cheap; for ranks waiting on a peer)."""
-        self._send(STATUS, {})
-        try:
-            kind, obj, _ = read_frame(self.sock)
-        except (OSError, ConnectionError, FrameError) as exc:
-            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+        with self.lock:
+            self._send(STATUS, {})
+            try:
+                kind, obj, _ = read_frame(self.sock)
+            except (OSError, ConnectionError, FrameError) as exc:
+                raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
         if obj.get("aborted"):
             raise RunAborted(str(obj["aborted"][0]), int(obj["aborted"][1]))
         if obj.get("failed"):
@@ -266,14 +273,15 @@ class StoreClient:
 
     def beat(self, stale_after: float) -> dict:
         """Watchdog connection: report this rank alive; get the run's status back."""
-        self._send(BEAT, {"stale_after": stale_after})
-        try:
-            return read_frame(self.sock)[1]
-        except (OSError, ConnectionError, FrameError) as exc:
-            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+        with self.lock:
+            self._send(BEAT, {"stale_after": stale_after})
+            try:
+                return read_frame(self.sock)[1]
+            except (OSError, ConnectionError, FrameError) as exc:
+                raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
 
     def abort(self, message: str, code: int) -> None:
-        with contextlib.suppress(PeerError):
+        with contextlib.suppress(PeerError), self.lock:
             self._send(ABORT, {"message": message, "code": code})
 
     def close(self) -> None:

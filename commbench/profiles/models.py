@@ -78,21 +78,26 @@ def bert_base(tf, layers_n: int = 12, hidden: int = 768, heads: int = 12, ffn: i
 
 
 def profile(name: str, out: Path) -> tuple[int, int]:
-    """Write the model's trainable variables to ``out``; returns (tensors, parameters)."""
+    """Write the model's variables to ``out`` (trainable or not, in creation order); returns (trainable
+    tensors, their parameters)."""
     tf = tensorflow()
     model, source = build(name)
-    variables = model.trainable_variables
+    trainable = {id(v) for v in model.trainable_variables}
     tensors = []
-    for v in variables:
+    for v in model.variables:
         dtype = v.dtype if isinstance(v.dtype, str) else v.dtype.name
         shape = tuple(int(d) for d in v.shape)
         n = 1
         for d in shape:
             n *= d
-        tensors.append(Tensor(getattr(v, "path", None) or v.name, shape, dtype, n * ITEMSIZE[dtype]))
-    params = sum(t.nbytes // ITEMSIZE[t.dtype] for t in tensors)
+        name_ = getattr(v, "path", None) or v.name
+        tensors.append(Tensor(name_, shape, dtype, n * ITEMSIZE[dtype], id(v) in trainable))
+    fixed = [t for t in tensors if not t.trainable]
+    tensors_n = len(tensors) - len(fixed)
+    params = sum(t.nbytes // ITEMSIZE[t.dtype] for t in tensors if t.trainable)
     meta = {"model": name if ":" not in name and not Path(name).is_dir() else Path(name).name.replace(":", "_"),
             "framework": f"tensorflow {tf.__version__}, keras {getattr(tf.keras, '__version__', '?')}",
-            "parameters": str(params), "tensors": str(len(tensors)), "source": source}
+            "parameters": str(params), "tensors": str(tensors_n),
+            "non-trainable": f"{len(fixed)} tensors, {sum(t.nbytes for t in fixed)} bytes", "source": source}
     write(out, meta, tensors)
-    return len(tensors), params
+    return tensors_n, params

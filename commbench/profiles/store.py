@@ -1,11 +1,14 @@
-"""Profiles on disk: ``payloads/<name>.csv`` with a commented header, then one row per trainable tensor.
+"""Profiles on disk: ``payloads/<name>.csv`` with a commented header, then one row per variable in
+creation order, trainable (1: its gradient is what payloads send) or not (0: batch-norm statistics,
+which TensorFlow's PS training moves too). Profiles without the trainable column list trainable
+variables only.
 
     # model: resnet50
     # framework: tensorflow 2.21.0, keras 3.15.1
     # parameters: 25583592
     # source: keras.applications.ResNet50(weights=None)
-    name,shape,dtype,bytes
-    conv1_conv/kernel,7x7x3x64,float32,37632
+    name,shape,dtype,bytes,trainable
+    conv1_conv/kernel,7x7x3x64,float32,37632,1
 
 Reading needs no TensorFlow. A malformed file is named with its line number.
 """
@@ -24,6 +27,7 @@ from commbench.core.results import read_text_file
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
 COLUMNS = ["name", "shape", "dtype", "bytes"]
+COLUMNS_ALL = [*COLUMNS, "trainable"]  # every variable, in creation order; older profiles: trainable only
 
 
 @dataclass(frozen=True)
@@ -32,13 +36,26 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
+    trainable: bool = True
 
 
 @dataclass(frozen=True)
 class Profile:
+    """A model's variables: ``tensors`` the trainable ones (a gradient each: what payloads send),
+    ``variables`` all of them in creation order (TensorFlow places them in that order), the
+    non-trainable ones (batch-norm statistics) included where the profile lists them."""
+
     name: str
     meta: dict[str, str]
-    tensors: tuple[Tensor, ...]
+    variables: tuple[Tensor, ...]
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.variables if t.trainable)
+
+    @property
+    def non_trainable(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.variables if not t.trainable)
 
     @property
     def nbytes(self) -> int:
@@ -104,21 +121,25 @@ def parse(path: Path) -> Profile:
             continue
         fields = next(csv.reader([line]))
         if not header_seen:
-            if fields != COLUMNS:
-                raise UsageError(f"{path}:{lineno}: expected the header {','.join(COLUMNS)}, found {line!r}")
-            header_seen = True
+            if fields not in (COLUMNS, COLUMNS_ALL):
+                raise UsageError(f"{path}:{lineno}: expected the header {','.join(COLUMNS_ALL)} (or without "
+                                 f"trainable), found {line!r}")
+            header_seen, width = True, len(fields)
             continue
-        tensors.append(_tensor(path, lineno, fields))
-    if not tensors:
-        raise UsageError(f"{path}: no tensors in this profile")
+        tensors.append(_tensor(path, lineno, fields, width))
+    if not any(t.trainable for t in tensors):
+        raise UsageError(f"{path}: no trainable tensors in this profile")
     return Profile(meta.get("model", path.stem), meta, tuple(tensors))
 
 
-def _tensor(path: Path, lineno: int, fields: list[str]) -> Tensor:
+def _tensor(path: Path, lineno: int, fields: list[str], width: int = 4) -> Tensor:
     where = f"{path}:{lineno}"
-    if len(fields) != 4:
-        raise UsageError(f"{where}: expected 4 fields (name,shape,dtype,bytes), found {len(fields)}")
-    name, shape_text, dtype, nbytes_text = fields
+    if len(fields) != width:
+        raise UsageError(f"{where}: expected {width} fields ({','.join(COLUMNS_ALL[:width])}), found {len(fields)}")
+    name, shape_text, dtype, nbytes_text = fields[:4]
+    trainable = fields[4] if width == 5 else "1"
+    if trainable not in ("0", "1"):
+        raise UsageError(f"{where}: trainable must be 1 or 0, not {trainable!r}")
     try:
         shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else ()
         nbytes = int(nbytes_text)
@@ -129,7 +150,7 @@ def _tensor(path: Path, lineno: int, fields: list[str]) -> Tensor:
         raise UsageError(f"{where}: unknown dtype {dtype!r}; one of {', '.join(ITEMSIZE)}")
     if any(d < 0 for d in shape) or nbytes != prod(shape) * ITEMSIZE[dtype]:
         raise UsageError(f"{where}: {nbytes} bytes do not match shape {shape_text} of {dtype}")
-    return Tensor(name, shape, dtype, nbytes)
+    return Tensor(name, shape, dtype, nbytes, trainable == "1")
 
 
 def write(path: Path, profile_meta: dict[str, str], tensors: list[Tensor]) -> None:
@@ -137,6 +158,6 @@ def write(path: Path, profile_meta: dict[str, str], tensors: list[Tensor]) -> No
         for k, v in profile_meta.items():
             fh.write(f"# {k}: {v}\n")
         w = csv.writer(fh)
-        w.writerow(COLUMNS)
+        w.writerow(COLUMNS_ALL)
         for t in tensors:
-            w.writerow([t.name, "x".join(str(d) for d in t.shape), t.dtype, t.nbytes])
+            w.writerow([t.name, "x".join(str(d) for d in t.shape), t.dtype, t.nbytes, int(t.trainable)])
