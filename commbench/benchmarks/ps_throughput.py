@@ -113,6 +113,7 @@ class PSThroughput(Benchmark):
         owners = place([v.nbytes for v in variables], self.np_, self.args.placement) \
             if self.args.placement != "round-robin" else None
         plans = dict(zip(self.shards, tf_ps.plan(variables, self.np_, owners), strict=True))
+        self.tf_totals = (tf_ps.rpcs_per_worker_step(list(plans.values())), sum(v.nbytes for v in variables))
         if me == 0:
             return Side(step=tf_ps.Chief(self.workers, ctx.links, len(variables)).round)
         if me in self.workers:
@@ -121,18 +122,17 @@ class PSThroughput(Benchmark):
         shard = tf_ps.Shard(me, plans, self.workers, ctx.links)
         return Side(run=shard.run, wrong=shard.wrong if checked else (lambda: 0),
                     report=lambda: {"push": [x for rec in shard.push_ns for x in rec], "steps": shard.steps,
-                                    "rpcs": tf_ps.rpcs_per_worker_step(list(plans.values())),
-                                    "nbytes": sum(v.nbytes for v in variables),
                                     "held": sum(v.nbytes for v in shard.plan.variables), "value": shard.value()})
 
     def row_tf(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
         nw, n = self.nw, timing.n
         chief, workers, shards = reports[0], reports[1:1 + nw], reports[1 + nw:]
         wall = chief["wall_ns"] / 1e9  # n rounds: one step of every worker each
+        rpcs, nbytes = self.tf_totals  # rank 0, the chief, prepared this point too
         push = np.asarray([x for s in shards for x in s["push"]], dtype=np.float64) / 1e6
         pull = np.asarray([x for w in workers for x in w["pull"]], dtype=np.float64) / 1e6
         return {"workers": nw, "ps": self.np_, "iterations": n, "steps_s": n / wall,
-                "rpc_s": shards[0]["rpcs"] * n * nw / wall, "mb_s": 2 * shards[0]["nbytes"] * n * nw / wall / 1e6,
+                "rpc_s": rpcs * n * nw / wall, "mb_s": 2 * nbytes * n * nw / wall / 1e6,
                 "push_p50_ms": float(np.percentile(push, 50)), "push_p99_ms": _p99(push),
                 "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": _p99(pull),
                 "shard_mb": "/".join(f"{s['held'] / 1e6:.1f}" for s in shards),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -49,6 +50,26 @@ def split(msg: Message, per_tensor: bool) -> list[Message]:
     """The message itself, or one message per tensor over the same memory (TF sends each tensor as
     its own RPC: RecvTensor for gradients, one read per variable)."""
     return [Message.over([a]) for a in msg.arrays] if per_tensor else [msg]
+
+
+def run_threads(jobs: Sequence[Callable[[], None]]) -> None:
+    """Run each job in a thread of its own (one job: in this one); the first error is re-raised here."""
+    if len(jobs) == 1:
+        return jobs[0]()
+    errors: list[BaseException] = []
+
+    def run(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(j,), daemon=True) for j in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 class Shard:
@@ -99,8 +120,6 @@ class Shard:
 
     def run_async(self, n: int) -> None:
         """n steps of every worker, each worker served by its own thread, updates applied on arrival."""
-        errors: list[BaseException] = []
-
         def serve(w: int) -> None:
             grad = Message(self.grad.sizes)
             grad_f = floats(grad)
@@ -115,22 +134,13 @@ class Shard:
                     return ack
                 return applied
             appliers = [apply(span) for span in self.spans]
-            try:
-                for _ in range(n):
-                    for part, applied in zip(parts, appliers, strict=True):
-                        self.links[w].serve(1, part, applied)
-                    for part in self.var_parts:
-                        self.links[w].serve(1, req, part)
-            except BaseException as exc:  # re-raised by the shard's main thread
-                errors.append(exc)
+            for _ in range(n):
+                for part, applied in zip(parts, appliers, strict=True):
+                    self.links[w].serve(1, part, applied)
+                for part in self.var_parts:
+                    self.links[w].serve(1, req, part)
 
-        threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in self.workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        run_threads([lambda w=w: serve(w) for w in self.workers])
         self.steps += n
 
     def wrong(self) -> int:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.core.message import Message
-from commbench.emulators.ps import LR, floats, gradient_value
+from commbench.emulators.ps import LR, floats, gradient_value, run_threads
 from commbench.transports.base import Link
 
 # message sizes (bytes of the message: the DATA TF's gRPC sends, less its 5-byte prefix)
@@ -107,26 +107,6 @@ def timed_call(link: Link, request: Message, reply: Message, record: list[int], 
     link.call(request, reply)
     record[i] = time.perf_counter_ns() - t
     return i + 1
-
-
-def run_threads(jobs: Sequence[Callable[[], None]]) -> None:
-    """Run jobs in threads of their own; the first error is re-raised here."""
-    if len(jobs) == 1:
-        return jobs[0]()
-    errors: list[BaseException] = []
-
-    def run(job: Callable[[], None]) -> None:
-        try:
-            job()
-        except BaseException as exc:
-            errors.append(exc)
-    threads = [threading.Thread(target=run, args=(j,), daemon=True) for j in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 class Chief:

@@ -205,8 +205,7 @@ class VerbsLink(Link):
         self.mailbox[:] = 0  # no advert yet
         self.advert_mr = api.mr.MR(t.pd, MAILBOX, e.IBV_ACCESS_LOCAL_WRITE)
         self.advert_mem = _region(self.advert_mr, MAILBOX)
-        self.advert_inline = self.max_inline >= ADVERT.size  # copied at post: the buffer is free at once
-        inline = e.IBV_SEND_INLINE if self.advert_inline else 0
+        inline = e.IBV_SEND_INLINE if self.max_inline >= ADVERT.size else 0  # copied at post, not read later
         self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
                                        sg=[api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)],
                                        send_flags=e.IBV_SEND_SIGNALED | inline)
@@ -464,11 +463,10 @@ class VerbsLink(Link):
 
     def _advertise(self, msg: Message) -> None:
         """Tell the peer where the message this receive waits for (number ``received``) may go directly,
-        if it is large enough and none has arrived already."""
-        if not self.direct or msg.nbytes < DIRECT_FROM or self.stash or self.advertised == (self.received, id(msg)):
+        if it is large enough and none has arrived already. Callers have reaped every send first, so the
+        advert buffer is free even where the device would not take the advert inline."""
+        if not self.direct or msg.nbytes < DIRECT_FROM or self.stash:
             return
-        if not self.advert_inline:
-            self._reap(True)  # the advert buffer is read by the device until its write completes
         mine = self.t.registry.span(msg)
         if mine is None:
             return
