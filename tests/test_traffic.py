@@ -156,3 +156,37 @@ def test_tcp_bytes_on_the_wire_are_the_messages_and_their_framing(tmp_path):
     assert window <= rows[("rank0", "rank1")]["bytes_step"] < window * 1.001
     assert 4 <= rows[("rank1", "rank0")]["bytes_step"] < 100
     assert rows[("rank0", "rank1")]["rpcs_step"] == 0
+
+
+@root
+def test_the_capture_stops_promptly_while_packets_keep_coming(tmp_path):
+    """A steady flow on loopback (packets every 10 ms: the capture's 0.2 s receive timeout never
+    fires) must not keep the capture from stopping (CI once waited 60 s for it and failed the run)."""
+    import threading
+    import time
+
+    from commbench.core.capture import Capture
+
+    cap = Capture(tmp_path / "c.json", [])
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        with socket.create_connection(srv.getsockname()) as c, srv.accept()[0] as a:
+            going = threading.Event()
+            going.set()
+
+            def flood() -> None:
+                while going.is_set():
+                    c.sendall(b"x" * 1000)
+                    a.recv(65536)
+                    time.sleep(0.01)
+            t = threading.Thread(target=flood)
+            t.start()
+            try:
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                cap.stop(timeout=10)
+                assert time.monotonic() - t0 < 5
+            finally:
+                going.clear()
+                t.join()

@@ -268,14 +268,10 @@ def capture_main(out: str, excluded: str = "") -> int:
     view = memoryview(buf)
     anc = socket.CMSG_SPACE(16)
     print("ready", flush=True)
-    while True:
+    while not stop:  # checked after every packet: on a busy interface the 0.2 s timeout may never come
         try:
             n, ancdata, _, addr = sock.recvmsg_into([buf], anc, socket.MSG_TRUNC)  # n: the whole frame
-        except TimeoutError:
-            if stop:
-                break
-            continue
-        except InterruptedError:
+        except (TimeoutError, InterruptedError):
             continue
         if addr[2] == PACKET_OUTGOING:
             continue
