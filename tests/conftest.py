@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -45,12 +46,13 @@ def spawn(*args: str, **kw) -> subprocess.Popen:
 
 
 def free_port() -> int:
-    """A port that was free a moment ago, with its successors (rank data ports) free too."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 60000 and all(_free(port + k) for k in range(1, 6)):
+    """A port free a moment ago, with its successors (rank data ports) free too, taken from below the
+    kernel's ephemeral range: a port-0 bind or an outgoing connection elsewhere on the machine can
+    take an ephemeral port between this check and the test's bind (it did, in CI), never these."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low - 8)
+        if all(_free(port + k) for k in range(6)):
             return port
     raise RuntimeError("no free port range")
 
