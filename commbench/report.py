@@ -144,15 +144,23 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
     tr = df[df.bench == "train"]
     if len(pr) or len(tr):
         p = out / "training.png"
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        fig, ax = plt.subplots(figsize=(max(7.5, 0.45 * len(pr)), 5.5 if len(pr) > 6 else 4.5))
         if len(pr):
-            names = [f"{r.label or r.strategy}" for r in pr.itertuples()]
+            names = [" ".join(str(x) for x in (r.label or "", r.model, r.strategy, f"W={r.workers}")).strip()
+                     for r in pr.itertuples()]
             xs = range(len(pr))
             ax.bar([x - 0.2 for x in xs], pr["measured_images_s"], 0.4, label="measured")
-            ax.bar([x + 0.2 for x in xs], pr["images_s"], 0.4, label="predicted")
-            ax.set_xticks(list(xs), names, fontsize=8)
-            table = pr[["label", "strategy", "model", "workers", "ps", "measured_images_s", "images_s", "error_pct",
-                        "compute_ms", "comm_ms"]]
+            err = None
+            if {"images_lo", "images_hi"} <= set(pr.columns) and pr["images_lo"].notna().all():
+                err = [pr["images_s"] - pr["images_lo"], pr["images_hi"] - pr["images_s"]]
+            ax.bar([x + 0.2 for x in xs], pr["images_s"], 0.4, yerr=err, capsize=2,
+                   label="predicted (bars: its uncertainty)" if err is not None else "predicted")
+            ax.set_xticks(list(xs), names, fontsize=7, rotation=45, ha="right")
+            if pr["measured_images_s"].max() / max(pr["measured_images_s"].min(), 1e-9) > 20:
+                ax.set_yscale("log")
+            cols = ["label", "strategy", "model", "workers", "ps", "measured_images_s", "images_s", "images_lo",
+                    "images_hi", "error_pct", "within", "compute_ms", "comm_ms"]
+            table = pr[[c for c in cols if c in pr.columns]]
         else:
             ax.bar(range(len(tr)), tr["images_s"], 0.6, label="measured")
             ax.set_xticks(range(len(tr)), list(tr["series"]), fontsize=8)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The transport study (docs/study.md), end to end, from a clean checkout (as root: emulated hosts):
-#   bash launchers/study.sh            # about 15 minutes on a 2-core VM
+#   bash launchers/study.sh            # about 40 minutes on a 2-core VM
 # 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, grpc-cpp, mpi, tf-grpc (loopback)
 # 2. ps-throughput with resnet50 gradients: 1-2 workers x 1-2 PS, tcp and grpc
-# 3. small-cnn PS training (chief + 2 workers + 1 PS, one per emulated host) at 100mbit, 1gbit and
-#    unshaped links, each with a grpc p2p sweep and a --batch 1 run, then commbench predict
+# 3. launchers/predict.sh: TF's runtime calibrated once on small_cnn, then small_cnn and mobilenet_v2,
+#    ps and mirrored, trained over emulated links at 200mbit, 500mbit, 1gbit and unshaped (and W=3)
+#    and predicted from a p2p sweep over the same links and that calibration only
 # 4. commbench report -> docs/study/ (PNGs + report.md), pasted between the study markers in docs/study.md
 # Results files stay in study-results/ (STUDY_RESULTS=dir to change). QUICK=1 shortens every run;
 # REPORT_ONLY=1 redoes step 4 from the results files already there.
@@ -18,8 +19,8 @@ OUT=docs/study
 if [ "${REPORT_ONLY:-0}" != 1 ]; then rm -rf "$R"; fi
 mkdir -p "$R" "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPAL_PREFIX="$PWD/.venv"
-if [ "${QUICK:-0}" = 1 ]; then LAT="-i 100 -x 10"; BW="-i 5 -x 1"; PSI="-i 5"; STEPS=20; else
-  LAT="-i 1000 -x 100"; BW="-i 20 -x 2"; PSI="-i 20"; STEPS=60; fi
+if [ "${QUICK:-0}" = 1 ]; then LAT="-i 100 -x 10"; BW="-i 5 -x 1"; PSI="-i 5"; else
+  LAT="-i 1000 -x 100"; BW="-i 20 -x 2"; PSI="-i 20"; fi
 trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
 
 step() { echo "== $*" >&2; }
@@ -42,24 +43,14 @@ for t in "tcp" "grpc --grpc-call unary"; do for w in 1 2; do for p in 1 2; do
   $CB ps-throughput -t $t --workers "$w" --ps "$p" --payload resnet50 $PSI -o "$R/ps.jsonl" >/dev/null
 done; done; done
 
-step "3. small-cnn PS training over emulated links"
-for rate in 100mbit 1gbit none; do
-  $CB hosts up 4 --rate "$rate" >/dev/null
-  # shellcheck disable=SC2086
-  $CB p2p-latency -t grpc --grpc-call unary --hosts 4 -m 8:1M -i 50 -x 5 -o "$R/link_$rate.jsonl" >/dev/null
-  $CB train --hosts 4 --strategy ps --workers 2 --ps 1 --model small-cnn --steps "$STEPS" \
-    -o "$R/train_$rate.jsonl" 2>/dev/null | tail -1 >&2
-  $CB train --hosts 4 --strategy ps --workers 2 --ps 1 --model small-cnn --steps 20 --batch 1 \
-    -o "$R/train1_$rate.jsonl" >/dev/null 2>&1
-  label=$rate; [ "$rate" = none ] && label=unshaped
-  $CB predict --p2p "$R/link_$rate.jsonl" --train "$R/train_$rate.jsonl" --overhead "$R/train1_$rate.jsonl" \
-    --label "$label" -o "$R/predict.jsonl" | sed -n 4p >&2
-done
+step "3. training predicted out of sample: launchers/predict.sh"
+rm -rf "$R/predict"
+OUT="$R/predict" CB="$CB" QUICK="${QUICK:-0}" bash launchers/predict.sh
 $CB hosts down >/dev/null
 fi
 
 step "4. report"
-$CB report "$R"/latency.jsonl "$R"/bandwidth.jsonl "$R"/ps.jsonl "$R"/predict.jsonl -o "$OUT" --format md
+$CB report "$R"/latency.jsonl "$R"/bandwidth.jsonl "$R"/ps.jsonl "$R"/predict/predict.jsonl -o "$OUT" --format md
 python3 - "$OUT/report.md" <<'EOF'
 import re, sys
 from pathlib import Path

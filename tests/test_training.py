@@ -6,14 +6,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import ENV, commbench, table_rows
+from conftest import BIN, ENV, commbench, table_rows
 
 from commbench.core.errors import UsageError
 from commbench.core.imports import TF_NOISE
 from commbench.core.results import read_runs
+from commbench.emulators import tf_ps
 from commbench.training import predict as pr
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 # -- predict: hand-computed cases -------------------------------------------------------------------
@@ -31,26 +35,95 @@ def test_predict_ps_by_hand():
     link = pr.LinkModel(100.0, 1000.0)
     sizes = [1_000_000, 2_000_000, 3_000_000]  # round-robin on 2 shards: [4 MB, 2 MB]
     p = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link)
-    # busiest link: max(2 workers x 4 MB shard, 6 MB model) = 8 MB -> 100 us + 8000 us each way
-    assert p.terms == {"pull_ms": pytest.approx(8.1), "push_ms": pytest.approx(8.1)}
-    assert p.step_ms == pytest.approx(66.2) and p.images_s == pytest.approx(64 / 66.2e-3)
+    # as --rpc tf sends: a worker reads each shard's variables and its 21 B control token, and the step
+    # counter (23 B) from shard 1 (3 variables, round-robin); the PS reads the gradients and the counter
+    # busiest link: max(2 workers x shard 0's 4 MB + 21 B, a worker's 6 MB + 65 B) = 8,000,042 B read
+    # and max(2 x 4 MB, 6 MB + 23 B) = 8 MB of gradients, at 100 us + n / 1000 B/us
+    assert p.beta_bytes == 16_000_042
+    assert p.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(8.1)}
+    assert p.step_ms == pytest.approx(66.200042) and p.images_s == pytest.approx(64 / 66.200042e-3)
     assert p.one_worker_images_s == pytest.approx(640.0)
-    assert p.min_beta_mb_s == pytest.approx(2 * 8e6 / (50_000 - 200))  # (W-1) compute - 2 alpha of room
-    shared = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, shared_host=True)  # 2 x 6 MB through one path
-    assert shared.step_ms == pytest.approx(50 + 2 * 12.1)
-    greedy = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, policy="greedy")  # shards [4 MB, 2 MB] again
-    assert greedy.step_ms == pytest.approx(66.2)
-    assert pr.predict_ps(sizes, 1, 1, 32, 50.0, link).min_beta_mb_s is None
+    # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB
+    assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b))) == \
+        pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
+    shared = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, shared_host=True)  # 2 x a worker's bytes, one path
+    assert shared.step_ms == pytest.approx(50 + (100 + 2 * 6_000_065 / 1000) / 1e3 + (100 + 2 * 6_000_023 / 1000) / 1e3)
+    greedy = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, policy="greedy")  # shards [3 MB + 1 MB, 2 MB]
+    assert greedy.beta_bytes == pytest.approx(p.beta_bytes, abs=60)
+    assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 1, 1, 32, 50.0, pr.LinkModel(100.0, b))) is None
+    assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 0.1, pr.LinkModel(100.0, b))) is None
 
 
-def test_overhead_adds_a_fixed_step_cost_and_raises_the_minimum_bandwidth():
+def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_tensors():
     link = pr.LinkModel(100.0, 1000.0)
-    p = pr.predict_ps([1_000_000, 2_000_000, 3_000_000], 2, 2, 32, 50.0, link)
-    q = pr.with_overhead(p, 10.0)
-    assert q.step_ms == pytest.approx(76.2) and q.images_s == pytest.approx(64 / 76.2e-3)
-    assert q.terms["tf_overhead_ms"] == 10.0 and q.comm_ms == pytest.approx(26.2)
-    assert q.min_beta_mb_s == pytest.approx(16e6 / (50_000 - 200 - 10_000))
-    assert pr.with_overhead(p, 60.0).min_beta_mb_s is None  # the overhead alone eats what W workers save
+    small = tuple(tf_ps.Variable(n) for n in (1000, 2000))
+    shape = pr.Shape("ps", 2, 1, 1, small)
+    # a worker-step of --rpc tf on 1 shard: 3 Enqueue + 2 chief calls, 2 shard calls, 2 variables + token +
+    # step counter read, 2 gradients + counter pulled
+    assert shape.units() == 2 * (3 + 2 + 2 + 4 + 3)
+    assert pr.Shape("ps", 4, 2, 1, small * 3).units() == 4 * tf_ps.rpcs_per_worker_step(tf_ps.plan(list(small * 3), 2))
+    assert pr.Shape("mirrored", 3, 0, 1, small + (tf_ps.Variable(8, trainable=False),)).units() == 3 * 2
+    exact = pr.Link(link, link, link)
+
+    def run(shape: pr.Shape, per_unit: float, wobble: float = 0.0) -> pr.Calibrated:
+        step = pr.with_runtime(shape.at(0.5, link), shape.units(), per_unit).step_ms
+        return pr.Calibrated(shape, exact, pr.Span.of(step, step - wobble, step + wobble), pr.Span.of(0.5))
+
+    # three repeats: 0.4, 0.5, 0.6 ms per RPC: the fit is their least-squares middle; its ends reach
+    # each repeat's own value, and each run's interval (1 ms over 28 RPCs) beyond
+    rt = pr.fit_runtime([run(shape, 0.4, 1.0), run(shape, 0.5, 1.0), run(shape, 0.6, 1.0)])
+    assert rt.mid == pytest.approx(0.5) and rt.lo == pytest.approx(0.4) and rt.hi == pytest.approx(0.6)
+    tight = pr.fit_runtime([run(shape, 0.5, 1.0)] * 3)
+    assert tight.lo == pytest.approx(0.5 - 1 / 28) and tight.hi == pytest.approx(0.5 + 1 / 28)
+    # a second shape with 4x the RPCs: least squares weighs runs by their units
+    big = pr.Shape("ps", 8, 1, 1, small)
+    assert pr.fit_runtime([run(shape, 0.5), run(big, 0.5)]).mid == pytest.approx(0.5)
+    assert pr.Span.over([pr.Span.of(1.0, 0.9, 1.2), pr.Span.of(3.0)]) == pr.Span(2.0, 0.9, 3.0)
+
+
+def test_fit_span_gives_a_fast_and_a_slow_link():
+    rows = [{"size": s, "p50_us": 10 + s / 1000, "p50_ci_lo_us": 9 + s / 1100, "p50_ci_hi_us": 12 + s / 900}
+            for s in (8, 65536, 1 << 20)]
+    link = pr.fit_span(rows)
+    assert link.mid.alpha_us == pytest.approx(10.008) and link.mid.beta_mb_s == pytest.approx(1000)
+    assert link.fast.alpha_us < link.mid.alpha_us < link.slow.alpha_us
+    assert link.slow.beta_mb_s == pytest.approx(900) and link.fast.beta_mb_s == pytest.approx(1100)
+
+
+def _results(path, bench, rows, **options):
+    meta = {"type": "meta", "bench": bench, "options": options, "hosts": ["a", "b"]}
+    path.write_text("\n".join(json.dumps(x) for x in [meta, *({"type": "row", "bench": bench, **r} for r in rows)])
+                    + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("compute_ci,verdict", [((40.0, 41.0), "pays off"),
+                                                ((0.1, 60.0), "undecided: the uncertainty spans one worker's rate")])
+def test_predict_says_when_its_uncertainty_makes_the_verdict_undecided(tmp_path, compute_ci, verdict):
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [
+        {"size": s, "p50_us": 100 + s / 100, "p50_ci_lo_us": 99 + s / 100, "p50_ci_hi_us": 101 + s / 100}
+        for s in (8, 65536, 1 << 20)], transport="tcp")
+    row = {"strategy": "ps", "model": "small_cnn", "workers": 2, "ps": 1, "batch": 32, "images_s": 1000.0,
+           "step_p50_ms": 60.0, "compute_ms": 40.5, "compute_ci_lo_ms": compute_ci[0],
+           "compute_ci_hi_ms": compute_ci[1]}
+    train = _results(tmp_path / "train.jsonl", "train", [row])
+    r = commbench("predict", "--p2p", p2p, "--train", train)
+    assert r.code == 0, r.err
+    assert f"data parallelism {verdict} at this bandwidth" in r.out
+    out = json.loads(commbench("predict", "--p2p", p2p, "--train", train, "--json").out)
+    assert out["images_lo"] < out["images_s"] < out["images_hi"]
+    assert out["pays_off"] is (True if verdict == "pays off" else None)
+    if out["pays_off"] is None:
+        assert "none at the slow end" in r.out  # 0.1 ms of compute is less than 2 alpha: no room for bytes
+
+
+def test_runtime_adds_its_cost_per_rpc_or_tensor():
+    link = pr.LinkModel(100.0, 1000.0)
+    p = pr.predict_ps([1_000_000, 2_000_000, 3_000_000], 2, 2, 30, 60.0, link)
+    q = pr.with_runtime(p, 10, 0.5)
+    assert q.step_ms == pytest.approx(p.step_ms + 5) and q.terms["tf_runtime_ms"] == 5.0
+    assert q.comm_ms == pytest.approx(p.comm_ms + 5) and q.images_s == pytest.approx(60 / q.step_ms * 1e3)
+    assert q.margin_ms == pytest.approx(2 * 60.0 - q.step_ms)
 
 
 def test_measured_communication_replaces_the_model(tmp_path):
@@ -76,7 +149,8 @@ def test_predict_ring_by_hand():
     # 2 (W-1) alpha = 600 us; 2 (W-1)/W x 6 MB = 9 MB at 1000 B/us = 9000 us
     assert p.comm_ms == pytest.approx(9.6) and p.step_ms == pytest.approx(59.6)
     assert p.images_s == pytest.approx(128 / 59.6e-3)
-    assert p.min_beta_mb_s == pytest.approx(9e6 / (150_000 - 600))
+    assert pr.min_bandwidth(lambda b: pr.predict_ring(6_000_000, 4, 32, 50.0, pr.LinkModel(100.0, b))) == \
+        pytest.approx(9e6 / (150_000 - 600), rel=1e-6)
     assert pr.predict_ring(6_000_000, 2, 32, 50.0, link, shared_host=True).comm_ms == pytest.approx(
         (2 * 100 + 2 * 6e6 / 1000) / 1e3)
 
@@ -247,3 +321,29 @@ def test_train_traffic_shows_what_tensorflow_sends_per_step(tmp_path):
     chief = rows[("chief", "worker")]
     assert chief["rpcs_step"] >= 1 and chief["bytes_step"] < 0.1 * nbytes
     assert "# traffic on the wire, the 8 measured steps" in r.out
+
+
+# -- the README's prediction recipe, end to end ------------------------------------------------------
+@pytest.mark.skipif(os.geteuid() != 0, reason="emulated hosts need root")
+@pytest.mark.skipif(not (BIN / "commbench").exists(), reason="launchers/predict.sh runs the installed commbench")
+@pytest.mark.root
+@pytest.mark.slow
+def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
+    """launchers/predict.sh, short and on small_cnn's ps training: calibrated by --batch 1 runs on
+    unshaped links, it predicts training over 1 Gbit/s links from a sweep over them; the measured
+    images/s is within 30 % of the prediction (leaving TF's runtime cost out is +40 % here)."""
+    out = tmp_path / "recipe"
+    env = {**ENV, "QUICK": "1", "MODELS": "small-cnn", "STRATEGIES": "ps", "RATES": "1gbit", "W3_RATE": "",
+           "OUT": str(out), "CB": str(BIN / "commbench")}
+    p = subprocess.run(["bash", str(REPO / "launchers" / "predict.sh")], capture_output=True, text=True, env=env,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr
+    (run,) = read_runs(out / "predict.jsonl")
+    (row,) = run.rows
+    assert (row["label"], row["model"], row["strategy"], row["workers"]) == ("1gbit", "small_cnn", "ps", 2)
+    o = run.meta["options"]  # calibrated out of sample: nothing at 1 Gbit/s but the sweep
+    assert [Path(f).name for f in o["overhead"]] == ["cal_ps_none.jsonl"]
+    assert [Path(f).name for f in o["overhead_p2p"]] == ["link_none.jsonl"]
+    assert Path(o["p2p"]).name == "link_1gbit.jsonl"
+    assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
+    assert row["measured_images_s"] > 0 and abs(row["error_pct"]) < 30, row

@@ -171,7 +171,5 @@ def tf_variables(spec: str | None, payload: Payload) -> list[tf_ps.Variable]:
     """The model's variables in creation order, trainable or not, where --payload names a profile that
     lists them; else the payload's buffers, all trainable."""
     if spec and spec.partition(":")[0] not in SCHEMES:
-        prof = load(spec)
-        return [tf_ps.Variable(t.nbytes, t.trainable, len(t.shape) == 4 and t.name.endswith("/kernel")
-                               and "depthwise" not in t.name) for t in prof.variables]
+        return tf_ps.variables_of(load(spec))
     return [tf_ps.Variable(n) for n in payload.sizes]

@@ -86,6 +86,13 @@ class ShardPlan:
         return 0 if self.learning_rate else sum(v.trainable for v in self.variables)
 
 
+def variables_of(profile) -> list[Variable]:
+    """A profile's variables in creation order, trainable or not; Keras reads convolution kernels
+    (not depthwise ones) a second time."""
+    return [Variable(t.nbytes, t.trainable, len(t.shape) == 4 and t.name.endswith("/kernel")
+                     and "depthwise" not in t.name) for t in profile.variables]
+
+
 def plan(variables: Sequence[Variable], shards: int, owners: Sequence[int] | None = None) -> list[ShardPlan]:
     """Shards' plans: variables on ``owners`` (default round-robin in creation order), then the step
     counter and the learning rate round-robin after them, as TF creates and places them."""

@@ -1,30 +1,34 @@
 """``commbench predict``: training step time and images/s from micro-benchmark results, a model's
-gradient profile and a measured compute time. It is a model (alpha-beta), and says so.
+variables and a measured compute time, with an uncertainty. It is a model (alpha-beta), and says so.
 
-Link: ``t(n) = alpha + n / beta`` fitted to a p2p-latency sweep (one-way us against bytes): alpha
-is the latency of the smallest message, beta the slope over messages of 64 KiB and more (1 MB/s is
-1 B/us, so n / beta is in us).
+Link: ``t(n) = alpha + n / beta`` fitted to a p2p-latency sweep (one-way p50 us against bytes):
+alpha is the smallest message's latency, beta the slope over messages of 64 KiB and more (1 MB/s
+is 1 B/us). Fitted again to the ends of each point's 95 % interval, it gives a fast and a slow link.
 
-PS (a step = every worker pulls the variables, computes, pushes the gradients; TF's placement
-as in the PS emulator): pull = push = alpha + X / beta, where X is the bytes the busiest link
-carries in one direction. One rank per host: X = max(W x the largest shard, the model) (the
-busiest shard's link carries W copies of its shard; each worker's link the whole model). All ranks
-on one host (``--shared-host``): every transfer shares one path, X = W x the model.
-Step = compute + pull + push; images/s = W x batch / step.
+PS (a step = every worker reads the variables, computes, and the PS reads the gradients; the bytes
+and placement are those of ``ps-throughput --rpc tf``, which sends what TF sends): read = alpha +
+X_read / beta, gradients = alpha + X_grad / beta, X the bytes the busiest link carries in that
+direction. One rank per host: X = max(W x the busiest shard's bytes, a worker's bytes). All ranks
+on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes.
+Mirrored (ring all-reduce): 2 (W - 1) alpha + 2 (W - 1) / W x model / beta (x W on one host).
+Step = compute + communication + TF's runtime cost; images/s = W x batch / step.
 
-Mirrored (ring all-reduce): allreduce = 2 (W - 1) alpha + 2 (W - 1) / W x model / beta;
-step = compute + allreduce. With all ranks on one host the ring's W transfers of each phase
-share the path: the byte term is multiplied by W.
+TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
+over its own link's sweep ``--overhead-p2p FILE``): a cost per unit, the units being the step's RPCs
+(ps: W x the RPCs of a worker-step as ``--rpc tf`` makes them) or all-reduced tensors (mirrored:
+W x gradients), fitted by least squares to the calibration runs' steps less their compute and
+modelled communication (``--batch 1`` runs: little compute, few bytes). Calibrated on one model, W
+and link, the prediction is made for others from micro-benchmark results only. The model has no
+overlap of transfers with compute: fitted to runs at 100 Mbit/s it made predictions at other rates
+worse (docs/training.md).
 
-``--measured FILE`` replaces the modelled communication with what commbench's own emulators
-measured for the same shape: ps-throughput rows with this W and P (pull p50 + push p50 of the
-model's payload), or allreduce rows over W ranks (the time at the nearest size, scaled to the
-model's bytes).
-
-TF's own per-step cost (the coordinator's scheduling, one RPC per variable, the collective
-launches) is not in these terms; ``--overhead FILE`` adds it, measured: a train run of the same
-strategy and W with ``--batch 1`` has almost no compute and few bytes, so its step time less its
-compute and modelled communication is the runtime's fixed cost per step.
+Uncertainty: the prediction is made again with every input at the slow end of its interval (the
+compute time's and the calibration runs' steps: the 95 % intervals of their medians, the calibration
+widened to each repeat's own fit; the link's fit to the ends of its points' intervals) and at the
+fast end (Low / High). The verdicts ("pays
+off", the minimum bandwidth) say "undecided" where those ends disagree. ``--measured FILE``
+replaces the modelled communication with what commbench's emulators measured for the same shape
+(ps-throughput rows with this W and P; allreduce rows over W ranks, scaled to the model's bytes).
 
 Answers as TBD's network profiler asked: which shards and tensors dominate communication, whether
 W workers beat one, and the smallest bandwidth at which they do.
@@ -33,9 +37,10 @@ W workers beat one, and the smallest bandwidth at which they do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -44,6 +49,7 @@ from commbench.core.config import plain_options
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
 from commbench.core.table import Column, header_line, row_line
+from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
 from commbench.profiles import store
 
@@ -58,6 +64,36 @@ class LinkModel:
 
     def us(self, nbytes: float) -> float:
         return self.alpha_us + nbytes / self.beta_mb_s
+
+
+@dataclass(frozen=True)
+class Span:
+    """A number and the low and high ends of its uncertainty."""
+
+    mid: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, mid: float, lo: float | None = None, hi: float | None = None) -> Span:
+        return cls(mid, min(mid, mid if lo is None else lo), max(mid, mid if hi is None else hi))
+
+    @classmethod
+    def over(cls, spans: Sequence[Span]) -> Span:
+        """Repeats: the median of their middles, the widest of their ends."""
+        return cls(float(np.median([s.mid for s in spans])), min(s.lo for s in spans), max(s.hi for s in spans))
+
+    def scaled(self, k: float) -> Span:
+        return Span(self.mid * k, self.lo * k, self.hi * k)
+
+
+@dataclass(frozen=True)
+class Link:
+    """The fitted link and the fast and slow links its points' intervals allow."""
+
+    mid: LinkModel
+    fast: LinkModel
+    slow: LinkModel
 
 
 def fit(points: Sequence[tuple[int, float]], source: str = "") -> LinkModel:
@@ -76,6 +112,18 @@ def fit(points: Sequence[tuple[int, float]], source: str = "") -> LinkModel:
     return LinkModel(pts[0][1], 1.0 / slope, source)
 
 
+def fit_span(rows: Sequence[dict], source: str = "") -> Link:
+    """The link fitted to the points' p50s, and to the low and high ends of their 95 % intervals
+    (rows without an interval count as exact): fast = the lowest alpha and highest beta of the three."""
+    mid = fit([(r["size"], r["p50_us"]) for r in rows], source)
+    ends = [mid]
+    for end in ("p50_ci_lo_us", "p50_ci_hi_us"):
+        with contextlib.suppress(UsageError):  # an interval's end that does not grow with size bounds nothing
+            ends.append(fit([(r["size"], r.get(end) or r["p50_us"]) for r in rows], source))
+    return Link(mid, LinkModel(min(e.alpha_us for e in ends), max(e.beta_mb_s for e in ends), source),
+                LinkModel(max(e.alpha_us for e in ends), min(e.beta_mb_s for e in ends), source))
+
+
 @dataclass(frozen=True)
 class Prediction:
     strategy: str
@@ -89,26 +137,35 @@ class Prediction:
     images_s: float
     one_worker_images_s: float
     beta_bytes: float  # bytes the slowest link carries per step (what beta divides)
-    room_us: float  # communication time per step W workers can afford and still beat one: (W-1) compute - latency
 
     @property
-    def min_beta_mb_s(self) -> float | None:
-        """Below this bandwidth W workers are slower than one (None: no bandwidth makes them faster)."""
-        return self.beta_bytes / self.room_us if self.room_us > 0 and self.workers > 1 else None
+    def margin_ms(self) -> float:
+        """What W workers gain per step over one worker's W steps (negative: they lose)."""
+        return self.workers * self.compute_ms - self.step_ms
 
 
-def predict_ps(sizes: Sequence[int], workers: int, ps: int, batch: int, compute_ms: float, link: LinkModel,
-               policy: str = "round-robin", shared_host: bool = False) -> Prediction:
-    owners = place(sizes, ps, policy)
-    shards = shard_bytes(sizes, owners, ps)
-    total = sum(sizes)
-    busiest = workers * total if shared_host else max(workers * max(shards), total)
-    pull = push = link.us(busiest) / 1e3
-    step = compute_ms + pull + push
-    c_us = compute_ms * 1e3
-    room = (workers - 1) * c_us - 2 * link.alpha_us
-    return Prediction("ps", workers, ps, batch, compute_ms, pull + push, {"pull_ms": pull, "push_ms": push}, step,
-                      workers * batch / step * 1e3, batch / compute_ms * 1e3, 2 * busiest, room)
+def as_variables(variables: Sequence[int | tf_ps.Variable]) -> list[tf_ps.Variable]:
+    return [v if isinstance(v, tf_ps.Variable) else tf_ps.Variable(int(v)) for v in variables]
+
+
+def ps_plan(variables: Sequence[int | tf_ps.Variable], ps: int, policy: str) -> list[tf_ps.ShardPlan]:
+    vs = as_variables(variables)
+    return tf_ps.plan(vs, ps, place([v.nbytes for v in vs], ps, policy))
+
+
+def predict_ps(variables: Sequence[int | tf_ps.Variable], workers: int, ps: int, batch: int, compute_ms: float,
+               link: LinkModel, policy: str = "round-robin", shared_host: bool = False) -> Prediction:
+    plans = ps_plan(variables, ps, policy)
+    reads, grads = [sum(p.reads()) for p in plans], [sum(p.pulls()) for p in plans]
+
+    def busiest(per_shard: list[int]) -> int:
+        return workers * sum(per_shard) if shared_host else max(workers * max(per_shard), sum(per_shard))
+
+    x_read, x_grad = busiest(reads), busiest(grads)
+    read, grad = link.us(x_read) / 1e3, link.us(x_grad) / 1e3
+    step = compute_ms + read + grad
+    return Prediction("ps", workers, ps, batch, compute_ms, read + grad, {"read_ms": read, "gradients_ms": grad},
+                      step, workers * batch / step * 1e3, batch / compute_ms * 1e3, x_read + x_grad)
 
 
 def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: LinkModel,
@@ -117,9 +174,17 @@ def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: 
     byte_term = 2 * (w - 1) / w * total * (w if shared_host else 1)
     comm = (2 * (w - 1) * link.alpha_us + byte_term / link.beta_mb_s) / 1e3 if w > 1 else 0.0
     step = compute_ms + comm
-    room = (w - 1) * compute_ms * 1e3 - 2 * (w - 1) * link.alpha_us
     return Prediction("mirrored", w, 0, batch, compute_ms, comm, {"allreduce_ms": comm}, step,
-                      w * batch / step * 1e3, batch / compute_ms * 1e3, byte_term, room)
+                      w * batch / step * 1e3, batch / compute_ms * 1e3, byte_term)
+
+
+def runtime_units(strategy: str, workers: int, ps: int, variables: Sequence[tf_ps.Variable],
+                  policy: str = "round-robin") -> int:
+    """What TF's per-step runtime cost is taken to grow with: the RPCs of a step (ps: W worker-steps
+    of the calls ``--rpc tf`` makes) or the tensors all-reduced (mirrored: W x gradients)."""
+    if strategy == "ps":
+        return workers * tf_ps.rpcs_per_worker_step(ps_plan(variables, ps, policy))
+    return workers * sum(v.trainable for v in variables)
 
 
 def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, top: int = 3) -> list[str]:
@@ -160,26 +225,90 @@ def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, t
 
 def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
     """The prediction with its modelled communication replaced by a measured time."""
-    from dataclasses import replace
-
     step = p.compute_ms + ms
     return replace(p, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms, step_ms=step,
                    images_s=p.workers * p.batch / step * 1e3)
 
 
-def with_overhead(p: Prediction, ms: float) -> Prediction:
-    """The prediction with a fixed per-step runtime cost added (TF's, measured)."""
-    from dataclasses import replace
+def with_runtime(p: Prediction, units: int, per_unit_ms: float) -> Prediction:
+    """The prediction with TF's runtime cost (per RPC or tensor, x units) added."""
+    cost = per_unit_ms * units
+    step = p.step_ms + cost
+    return replace(p, terms={**p.terms, "tf_runtime_ms": cost}, comm_ms=p.comm_ms + cost, step_ms=step,
+                   images_s=p.workers * p.batch / step * 1e3)
 
-    step = p.step_ms + ms
-    return replace(p, terms={**p.terms, "tf_overhead_ms": ms}, comm_ms=p.comm_ms + ms, step_ms=step,
-                   images_s=p.workers * p.batch / step * 1e3, room_us=p.room_us - ms * 1e3)
+
+def min_bandwidth(step_at: Callable[[float], Prediction]) -> float | None:
+    """The bandwidth (MB/s) below which W workers are slower than one, by bisection over beta
+    (``step_at(beta)`` predicts at it); None where no bandwidth makes them faster."""
+    lo, hi = 1e-6, 1e9
+    if step_at(hi).margin_ms <= 0 or step_at(hi).workers < 2:
+        return None
+    if step_at(lo).margin_ms > 0:
+        return 0.0
+    for _ in range(100):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if step_at(mid).margin_ms > 0 else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What is predicted: everything but the link, the compute time and TF's runtime cost."""
+
+    strategy: str
+    workers: int
+    ps: int
+    batch: int
+    variables: tuple[tf_ps.Variable, ...]
+    policy: str = "round-robin"
+    shared_host: bool = False
+
+    def at(self, compute_ms: float, link: LinkModel, batch: int | None = None) -> Prediction:
+        b = batch or self.batch
+        if self.strategy == "ps":
+            return predict_ps(self.variables, self.workers, self.ps, b, compute_ms, link, self.policy, self.shared_host)
+        total = sum(v.nbytes for v in self.variables if v.trainable)
+        return predict_ring(total, self.workers, b, compute_ms, link, self.shared_host)
+
+    def units(self) -> int:
+        return runtime_units(self.strategy, self.workers, self.ps, self.variables, self.policy)
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One calibration run: its shape, link, step and compute time."""
+
+    shape: Shape
+    link: Link
+    step: Span
+    compute: Span
+
+
+def fit_runtime(runs: Sequence[Calibrated]) -> Span:
+    """TF's runtime cost per unit (ms per RPC or tensor), fitted by least squares to the calibration
+    runs' steps less their compute and modelled communication. Its ends: the fits to the ends of every
+    run's intervals that make it high (high steps, low compute, the fast link) and low, widened to each
+    run's own fit (repeats: the machine's phases move a run more than its interval says)."""
+    def fit_at(end: int, which: Sequence[Calibrated]) -> float:
+        r, u = [], []
+        for c in which:
+            step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
+            link = (c.link.slow, c.link.mid, c.link.fast)[1 + end]
+            r.append(step - c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link).step_ms)
+            u.append(c.shape.units())
+        r_, u_ = np.asarray(r, dtype=np.float64), np.asarray(u, dtype=np.float64)
+        return max(0.0, float(r_ @ u_ / (u_ @ u_)))
+
+    each = [fit_at(0, [c]) for c in runs]
+    return Span.of(fit_at(0, runs), min([fit_at(-1, runs), *each]), max([fit_at(1, runs), *each]))
 
 
 # -- the command ----------------------------------------------------------------------------------
 COLUMNS = [Column("strategy", "Strategy", -9), Column("workers", "W", 4), Column("ps", "P", 3),
            Column("compute_ms", "Compute(ms)", 12, "{:.2f}"), Column("comm_ms", "Comm(ms)", 9, "{:.2f}"),
            Column("step_ms", "Step(ms)", 9, "{:.2f}"), Column("images_s", "Pred img/s", 11, "{:.1f}"),
+           Column("images_lo", "Low", 9, "{:.1f}"), Column("images_hi", "High", 9, "{:.1f}"),
            Column("measured_images_s", "Meas img/s", 11, "{:.1f}"), Column("error_pct", "Error %", 8, "{:+.1f}"),
            Column("measured_step_ms", "Meas step p50", 14, "{:.2f}")]
 
@@ -197,13 +326,16 @@ def add_parser(sub) -> None:
     p.add_argument("--ps", type=RANKS, help="default: the train run's")
     p.add_argument("--batch", type=integer(1, 1 << 20), help="images per worker per step; default: the train run's")
     p.add_argument("--compute-ms", type=number(0, 1e7, what=" (ms)"),
-                   help="one worker's step without communication; default: the train "
-                                                    "run's")
+                   help="one worker's step without communication; default: the train run's")
     p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
     p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",
                    help="all ranks on one host share one path (auto: yes if the train run had one host)")
-    p.add_argument("--overhead", metavar="FILE", help="a train run of the same strategy and W with --batch 1: "
-                                                      "TF's fixed per-step cost is taken from it")
+    p.add_argument("--overhead", metavar="FILE", action="append",
+                   help="train runs of the same strategy that calibrate TF's runtime cost once (--batch 1 runs; any "
+                        "model, W and link; repeats give the spread); repeatable")
+    p.add_argument("--overhead-p2p", metavar="FILE", action="append",
+                   help="the p2p-latency sweep of the link each --overhead file was run over, in the same order "
+                        "(one for all: that one; default: --p2p)")
     p.add_argument("--measured", metavar="FILE", help="ps-throughput or allreduce results: use their measured "
                                                       "communication time instead of the alpha-beta terms")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -222,26 +354,66 @@ def runs_of(path: str, bench: str, needs: str):
     return runs
 
 
-def p2p_link(path: str) -> LinkModel:
+def p2p_link(path: str) -> Link:
     runs = runs_of(path, "p2p-latency", "predict --p2p needs p2p-latency results (a size sweep, e.g. "
                    "`commbench p2p-latency -t grpc -m 8:4M -o FILE`)")
-    points = [(row["size"], row["avg_us"]) for r in runs for row in r.rows if "avg_us" in row]
+    rows = [row for r in runs for row in r.rows if "p50_us" in row]
     o = runs[-1].meta.get("options", {})
-    return fit(points, f"{o.get('transport')} ({o.get('mode')}) from {path}")
+    return fit_span(rows, f"{o.get('transport')} ({o.get('mode')}) from {path}")
 
 
-def train_row(path: str) -> tuple[dict, dict]:
-    runs = runs_of(path, "train", "predict --train needs `commbench train -o FILE` results")
-    return runs[-1].rows[-1], runs[-1].meta
+def train_rows(path: str) -> list[tuple[dict, dict]]:
+    """(row, metadata) of every train run in a file (repeats), in order."""
+    return [(r.rows[-1], r.meta) for r in runs_of(path, "train", "predict needs `commbench train -o FILE` results")]
+
+
+def spans(row: dict) -> tuple[Span, Span]:
+    """A train row's mean step (what its images/s is) and compute time, with the 95 % intervals of
+    their medians (the step's moved to the mean)."""
+    mean = row["workers"] * row["batch"] / row["images_s"] * 1e3 if row.get("images_s") else row["step_p50_ms"]
+    lo, hi = row.get("step_ci_lo_ms"), row.get("step_ci_hi_ms")
+    shift = mean - row["step_p50_ms"]
+    return (Span.of(mean, None if lo is None else lo + shift, None if hi is None else hi + shift),
+            Span.of(row["compute_ms"], row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms")))
+
+
+def one_host(meta: dict) -> bool:
+    return len(set(meta.get("hosts", []))) == 1
+
+
+def calibrate(args: argparse.Namespace, strategy: str) -> tuple[Span, str]:
+    """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
+    what it was fitted to."""
+    sweeps = args.overhead_p2p or [args.p2p]
+    if len(sweeps) not in (1, len(args.overhead)):
+        raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
+                         f"or one for all of them, not {len(sweeps)}")
+    runs, what = [], []
+    for path, sweep in zip(args.overhead, sweeps * len(args.overhead) if len(sweeps) == 1 else sweeps, strict=True):
+        link = p2p_link(sweep)
+        for row, meta in train_rows(path):
+            if row.get("strategy") != strategy:
+                raise UsageError(f"{path}: --overhead needs train runs of the {strategy} strategy, "
+                                 f"not {row.get('strategy')}")
+            prof = store.load(row["model"])
+            shape = Shape(strategy, int(row["workers"]), int(row.get("ps") or 0), int(row["batch"]),
+                          tuple(tf_ps.variables_of(prof)), args.placement,
+                          args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta)))
+            runs.append(Calibrated(shape, link, *spans(row)))
+            what.append(f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
+                        f"batch {shape.batch} over {sweep}")
+    counted = sorted({w: what.count(w) for w in what}.items())
+    return fit_runtime(runs), "; ".join(f"{n}x {w}" for w, n in counted)
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
     from commbench.core.results import ResultsWriter, check_output_path, run_metadata
 
     check_output_path(args.output)
-    options = plain_options(args)
+    options = plain_options(args, lists=True)
     keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
-            "images_s", "measured_images_s", "error_pct", "measured_step_ms", "min_beta_mb_s", "shared_host"]
+            "images_s", "images_lo", "images_hi", "measured_images_s", "error_pct", "within", "measured_step_ms",
+            "overhead_ms", "min_beta_mb_s", "min_beta_lo_mb_s", "min_beta_hi_mb_s", "pays_off", "shared_host"]
     meta = {**run_metadata("predict", options, [], ("numpy",)), "metric": {"key": "images_s", "better": "higher"}}
     w = ResultsWriter(args.output, meta, keys)
     w.row({"bench": "predict", **{k: out[k] for k in keys[1:]}})
@@ -250,7 +422,7 @@ def save(args: argparse.Namespace, out: dict) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     link = p2p_link(args.p2p)
-    row, meta = train_row(args.train) if args.train else ({}, {})
+    row, meta = train_rows(args.train)[-1] if args.train else ({}, {})
 
     def pick(name: str, key: str | None = None):
         v = getattr(args, name)
@@ -261,36 +433,45 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return v
 
     strategy, workers, batch = pick("strategy"), int(pick("workers")), int(pick("batch"))
-    compute = float(pick("compute_ms"))
     ps = int(pick("ps")) if strategy == "ps" else 0
+    if args.compute_ms is not None:
+        compute = Span.of(args.compute_ms)
+    else:
+        compute = spans({"step_p50_ms": 0, **row, "compute_ms": pick("compute_ms")})[1]
     prof = store.load(pick("model"))
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
-    shared = args.shared_host == "yes" or (args.shared_host == "auto" and len(set(meta.get("hosts", []))) == 1)
+    shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
+    shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
+    rt, calibration = calibrate(args, strategy) if args.overhead else (Span.of(0.0), "")
+    units = shape.units()
 
-    def model(batch: int, compute: float) -> Prediction:
-        if strategy == "ps":
-            p = predict_ps(sizes, workers, ps, batch, compute, link, args.placement, shared)
-        else:
-            p = predict_ring(sum(sizes), workers, batch, compute, link, shared)
-        return with_comm(p, *measured) if measured else p
+    def at(c: float, lm: LinkModel, r: float) -> Prediction:
+        p = shape.at(c, lm)
+        p = with_comm(p, *measured) if measured else p
+        return with_runtime(p, units, r) if args.overhead else p
 
-    pred = model(batch, compute)
-    if args.overhead:
-        small, _ = train_row(args.overhead)
-        if (small.get("strategy"), small.get("workers"), small.get("ps", 0)) != (strategy, workers, ps):
-            raise UsageError(f"{args.overhead}: --overhead needs a train run of the same strategy, W and P "
-                             f"({strategy}, {workers}, {ps}), not {small.get('strategy')}, {small.get('workers')}, "
-                             f"{small.get('ps')}")
-        bare = model(int(small["batch"]), float(small["compute_ms"]))
-        pred = with_overhead(pred, max(0.0, float(small["step_p50_ms"]) - bare.step_ms))
-    same = bool(row) and (row.get("strategy"), row.get("workers"), row.get("ps", 0), row.get("batch")) == \
-        (strategy, workers, ps, batch)
-    out = {**asdict(pred), "min_beta_mb_s": pred.min_beta_mb_s, "model": prof.name, "link": asdict(link),
-           "shared_host": shared,
+    def min_beta(c: float, lm: LinkModel, r: float) -> float | None:
+        return None if measured else min_bandwidth(lambda beta: at(c, LinkModel(lm.alpha_us, beta), r))
+
+    mid, slow_rt, fast_rt = rt.mid, rt.hi, rt.lo
+    pred = at(compute.mid, link.mid, mid)
+    slow, fast = at(compute.hi, link.slow, slow_rt), at(compute.lo, link.fast, fast_rt)
+    tight, roomy = at(compute.lo, link.slow, slow_rt), at(compute.hi, link.fast, fast_rt)
+    pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
+    same = bool(row) and (row.get("strategy"), row.get("workers"), row.get("ps", 0), row.get("batch"),
+                          row.get("model")) == (strategy, workers, ps, batch, prof.name)
+    out = {**asdict(pred), "min_beta_mb_s": min_beta(compute.mid, link.mid, mid),
+           "min_beta_lo_mb_s": min_beta(compute.hi, link.fast, fast_rt),
+           "min_beta_hi_mb_s": min_beta(compute.lo, link.slow, slow_rt),
+           "images_lo": slow.images_s, "images_hi": fast.images_s, "pays_off": pays,
+           "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_per_unit_ms": asdict(rt),
+           "model": prof.name, "link": asdict(link), "shared_host": shared,
            "measured_images_s": row.get("images_s") if same else None,
            "measured_step_ms": row.get("step_p50_ms") if same else None}
-    out["error_pct"] = 100 * (pred.images_s / out["measured_images_s"] - 1) if out["measured_images_s"] else None
+    m = out["measured_images_s"]
+    out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
+    out["within"] = (slow.images_s <= m <= fast.images_s) if m else None
     out["label"] = args.label
     if args.output:
         save(args, out)
@@ -299,22 +480,40 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     print(f"# commbench predict: {strategy}, {prof.name} ({sum(sizes) / 1e6:.2f} MB in {len(sizes)} tensors), "
           f"batch {batch}; a model, not a measurement")
-    print(f"# link: alpha {link.alpha_us:.1f} us, beta {link.beta_mb_s:.0f} MB/s, fitted to {link.source}; "
-          f"{'all ranks share one host' if shared else 'one rank per host'}")
+    print(f"# link: alpha {link.mid.alpha_us:.1f} us ({link.fast.alpha_us:.1f}-{link.slow.alpha_us:.1f}), beta "
+          f"{link.mid.beta_mb_s:.0f} MB/s ({link.slow.beta_mb_s:.0f}-{link.fast.beta_mb_s:.0f}), fitted to "
+          f"{link.mid.source}; {'all ranks share one host' if shared else 'one rank per host'}")
     print(header_line(COLUMNS))
     print(row_line(COLUMNS, out))
-    print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) + f", compute {compute:.2f} ms")
+    print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
+          f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f})")
+    if args.overhead:
+        print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'tensor'} "
+              f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "
+              f"fitted to {calibration}")
+    print("# Low / High: the prediction with every input at the slow / fast end of its 95 % interval"
+          + (f"; measured {'inside' if out['within'] else 'outside'} it" if m else ""))
     for line in dominant(sizes, names, ps, args.placement):
         print(f"# {line}")
-    verdict = "pays off" if pred.images_s > pred.one_worker_images_s else "does not pay off"
+    verdict = {True: "pays off", False: "does not pay off",
+               None: "undecided: the uncertainty spans one worker's rate"}[pays]
     print(f"# {workers} workers: {pred.images_s:.1f} img/s against one worker's {pred.one_worker_images_s:.1f}: "
           f"data parallelism {verdict} at this bandwidth")
-    if pred.min_beta_mb_s is None:
-        print(f"# no bandwidth makes {workers} workers faster than one: latency alone exceeds what they save")
+    lo, hi = out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"]
+    if measured:
+        pass
+    elif lo is None:
+        print(f"# no bandwidth makes {workers} workers faster than one: latency and TF's cost alone exceed "
+              "what they save")
+    elif hi is None:
+        print(f"# minimum bandwidth for {workers} workers to beat one: undecided, {lo:.1f} MB/s at the fast end "
+              f"({lo * 8 / 1e3:.2f} Gbit/s), none at the slow end")
+    elif hi / max(lo, 1e-12) > 1.0001:
+        print(f"# minimum bandwidth for {workers} workers to beat one: {out['min_beta_mb_s'] or lo:.1f} MB/s, "
+              f"between {lo:.1f} and {hi:.1f} ({lo * 8 / 1e3:.2f}-{hi * 8 / 1e3:.2f} Gbit/s)")
     else:
-        print(f"# minimum bandwidth for {workers} workers to beat one: {pred.min_beta_mb_s:.1f} MB/s "
-              f"({pred.min_beta_mb_s * 8 / 1e3:.2f} Gbit/s)")
+        print(f"# minimum bandwidth for {workers} workers to beat one: {lo:.1f} MB/s ({lo * 8 / 1e3:.2f} Gbit/s)")
     if row and not same:
-        print(f"# the train run in {args.train} had W={row.get('workers')} P={row.get('ps')}: "
-              "this is a prediction beyond what was measured")
+        print(f"# the train run in {args.train} was {row.get('model')} W={row.get('workers')} P={row.get('ps')} "
+              f"batch {row.get('batch')}: this is a prediction beyond what was measured")
     return 0

@@ -23,6 +23,7 @@ from commbench.core import traffic
 from commbench.core.argtypes import PORT, SECONDS, SEED, integer, number
 from commbench.core.config import FrozenArgs, freeze, plain_options
 from commbench.core.errors import UsageError
+from commbench.core.harness import median_ci
 from commbench.core.imports import installed
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
@@ -170,7 +171,7 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         ms = tf_loops.compute_step_ms(args.model, args.batch, args.seed) if job == "worker" else None
         computes = world.gather_json("compute-ms", ms)
         if reporter:
-            row["compute_ms"] = float(np.median([c for c in computes if c is not None]))
+            row.update(with_ci("compute", [t for c in computes if c is not None for t in c]))
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
             meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
@@ -182,7 +183,7 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
                   f"measured steps / time; compute = one step of one worker without communication (all workers "
                   f"at once, as in training; median)\n" + header_line(COLUMNS), flush=True)
             print(row_line(COLUMNS, row), flush=True)
-            writer = run.open_results(args.output, meta, ["bench", *(c.key for c in COLUMNS)])
+            writer = run.open_results(args.output, meta, ["bench", *(c.key for c in COLUMNS), *CI_KEYS])
             if writer:
                 writer.row({"bench": "train", **row})
             if args.traffic:
@@ -199,5 +200,17 @@ def summarize(args: argparse.Namespace, times) -> dict:
             "ps": args.ps if args.strategy == "ps" else 0, "batch": args.batch, "steps": len(ns) *
             (args.workers if args.strategy == "ps" else 1),
             "images_s": per_step_images * len(ns) / (ns.sum() / 1e9),
-            "step_p50_ms": float(np.percentile(ns, 50)) / 1e6, "step_p99_ms": float(np.percentile(ns, 99)) / 1e6,
+            **with_ci("step", ns / 1e6), "step_p99_ms": float(np.percentile(ns, 99)) / 1e6,
             "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1]}
+
+
+CI_KEYS = ("step_ci_lo_ms", "step_ci_hi_ms", "compute_ci_lo_ms", "compute_ci_hi_ms")
+
+
+def with_ci(name: str, ms) -> dict:
+    """NAME_p50_ms (compute: compute_ms) with the 95 % interval of that median (None under 20 samples):
+    what `predict` turns into an uncertainty."""
+    s = np.sort(np.asarray(ms, dtype=np.float64))
+    ci = median_ci(s) or (None, None)
+    return {"compute_ms" if name == "compute" else f"{name}_p50_ms": float(np.median(s)),
+            f"{name}_ci_lo_ms": ci[0], f"{name}_ci_hi_ms": ci[1]}

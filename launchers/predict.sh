@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Predictions made out of sample, measured against real training (as root: emulated hosts):
+#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: 16 min here
+#   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 7 min
+# 1. calibration, once: TF's runtime cost per RPC (ps) or tensor (mirrored) from --batch 1 runs of
+#    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty)
+# 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
+#    real train run and `commbench predict` from the sweep and the calibration only (plus W=3 for
+#    small_cnn at the rate in W3_RATE)
+# Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
+# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), QUICK=1 (short runs), TRANSPORT (the
+# sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "launchers/predict.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }
+CB=${CB:-.venv/bin/commbench}
+[ -x "$CB" ] || { echo "launchers/predict.sh: no $CB; run bash launchers/setup.sh --dev first" >&2; exit 2; }
+OUT=${OUT:-predict-results}
+MODELS=${MODELS:-small-cnn mobilenet_v2}
+STRATEGIES=${STRATEGIES:-ps mirrored}
+RATES=${RATES:-200mbit 500mbit 1gbit none}
+W3_RATE=${W3_RATE-500mbit}
+if [ "${QUICK:-0}" = 1 ]; then STEPS=12; CAL=2; SWEEP="-i 20 -x 2"; else STEPS=30; CAL=3; SWEEP="-i 50 -x 5"; fi
+mkdir -p "$OUT"
+trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
+step() { echo "== $*" >&2; }
+hosts() { $CB hosts up 5 --rate "$1" >/dev/null; }
+
+T=${TRANSPORT:-}
+sweep() {  # sweep RATE -> OUT/link_RATE.jsonl over the transport TF's traffic is closest to
+  if [ -z "$T" ]; then
+    if $CB p2p-latency -t grpc-cpp --grpc-call unary --hosts 5 -m 8 -i 5 -x 1 >/dev/null 2>&1; then T=grpc-cpp; else T=grpc; fi
+  fi
+  # shellcheck disable=SC2086
+  $CB p2p-latency -t "$T" --grpc-call unary --hosts 5 -m 8:1M $SWEEP -o "$OUT/link_$1.jsonl" >/dev/null
+}
+train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
+  local warm=$(( $6 / 4 > 2 ? $6 / 4 : 2 ))
+  $CB train --hosts 5 --strategy "$2" --workers "$4" --ps 1 --model "$3" --batch "$5" --steps "$6" \
+    --warmup-steps "$warm" -o "$1" 2>/dev/null | tail -1 >&2
+}
+model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * 2 )); else echo $(( STEPS / 3 )); fi; }
+model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
+
+step "1. calibration: small_cnn --batch 1 on unshaped links"
+hosts none
+sweep none
+for s in $STRATEGIES; do for _ in $(seq "$CAL"); do train "$OUT/cal_${s}_none.jsonl" "$s" small-cnn 2 1 "$STEPS"; done; done
+
+step "2. predicted from the sweep and the calibration, then measured: $RATES"
+for rate in $RATES; do
+  hosts "$rate"
+  sweep "$rate"
+  for m in $MODELS; do for s in $STRATEGIES; do
+    for w in 2 3; do
+      [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
+      f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
+      train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"
+      $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --overhead "$OUT/cal_${s}_none.jsonl" \
+        --overhead-p2p "$OUT/link_none.jsonl" --label "$rate" \
+        -o "$OUT/predict.jsonl" | sed -n 4p >&2
+    done
+  done; done
+done
+$CB hosts down >/dev/null
+echo "launchers/predict.sh: predictions in $OUT/predict.jsonl (commbench show $OUT/predict.jsonl)" >&2
