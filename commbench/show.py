@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
-from commbench.core.table import header_line, row_line
+from commbench.core.table import Column, header_line, row_line
 
 
 def add_parser(sub) -> None:
@@ -18,11 +18,23 @@ def add_parser(sub) -> None:
 
 def render(path: str) -> list[str]:
     from commbench import benchmarks
+    from commbench.training import predict, train
 
     reg = benchmarks.registry()
     lines: list[str] = []
+    commands = {"predict": [Column("label", "Label", -9), Column("model", "Model", -14), *predict.COLUMNS],
+                "train": train.COLUMNS}
+    last = None
     for run in read_runs(path, need_rows=True):
-        cls = reg.get(run.meta.get("bench"))
+        bench = run.meta.get("bench")
+        if bench in commands:  # one row per run: one table for the file
+            if bench != last:
+                lines += [f"# commbench {bench}: {path}", header_line(commands[bench])]
+            lines += [row_line(commands[bench], r) for r in run.rows if r.get("bench") == bench]
+            last = bench
+            continue
+        last = None
+        cls = reg.get(bench)
         if cls is None:
             raise UsageError(f"{path}: unknown benchmark {run.meta.get('bench')!r} in the metadata row")
         bench = cls.__new__(cls)  # only its table layout is needed

@@ -26,6 +26,7 @@ class StepTimes:
     losses: list[float]
     devices: dict[str, str] = field(default_factory=dict)  # every model and optimizer variable: its device
     window: list[int] = field(default_factory=lambda: [0, 0])  # wall clock (ns) around the measured steps
+    compute_before: list[float] | None = None  # mirrored: this worker's compute steps (ms) before training
 
 
 def build_in_scope(tf, model_name: str, lr: float):
@@ -151,8 +152,10 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
 
 
 def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int,
-                 lr: float, tick: Callable[[int], None] = lambda n: None) -> StepTimes:
-    """On every worker: MultiWorkerMirroredStrategy (RING) from TF_CONFIG; ``batch`` is per worker."""
+                 lr: float, tick: Callable[[int], None] = lambda n: None,
+                 before: Callable[[], list[float]] | None = None) -> StepTimes:
+    """On every worker: MultiWorkerMirroredStrategy (RING) from TF_CONFIG; ``batch`` is per worker.
+    ``before`` runs once the strategy is made (TF's collectives must be set up before any op runs)."""
     tf = tensorflow()
     comm = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
@@ -171,7 +174,7 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
         per_replica = strategy.run(replica, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-    out = StepTimes([], [], variable_devices(model, opt))
+    out = StepTimes([], [], variable_devices(model, opt), compute_before=before() if before else None)
     for s in range(warmup + steps):
         if s == warmup:
             out.window[0] = time.time_ns()

@@ -145,6 +145,16 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         reporter = world.rank == 0
         budget = args.timeout * (2 + (args.steps + args.warmup_steps) / max(1, args.workers))
         row = None
+
+        def compute() -> list[float]:  # one worker's steps without communication (ms)
+            return tf_loops.compute_step_ms(args.model, args.batch, args.seed)
+
+        # the compute time before training and after it, every worker at once: this machine can change
+        # pace during a run, and the difference is part of the compute time's uncertainty
+        before = None
+        if args.strategy == "ps":  # before the workers' servers start (mirrored: after its strategy is made)
+            before = compute() if job == "worker" else None
+            world.barrier("compute-before", patient=True)
         if args.strategy == "ps" and job != "chief":
             _server = tf_loops.start_server(job, index)  # serves until this process ends
             world.bcast_json("train-done", timeout=budget)  # the chief says when
@@ -153,10 +163,11 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             progress = Progress(f"train {args.strategy} {args.model}", args.steps, "steps", enabled=reporter)
             try:
                 times = step_fn(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed,
-                                args.lr, progress.advance)
+                                args.lr, progress.advance, *([] if args.strategy == "ps" else [compute]))
             finally:
                 progress.close()
             row = summarize(args, times) if reporter else None
+            before = before if args.strategy == "ps" else times.compute_before
             if args.strategy == "ps":
                 world.bcast_json("train-done", True)
         if args.traffic:  # every rank names its sockets; the chief sums the capture by role
@@ -168,10 +179,11 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
                                                            "ps": row["ps"]})
         # compute without communication: every worker at once, as they computed during training
         world.barrier("compute")
-        ms = tf_loops.compute_step_ms(args.model, args.batch, args.seed) if job == "worker" else None
-        computes = world.gather_json("compute-ms", ms)
+        after = compute() if job == "worker" else None
+        computes = world.gather_json("compute-ms", {"before": before, "after": after} if after else None)
         if reporter:
-            row.update(with_ci("compute", [t for c in computes if c is not None for t in c]))
+            row.update(compute_row([t for c in computes if c for t in c["before"]],
+                                   [t for c in computes if c for t in c["after"]]))
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
             meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
@@ -204,7 +216,8 @@ def summarize(args: argparse.Namespace, times) -> dict:
             "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1]}
 
 
-CI_KEYS = ("step_ci_lo_ms", "step_ci_hi_ms", "compute_ci_lo_ms", "compute_ci_hi_ms")
+CI_KEYS = ("step_ci_lo_ms", "step_ci_hi_ms", "compute_ci_lo_ms", "compute_ci_hi_ms", "compute_before_ms",
+           "compute_after_ms")
 
 
 def with_ci(name: str, ms) -> dict:
@@ -214,3 +227,13 @@ def with_ci(name: str, ms) -> dict:
     ci = median_ci(s) or (None, None)
     return {"compute_ms" if name == "compute" else f"{name}_p50_ms": float(np.median(s)),
             f"{name}_ci_lo_ms": ci[0], f"{name}_ci_hi_ms": ci[1]}
+
+
+def compute_row(before: list[float], after: list[float]) -> dict:
+    """compute_ms: the median of the steps measured before and after training; its interval reaches
+    both medians' 95 % intervals (a change of pace between them widens it)."""
+    pooled, b, a = with_ci("compute", before + after), with_ci("compute", before), with_ci("compute", after)
+    ends = [x for part in (pooled, b, a) for x in (part["compute_ci_lo_ms"], part["compute_ci_hi_ms"],
+                                                   part["compute_ms"]) if x is not None]
+    return {**pooled, "compute_ci_lo_ms": min(ends), "compute_ci_hi_ms": max(ends),
+            "compute_before_ms": b["compute_ms"], "compute_after_ms": a["compute_ms"]}
