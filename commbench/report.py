@@ -146,26 +146,32 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
         p = out / "training.png"
         fig, ax = plt.subplots(figsize=(max(7.5, 0.45 * len(pr)), 5.5 if len(pr) > 6 else 4.5))
         if len(pr):
-            names = [" ".join(str(x) for x in (r.label or "", r.model, r.strategy, f"W={r.workers}")).strip()
+            names = [" ".join(str(x) for x in (r.label or "", r.model, r.strategy, f"W={int(r.workers)}")).strip()
                      for r in pr.itertuples()]
-            xs = range(len(pr))
-            ax.bar([x - 0.2 for x in xs], pr["measured_images_s"], 0.4, label="measured")
-            err = None
-            if {"images_lo", "images_hi"} <= set(pr.columns) and pr["images_lo"].notna().all():
-                err = [pr["images_s"] - pr["images_lo"], pr["images_hi"] - pr["images_s"]]
-            ax.bar([x + 0.2 for x in xs], pr["images_s"], 0.4, yerr=err, capsize=2,
-                   label="predicted (bars: its uncertainty)" if err is not None else "predicted")
-            ax.set_xticks(list(xs), names, fontsize=7, rotation=45, ha="right")
-            if pr["measured_images_s"].max() / max(pr["measured_images_s"].min(), 1e-9) > 20:
-                ax.set_yscale("log")
+            xs = list(range(len(pr)))
+            measured = pr["measured_images_s"]
+            if measured.notna().all():  # predicted / measured, with the prediction's Low-High
+                ratio = pr["images_s"] / measured
+                err = None
+                if {"images_lo", "images_hi"} <= set(pr.columns) and pr["images_lo"].notna().all():
+                    err = [ratio - pr["images_lo"] / measured, pr["images_hi"] / measured - ratio]
+                ax.axhspan(0.9, 1.1, color="0.9", label="within 10 %")
+                ax.axhline(1.0, color="0.4", lw=0.8)
+                ax.bar(xs, ratio, 0.6, yerr=err, capsize=2, label="predicted / measured (bars: Low-High)")
+                ax.set(ylabel="predicted / measured images/s")
+            else:
+                ax.bar(xs, pr["images_s"], 0.6, label="predicted")
+                ax.set(ylabel="images/s")
+            ax.set_xticks(xs, names, fontsize=7, rotation=45, ha="right")
             cols = ["label", "strategy", "model", "workers", "ps", "measured_images_s", "images_s", "images_lo",
                     "images_hi", "error_pct", "within", "compute_ms", "comm_ms"]
             table = pr[[c for c in cols if c in pr.columns]]
         else:
             ax.bar(range(len(tr)), tr["images_s"], 0.6, label="measured")
             ax.set_xticks(range(len(tr)), list(tr["series"]), fontsize=8)
+            ax.set(ylabel="images/s")
             table = tr[["series", "workers", "ps", "batch", "images_s", "step_p50_ms", "compute_ms"]]
-        ax.set(title="training throughput", ylabel="images/s")
+        ax.set(title="training throughput")
         ax.legend()
         ax.grid(True, axis="y", alpha=0.3)
         fig.tight_layout()
