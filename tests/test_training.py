@@ -78,7 +78,6 @@ def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_tensors():
     # a second shape with 4x the RPCs: least squares weighs runs by their units
     big = pr.Shape("ps", 8, 1, 1, small)
     assert pr.fit_runtime([run(shape, 0.5), run(big, 0.5)]).mid == pytest.approx(0.5)
-    assert pr.Span.over([pr.Span.of(1.0, 0.9, 1.2), pr.Span.of(3.0)]) == pr.Span(2.0, 0.9, 3.0)
 
 
 def test_fit_span_gives_a_fast_and_a_slow_link():
@@ -115,6 +114,12 @@ def test_predict_says_when_its_uncertainty_makes_the_verdict_undecided(tmp_path,
     assert out["pays_off"] is (True if verdict == "pays off" else None)
     if out["pays_off"] is None:
         assert "none at the slow end" in r.out  # 0.1 ms of compute is less than 2 alpha: no room for bytes
+    cal = _results(tmp_path / "cal.jsonl", "train", [{**row, "batch": 1, "compute_ms": 1.0}])
+    r = commbench("predict", "--p2p", p2p, "--train", train, "--overhead", cal, "--overhead", cal,
+                  "--overhead-p2p", p2p, "--overhead-p2p", p2p, "--overhead-p2p", p2p)
+    assert r.code == 2 and r.err.count("\n") == 1 and "one --overhead-p2p for every --overhead file (2)" in r.err
+    r = commbench("predict", "--p2p", p2p, "--train", train, "--overhead", train, "--strategy", "mirrored")
+    assert r.code == 2 and "needs train runs of the mirrored strategy, not ps" in r.err
 
 
 def test_runtime_adds_its_cost_per_rpc_or_tensor():

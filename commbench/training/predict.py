@@ -78,14 +78,6 @@ class Span:
     def of(cls, mid: float, lo: float | None = None, hi: float | None = None) -> Span:
         return cls(mid, min(mid, mid if lo is None else lo), max(mid, mid if hi is None else hi))
 
-    @classmethod
-    def over(cls, spans: Sequence[Span]) -> Span:
-        """Repeats: the median of their middles, the widest of their ends."""
-        return cls(float(np.median([s.mid for s in spans])), min(s.lo for s in spans), max(s.hi for s in spans))
-
-    def scaled(self, k: float) -> Span:
-        return Span(self.mid * k, self.lo * k, self.hi * k)
-
 
 @dataclass(frozen=True)
 class Link:
