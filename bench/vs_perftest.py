@@ -5,13 +5,16 @@ on the same RDMA device, interleaved. Where there is no RDMA hardware, run it in
 
 Each round runs, one after another: perftest's latency tools (send and write, busy-polling, and
 send with completion events, -e) at each size, then `commbench p2p-latency -t verbs` with the same
-op and completion mode; perftest's bandwidth tools and `commbench p2p-bandwidth -t verbs` (window
-64, as osu_bw; perftest's default tx depth 128). Latency: one-way, median (perftest's t_typical,
-commbench's p50), us. Bandwidth: MB/s = 10^6 B/s (perftest's MB/sec are 2^20 B/s, converted).
-Prints medians over rounds and the ratios commbench / perftest (latency: above 1 = commbench slower;
-bandwidth: below 1 = commbench slower). perftest runs with -F (a VM has no stable CPU clock).
-Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and bandwidth. Under QEMU's software CPU
-(the rxe guest) every number is a software number: read the ratios, not the microseconds.
+op and completion mode; perftest's bandwidth tools, busy-polling and (send) with events (-e), and
+`commbench p2p-bandwidth -t verbs` with the same op and completion mode, size by size, the same
+number of messages each (--bw-messages, 200 at 1 MiB; commbench in windows of 64, as osu_bw;
+perftest's default tx depth 128). `--only latency|bandwidth` runs one half. Latency: one-way,
+median (perftest's t_typical, commbench's p50), us. Bandwidth: MB/s = 10^6 B/s (perftest's
+MB/sec are 2^20 B/s, converted). Prints medians over rounds and the ratios commbench / perftest
+(latency: above 1 = commbench slower; bandwidth: below 1 = commbench slower). perftest runs with
+-F (a VM has no stable CPU clock). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
+bandwidth. Under QEMU's software CPU (the rxe guest) every number is a software number: read the
+ratios, not the microseconds.
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ GID = os.environ.get("COMMBENCH_GID_INDEX", "1")
 SIZES = [8, 65536, 1 << 20]
 LAT = [("send", "busy", "ib_send_lat", []), ("write", "busy", "ib_write_lat", []),
        ("send", "blocking", "ib_send_lat", ["-e"])]
-BW = [("send", "ib_send_bw"), ("write", "ib_write_bw")]
+BW = [("send", "busy", "ib_send_bw", []), ("send", "blocking", "ib_send_bw", ["-e"]),
+      ("write", "busy", "ib_write_bw", [])]  # ib_write_bw has no -e: "Events feature not available on WRITE verb"
+
+
+def bw_messages(size: int, messages: int) -> int:
+    """Messages per bandwidth point: --bw-messages, fewer for large ones (about 130 MB, at least 200)."""
+    return max(200, min(messages, messages * 65536 // size))
 
 
 def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:
@@ -59,11 +68,11 @@ def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:
     raise SystemExit(f"vs_perftest: no result line from {tool} -s {size}:\n{p.stdout}{p.stderr}")
 
 
-def commbench(bench: str, args: list[str]) -> dict[int, dict]:
+def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int, dict]:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "r.jsonl"
         subprocess.run([str(BIN / "commbench"), bench, "-t", "verbs", "--ib-dev", DEV, "--gid-index", GID, *args,
-                        "-m", ",".join(map(str, SIZES)), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
+                        "-m", ",".join(map(str, sizes)), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
     return {int(r["size"]): r for r in rows}
 
@@ -72,6 +81,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("-i", "--iterations", type=int, default=200, help="latency iterations (default 200: TCG is slow)")
+    ap.add_argument("--bw-messages", type=int, default=2000,
+                    help="messages per bandwidth point, both tools (default 2000; 200 at 1 MiB)")
+    ap.add_argument("--only", choices=("latency", "bandwidth"), help="run one half")
     a = ap.parse_args()
     if not shutil.which("ib_send_lat"):
         sys.exit("vs_perftest: perftest is not installed (apt-get install perftest)")
@@ -79,7 +91,7 @@ def main() -> None:
     bw: dict[tuple, list[float]] = {}
     t0 = time.monotonic()
     for r in range(a.rounds):
-        for op, poll, tool, extra in LAT:
+        for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
             for size in SIZES:
                 fields = perftest(tool, size, a.iterations, extra)
                 lat.setdefault(("perftest", op, poll, size), []).append(float(fields[4]))  # t_typical
@@ -88,27 +100,30 @@ def main() -> None:
             print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
             for size in SIZES:
                 lat.setdefault(("commbench", op, poll, size), []).append(rows[size]["p50_us"])
-        for op, tool in BW:
-            for size in SIZES:
-                fields = perftest(tool, size, a.iterations, [])
-                bw.setdefault(("perftest", op, size), []).append(float(fields[3]) * 1.048576)  # MiB/s -> MB/s
-            rows = commbench("p2p-bandwidth", ["--verbs-op", op, "-i", str(max(2, a.iterations // 64))])
-            for size in SIZES:
-                bw.setdefault(("commbench", op, size), []).append(rows[size]["mb_s"])
+        for op, poll, tool, extra in BW if a.only != "latency" else []:
+            for size in SIZES:  # the same number of messages for both (commbench: windows of 64)
+                n = bw_messages(size, a.bw_messages)
+                fields = perftest(tool, size, n, extra)
+                bw.setdefault(("perftest", op, poll, size), []).append(float(fields[3]) * 1.048576)  # MiB/s -> MB/s
+                rows = commbench("p2p-bandwidth", ["--verbs-op", op, "--poll", poll, "-i", str(max(2, n // 64)),
+                                                   "-x", "1", "-W", "64"], [size])
+                bw.setdefault(("commbench", op, poll, size), []).append(rows[size]["mb_s"])
+            print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
     med = statistics.median
     print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
           "latency one-way p50 us, bandwidth MB/s")
     print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}")
-    for op, poll, tool, extra in LAT:
+    for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
         for size in SIZES:
             p, c = med(lat[("perftest", op, poll, size)]), med(lat[("commbench", op, poll, size)])
             name = f"{tool}{' -e' if extra else ''}"
             print(f"{name:24s} {size:8d} {p:10.2f} {c:10.2f} {c / p:7.2f}")
-    for op, tool in BW:
+    for op, poll, tool, extra in BW if a.only != "latency" else []:
         for size in SIZES:
-            p, c = med(bw[("perftest", op, size)]), med(bw[("commbench", op, size)])
-            print(f"{tool:24s} {size:8d} {p:10.1f} {c:10.1f} {c / p:7.2f}")
+            p, c = med(bw[("perftest", op, poll, size)]), med(bw[("commbench", op, poll, size)])
+            name = f"{tool}{' -e' if extra else ''}"
+            print(f"{name:24s} {size:8d} {p:10.1f} {c:10.1f} {c / p:7.2f}")
     print("# goals: >= 64 KiB within 0.9-1.1x of perftest (latency and bandwidth)")
 
 
