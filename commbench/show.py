@@ -26,15 +26,15 @@ def render(path: str) -> list[str]:
                 "train": train.COLUMNS}
     last = None
     for run in read_runs(path, need_rows=True):
-        bench = run.meta.get("bench")
-        if bench in commands:  # one row per run: one table for the file
-            if bench != last:
-                lines += [f"# commbench {bench}: {path}", header_line(commands[bench])]
-            lines += [row_line(commands[bench], r) for r in run.rows if r.get("bench") == bench]
-            last = bench
+        kind = run.meta.get("bench")
+        if kind in commands:  # one row per run: one table for the file
+            if kind != last:
+                lines += [f"# commbench {kind}: {path}", header_line(commands[kind])]
+            lines += [row_line(commands[kind], r) for r in run.rows if r.get("bench") == kind]
+            last = kind
             continue
         last = None
-        cls = reg.get(bench)
+        cls = reg.get(kind)
         if cls is None:
             raise UsageError(f"{path}: unknown benchmark {run.meta.get('bench')!r} in the metadata row")
         bench = cls.__new__(cls)  # only its table layout is needed

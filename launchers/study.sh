@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The transport study (docs/study.md), end to end, from a clean checkout (as root: emulated hosts):
-#   bash launchers/study.sh            # about 40 minutes on a 2-core VM
+#   bash launchers/study.sh            # about 35 minutes on a 2-core VM
 # 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, grpc-cpp, mpi, tf-grpc (loopback)
 # 2. ps-throughput with resnet50 gradients: 1-2 workers x 1-2 PS, tcp and grpc
 # 3. launchers/predict.sh: TF's runtime calibrated once on small_cnn, then small_cnn and mobilenet_v2,

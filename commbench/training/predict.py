@@ -25,10 +25,10 @@ worse (docs/training.md).
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
 compute time's and the calibration runs' steps: the 95 % intervals of their medians, the calibration
 widened to each repeat's own fit; the link's fit to the ends of its points' intervals) and at the
-fast end (Low / High). The verdicts ("pays
-off", the minimum bandwidth) say "undecided" where those ends disagree. ``--measured FILE``
-replaces the modelled communication with what commbench's emulators measured for the same shape
-(ps-throughput rows with this W and P; allreduce rows over W ranks, scaled to the model's bytes).
+fast end (Low / High). The verdicts ("pays off", the minimum bandwidth) say "undecided" where
+those ends disagree. ``--measured FILE`` replaces the modelled communication with what commbench's
+emulators measured for the same shape (ps-throughput rows with this W and P; allreduce rows over W
+ranks, scaled to the model's bytes).
 
 Answers as TBD's network profiler asked: which shards and tensors dominate communication, whether
 W workers beat one, and the smallest bandwidth at which they do.
@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -170,15 +171,6 @@ def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: 
                       w * batch / step * 1e3, batch / compute_ms * 1e3, byte_term)
 
 
-def runtime_units(strategy: str, workers: int, ps: int, variables: Sequence[tf_ps.Variable],
-                  policy: str = "round-robin") -> int:
-    """What TF's per-step runtime cost is taken to grow with: the RPCs of a step (ps: W worker-steps
-    of the calls ``--rpc tf`` makes) or the tensors all-reduced (mirrored: W x gradients)."""
-    if strategy == "ps":
-        return workers * tf_ps.rpcs_per_worker_step(ps_plan(variables, ps, policy))
-    return workers * sum(v.trainable for v in variables)
-
-
 def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, top: int = 3) -> list[str]:
     """Lines naming the busiest shard and the largest tensors (communication is proportional to bytes)."""
     total = sum(sizes)
@@ -234,7 +226,8 @@ def min_bandwidth(step_at: Callable[[float], Prediction]) -> float | None:
     """The bandwidth (MB/s) below which W workers are slower than one, by bisection over beta
     (``step_at(beta)`` predicts at it); None where no bandwidth makes them faster."""
     lo, hi = 1e-6, 1e9
-    if step_at(hi).margin_ms <= 0 or step_at(hi).workers < 2:
+    top = step_at(hi)
+    if top.margin_ms <= 0 or top.workers < 2:
         return None
     if step_at(lo).margin_ms > 0:
         return 0.0
@@ -256,15 +249,19 @@ class Shape:
     policy: str = "round-robin"
     shared_host: bool = False
 
-    def at(self, compute_ms: float, link: LinkModel, batch: int | None = None) -> Prediction:
-        b = batch or self.batch
+    def at(self, compute_ms: float, link: LinkModel) -> Prediction:
         if self.strategy == "ps":
-            return predict_ps(self.variables, self.workers, self.ps, b, compute_ms, link, self.policy, self.shared_host)
+            return predict_ps(self.variables, self.workers, self.ps, self.batch, compute_ms, link, self.policy,
+                              self.shared_host)
         total = sum(v.nbytes for v in self.variables if v.trainable)
-        return predict_ring(total, self.workers, b, compute_ms, link, self.shared_host)
+        return predict_ring(total, self.workers, self.batch, compute_ms, link, self.shared_host)
 
     def units(self) -> int:
-        return runtime_units(self.strategy, self.workers, self.ps, self.variables, self.policy)
+        """What TF's per-step runtime cost is taken to grow with: the RPCs of a step (ps: W worker-steps
+        of the calls ``--rpc tf`` makes) or the tensors all-reduced (mirrored: W x gradients)."""
+        if self.strategy == "ps":
+            return self.workers * tf_ps.rpcs_per_worker_step(ps_plan(self.variables, self.ps, self.policy))
+        return self.workers * sum(v.trainable for v in self.variables)
 
 
 @dataclass(frozen=True)
@@ -359,6 +356,11 @@ def train_rows(path: str) -> list[tuple[dict, dict]]:
     return [(r.rows[-1], r.meta) for r in runs_of(path, "train", "predict needs `commbench train -o FILE` results")]
 
 
+def compute_span(row: dict, compute_ms: float) -> Span:
+    """A train row's compute time (or the one given) with its interval where the row has one."""
+    return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
+
+
 def spans(row: dict) -> tuple[Span, Span]:
     """A train row's mean step (what its images/s is) and compute time, with the 95 % intervals of
     their medians (the step's moved to the mean)."""
@@ -366,7 +368,7 @@ def spans(row: dict) -> tuple[Span, Span]:
     lo, hi = row.get("step_ci_lo_ms"), row.get("step_ci_hi_ms")
     shift = mean - row["step_p50_ms"]
     return (Span.of(mean, None if lo is None else lo + shift, None if hi is None else hi + shift),
-            Span.of(row["compute_ms"], row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms")))
+            compute_span(row, row["compute_ms"]))
 
 
 def one_host(meta: dict) -> bool:
@@ -394,8 +396,7 @@ def calibrate(args: argparse.Namespace, strategy: str) -> tuple[Span, str]:
             runs.append(Calibrated(shape, link, *spans(row)))
             what.append(f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                         f"batch {shape.batch} over {sweep}")
-    counted = sorted({w: what.count(w) for w in what}.items())
-    return fit_runtime(runs), "; ".join(f"{n}x {w}" for w, n in counted)
+    return fit_runtime(runs), "; ".join(f"{n}x {w}" for w, n in sorted(Counter(what).items()))
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
@@ -426,10 +427,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     strategy, workers, batch = pick("strategy"), int(pick("workers")), int(pick("batch"))
     ps = int(pick("ps")) if strategy == "ps" else 0
-    if args.compute_ms is not None:
-        compute = Span.of(args.compute_ms)
-    else:
-        compute = spans({"step_p50_ms": 0, **row, "compute_ms": pick("compute_ms")})[1]
+    compute = Span.of(args.compute_ms) if args.compute_ms is not None else compute_span(row, pick("compute_ms"))
     prof = store.load(pick("model"))
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))

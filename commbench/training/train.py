@@ -167,7 +167,8 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             finally:
                 progress.close()
             row = summarize(args, times) if reporter else None
-            before = before if args.strategy == "ps" else times.compute_before
+            if args.strategy == "mirrored":
+                before = times.compute_before
             if args.strategy == "ps":
                 world.bcast_json("train-done", True)
         if args.traffic:  # every rank names its sockets; the chief sums the capture by role
