@@ -76,8 +76,8 @@ def test_three_hosts_at_300mbit_carry_benchmarks_and_the_ps_emulator(emulated, t
     mb_s = bandwidth_mb_s(3, tmp_path)
     assert abs(mb_s - 37.5) / 37.5 < 0.15, mb_s
     out = tmp_path / "ps.jsonl"
-    r = commbench("ps-throughput", "--hosts", "3", "--workers", "2", "--ps", "1", "--payload", "small_cnn",
-                  "-i", "5", "--validate", "--traffic", "-o", str(out), timeout=300)
+    r = commbench("ps-throughput", "--hosts", "3", "--rpc", "packed", "--workers", "2", "--ps", "1", "--payload",
+                  "small_cnn", "-i", "5", "--validate", "--traffic", "-o", str(out), timeout=300)
     assert r.code == 0, r.err
     assert "cbh0, cbh1, cbh2" in r.out and table_rows(r.out)[0][-1] == "0"
     # --traffic between hosts: captured in the root namespace, where their links meet; a worker-step

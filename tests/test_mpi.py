@@ -132,10 +132,13 @@ def test_allreduce_over_mpi(algorithm):
     assert [row[1] for row in rows] == ["1", "32", "1024", "32768"] and all(row[-1] == "0" for row in rows)
 
 
-def test_ps_async_over_mpi_threads():
-    """Async shards serve each worker from a thread: MPI from several threads at once."""
-    r = mpiexec(4, "ps-throughput", "-t", "mpi", "--mode", "async", "--workers", "2", "--ps", "2",
-                "--payload", "mobilenet_v2", "-i", "5", "--validate")
+@pytest.mark.parametrize("args", [["--rpc", "packed", "--mode", "async", "--ps", "2"], ["--ps", "1"]],
+                         ids=["packed-async", "tf"])
+def test_ps_over_mpi_threads(args):
+    """Async shards (and every rank of the default --rpc tf: a chief, 2 workers, a shard) serve each
+    peer from a thread: MPI from several threads at once."""
+    r = mpiexec(4, "ps-throughput", "-t", "mpi", "--workers", "2", *args, "--payload", "mobilenet_v2", "-i", "5",
+                "--validate")
     assert r.code == 0, r.err
     assert table_rows(r.out)[0][-1] == "0"
 

@@ -110,8 +110,8 @@ def test_srun_dead_rank_ends_the_step(slurm, tmp_path):
 
 
 def test_ps_recipe_under_sbatch(slurm, tmp_path):
-    """slurm/ps-throughput.sbatch, submitted for real: 2 workers + 2 shards, both placements."""
-    job = subprocess.run(["sbatch", "--wait", "-n", "4", "-o", str(tmp_path / "out.txt"),
+    """slurm/ps-throughput.sbatch, submitted for real: a chief, 2 workers and 2 shards, both placements."""
+    job = subprocess.run(["sbatch", "--wait", "-n", "5", "-o", str(tmp_path / "out.txt"),
                           f"--export=ALL,COMMBENCH={BIN / 'commbench'},TRANSPORTS=tcp,EXTRA=-i 3 -x 1 --validate",
                           str(ROOT / "slurm" / "ps-throughput.sbatch")],
                          capture_output=True, text=True, env=slurm, cwd=tmp_path, timeout=600)
@@ -121,7 +121,7 @@ def test_ps_recipe_under_sbatch(slurm, tmp_path):
     assert [f.name for f in files] == ["ps_tcp_greedy.jsonl", "ps_tcp_round-robin.jsonl"]
     for f in files:
         (row,) = read_runs(f)[0].rows
-        assert row["workers"] == 2 and row["ps"] == 2 and row["wrong"] == 0
+        assert row["workers"] == 2 and row["ps"] == 2 and row["wrong"] == 0 and row["rpc"] == "tf"
 
 
 def test_train_under_srun(slurm, tmp_path):

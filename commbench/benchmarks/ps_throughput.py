@@ -1,7 +1,8 @@
-"""Parameter-server throughput (TF-gRPC-Bench's PS benchmark, with real updates): W workers x P shards,
-fully connected. Ranks 0 .. W-1 are workers (rank 0 reports), ranks W .. W+P-1 are shards; with
-``--rpc tf`` (what TensorFlow's PS training sends: ``emulators.tf_ps``) rank 0 is the chief that
-drives the workers, then W workers, then P shards.
+"""Parameter-server throughput (TF-gRPC-Bench's PS benchmark, with real updates): W workers x P shards.
+By default (``--rpc tf``: what TensorFlow's PS training sends, ``emulators.tf_ps``) rank 0 is the
+chief that drives the workers, then W workers, then P shards: W + P + 1 ranks. With ``--rpc packed``
+(TF-gRPC-Bench's) or ``per-tensor``, ranks 0 .. W-1 are workers (rank 0 reports) and W .. W+P-1
+shards, fully connected, and ``--mode`` picks sync or async updates.
 
 RPC/s and MB/s: all workers' RPCs and bytes over the slowest worker's wall-clock time (every worker
 starts at the same barrier, as osu_mbw_mr); steps/s is per worker, averaged; push and pull latencies
@@ -17,6 +18,7 @@ import numpy as np
 from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.argtypes import RANKS
 from commbench.core.config import RunConfig
+from commbench.core.errors import UsageError
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
 from commbench.core.payload import SCHEMES, Payload
 from commbench.core.table import Column
@@ -50,26 +52,34 @@ class PSThroughput(Benchmark):
         parser.add_argument("--workers", type=RANKS, default=2, help="worker ranks (default 2)")
         parser.add_argument("--ps", type=RANKS, default=1, help="parameter-server shards (default 1)")
         parser.add_argument("--placement", choices=POLICIES, default="round-robin",
-                            help="variables on shards: round-robin (TF default) or greedy by bytes")
-        parser.add_argument("--mode", choices=("sync", "async"), default="sync",
-                            help="sync: shards average all workers' pushes each step (default); async: every "
-                                 "push applied on arrival, no barrier")
-        parser.add_argument("--rpc", choices=("packed", "per-tensor", "tf"), default="packed",
-                            help="packed: one push and one pull per worker, shard and step (TF-gRPC-Bench's, "
-                                 "the default); per-tensor: every gradient pushed and every variable pulled "
-                                 "as its own call; tf: what TensorFlow's PS training sends, measured on the "
-                                 "wire (a chief rank driving each step, the shards calling the workers for "
-                                 "gradients, control calls and scalar reads; gradients applied on arrival)")
+                            help="variables on shards: round-robin (TF's default, in creation order) or greedy "
+                                 "by bytes (a what-if: TF's GreedyLoadBalancingStrategy, which its PS training "
+                                 "does not use unless asked)")
+        parser.add_argument("--rpc", choices=("tf", "packed", "per-tensor"), default="tf",
+                            help="tf (default): what TensorFlow's PS training sends, measured on the wire (a "
+                                 "chief rank driving each step: W + P + 1 ranks; the shards calling the "
+                                 "workers for gradients; control calls and scalar reads; gradients applied on "
+                                 "arrival); packed: one push and one pull per worker, shard and step "
+                                 "(TF-gRPC-Bench's); per-tensor: every gradient pushed and every variable "
+                                 "pulled as its own call")
+        parser.add_argument("--mode", choices=("sync", "async"),
+                            help="with --rpc packed or per-tensor: sync, shards average all workers' pushes "
+                                 "each step (their default); async, every push applied on arrival, no barrier")
         parser.set_defaults(payload="skew")
 
     @classmethod
     def ranks(cls, args: argparse.Namespace) -> int:
+        if args.rpc == "tf" and args.mode:
+            raise UsageError(f"--mode {args.mode} applies to --rpc packed or per-tensor; --rpc tf (the default) "
+                             "applies each gradient on arrival, as TensorFlow's PS training does: drop --mode "
+                             "or add --rpc packed")
         return args.workers + args.ps + (args.rpc == "tf")
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
         self.nw, self.np_ = config.args.workers, config.args.ps
         self.tf = config.args.rpc == "tf"
+        self.mode = config.args.mode or "sync"
         first = 1 if self.tf else 0  # tf: rank 0 is the chief
         self.workers = list(range(first, first + self.nw))
         self.shards = list(range(first + self.nw, first + self.nw + self.np_))
@@ -96,7 +106,7 @@ class PSThroughput(Benchmark):
         owners = place(payload.sizes, np_, self.args.placement)
         per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
                      for s in range(np_)}
-        asynchronous, per_tensor = self.args.mode == "async", self.args.rpc == "per-tensor"
+        asynchronous, per_tensor = self.mode == "async", self.args.rpc == "per-tensor"
         if me < nw:
             worker = Worker(me, nw, per_shard, ctx.links, checked, asynchronous, ctx.corrupt_every, per_tensor)
             return Side(step=worker.step, begin=worker.start, wrong=lambda: worker.wrong,
@@ -159,8 +169,8 @@ class PSThroughput(Benchmark):
                 "pull_p50_ms": float(np.percentile(pull, 50)), "pull_p99_ms": _p99(pull),
                 "shard_mb": "/".join(f"{b / 1e6:.1f}" for b in shard_bytes(payload.sizes, owners, np_)),
                 "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
-                "expected_value": expected_value(shards[0]["steps"], nw, self.args.mode == "async"),
-                "ps_mode": self.args.mode, "rpc": self.args.rpc}
+                "expected_value": expected_value(shards[0]["steps"], nw, self.mode == "async"),
+                "ps_mode": self.mode, "rpc": self.args.rpc}
 
 
 def _p99(values: np.ndarray) -> float | None:

@@ -194,7 +194,8 @@ class Shard:
         self.lr_shard = next(r for r, p in plans.items() if p.learning_rate)
         self.peers = [r for r in plans if r != me]
         self.lr_reads_of = {r: q.lr_reads() for r, q in plans.items()}
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the variables, updated from every worker's thread
+        self.lr_lock = threading.Lock()  # the one link to the learning rate's shard, called from each of them
         self.vars = [Message((v.nbytes,)) for v in self.plan.variables]
         for v in self.vars:
             v.clear()
@@ -221,8 +222,9 @@ class Shard:
                     if trainable:
                         for v, d in zip(var, g, strict=True):
                             v -= d * rate
-            for m in lr:  # the update reads the learning rate where it lives
-                to_lr.call(lr_req, m)
+            with self.lr_lock:  # a link carries one call at a time (a stream: one write outstanding)
+                for m in lr:  # the update reads the learning rate where it lives
+                    to_lr.call(lr_req, m)
             return done
 
         i = 0

@@ -197,7 +197,10 @@ def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, t
             raise UsageError(f"{path}: predict --measured needs ps-throughput rows with --workers {workers} --ps {ps} "
                              f"(e.g. commbench ps-throughput -t grpc --workers {workers} --ps {ps} --payload {model})")
         r = rows[-1]
-        return r["pull_p50_ms"] + r["push_p50_ms"], f"ps-throughput {r['transport']} {r['payload']}"
+        source = f"ps-throughput {r['transport']} --rpc {r.get('rpc', 'packed')} {r['payload']}"
+        if r.get("rpc") == "tf":  # the chief's round: one step of every worker at once, every RPC of it
+            return 1e3 / r["steps_s"], source
+        return r["pull_p50_ms"] + r["push_p50_ms"], source  # one packed pull and push per shard, in parallel
     rows = [r for run in runs if run.meta.get("bench") == "allreduce" and run.meta["options"].get("ranks") == workers
             for r in run.rows if r.get("size")]
     if not rows:

@@ -39,6 +39,7 @@ namespace {
 constexpr int kOk = 0, kTick = 1, kFail = -1;
 constexpr size_t kMaxInFlight = 1024;                      // unary one-way sends not yet answered
 constexpr auto kIdleAfter = std::chrono::milliseconds(20);  // no call for this long: the idle driver polls
+constexpr auto kYieldKick = std::chrono::microseconds(2000);  // a driver that yielded wants the queue back by then
 enum Kind { kDeliver, kDeliverStream, kExchange, kExchangeStream };
 const char* const kKindNames[] = {"Deliver", "DeliverStream", "Exchange", "ExchangeStream"};
 
@@ -177,9 +178,10 @@ class Engine {
   double timeout() const { return timeout_; }
 
   // Everything below runs between Enter() and Leave(): one thread drives the queue at a time. Threads of
-  // one rank may call in at once (the PS emulator serves each worker from its own thread): a caller
-  // arriving from outside kicks the current driver (an alarm), which hands the queue over at its next
-  // event; drivers waiting for events take turns, one event each (Drive).
+  // one rank may call in at once (the PS emulator serves each worker from its own thread): they queue in
+  // arrival order (a thread that leaves and comes straight back goes to the end of the line: no thread
+  // starves); a caller arriving from outside kicks the current driver (an alarm), and no driver blocks
+  // on the queue while such a caller waits; drivers waiting for events take turns, one event each.
   void Enter() { Take(std::chrono::steady_clock::now(), false); }
   void Leave() {
     bool wake;
@@ -192,20 +194,24 @@ class Engine {
     if (wake) cv_.notify_all();
   }
 
-  // Hand the queue to a waiting thread and wait to get it back, kicking the driver only at this
-  // caller's own deadline (until then only events can change what it waits for, and whoever drives
-  // yields at each event while someone waits).
+  // Hand the queue to a waiting thread and wait to get it back, kicking the driver after kYieldKick
+  // (or at this caller's deadline, if sooner). Waiting for the driver's next event instead stalled the
+  // PS emulator's threads for whole 0.5 s budgets (ps-throughput --rpc tf: 1-4 steps/s against 35-42
+  // with this kick) and once for good (mobilenet_v2, 3 workers, streams): the driver can sit in the
+  // queue with no event coming while the thread in line is the one whose move the peers wait for.
   void Yield(gpr_timespec deadline) {
-    gpr_timespec left = gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC));
-    auto kick_at = std::chrono::steady_clock::now() +
-                   std::chrono::microseconds(std::max<int64_t>(0, gpr_time_to_millis(left)) * 1000);
-    Take(kick_at, true);
+    int64_t left_us = std::max<int64_t>(0, gpr_time_to_millis(gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC)))) * 1000;
+    Take(std::chrono::steady_clock::now() + std::min(kYieldKick, std::chrono::microseconds(left_us)), true);
   }
 
   // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
   template <class F>
   int Drive(F done, gpr_timespec deadline) {
     while (!done()) {
+      if (entering_.load(std::memory_order_relaxed)) {  // a caller from outside waits: let it in first
+        Yield(deadline);
+        continue;
+      }
       void* tag;
       bool ok;
       switch (cq_->AsyncNext(&tag, &ok, deadline)) {
@@ -217,7 +223,10 @@ class Engine {
         default:
           return kFail;
       }
-      if (waiting_.load(std::memory_order_relaxed)) Yield(deadline);  // one event per turn
+      // one event per turn, but not after the event this driver waited for: a waiting thread given the
+      // queue may wait on this caller's next move, and this caller would wait to get the queue back
+      // until that thread's deadline (--rpc tf stalled 0.5 s per budget so)
+      if (!done() && waiting_.load(std::memory_order_relaxed)) Yield(deadline);
     }
     return kOk;
   }
@@ -444,19 +453,21 @@ class Engine {
   };
   void IdleLoop();
 
-  // Take the queue (the caller holds it until Leave). A yielding driver first lets a waiting thread
-  // take it (taken_ moves); the current driver is kicked at once when kick_at has passed.
+  // Take the queue (the caller holds it until Leave), in turn: first come, first served. A yielding
+  // driver hands it to the first in line and queues behind everyone waiting; the current driver is
+  // kicked when kick_at has passed (at once for a caller from outside).
   void Take(std::chrono::steady_clock::time_point kick_at, bool yielding) {
     std::unique_lock<std::mutex> l(m_);
-    uint64_t gen = taken_;
     if (yielding) {
-      if (waiting_.load() == 0) return;  // nobody to hand over to: keep driving
+      if (line_.empty()) return;  // nobody to hand over to: keep driving
       driving_ = false;
-      cv_.notify_all();
     }
+    uint64_t me = next_ticket_++;
+    line_.push_back(me);
     ++waiting_;
-    // a yielder waits until another thread took the queue (or none waits any more)
-    auto free = [&] { return !driving_ && (!yielding || taken_ != gen || waiting_.load() == 1); };
+    if (!yielding) ++entering_;
+    if (yielding) cv_.notify_all();
+    auto free = [&] { return !driving_ && line_.front() == me; };
     if (!cv_.wait_until(l, kick_at, free)) {
       if (driving_ && !kick_pending_) {
         kick_pending_ = true;
@@ -464,15 +475,18 @@ class Engine {
       }
       cv_.wait(l, free);
     }
+    line_.pop_front();
     --waiting_;
+    if (!yielding) --entering_;
     driving_ = true;
-    ++taken_;
   }
 
   std::mutex m_;
   std::condition_variable cv_;
-  std::atomic<int> waiting_{0};  // threads waiting to drive
-  uint64_t taken_ = 0;           // how many times the queue changed hands
+  std::deque<uint64_t> line_;     // tickets of the threads waiting to drive, in arrival order
+  uint64_t next_ticket_ = 0;
+  std::atomic<int> waiting_{0};   // threads waiting to drive
+  std::atomic<int> entering_{0};  // of them, callers from outside (not drivers taking turns)
   bool driving_ = false, idle_waits_ = false, kick_pending_ = false, stop_ = false;
   std::chrono::steady_clock::time_point left_at_ = std::chrono::steady_clock::now();
   grpc::Alarm kick_;
