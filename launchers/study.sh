@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The transport study (docs/study.md), end to end, from a clean checkout (as root: emulated hosts):
-#   bash launchers/study.sh            # about 35 minutes on a 2-core VM
+#   bash launchers/study.sh            # 35-60 minutes on a 2-core VM, by its pace
 # 1. latency and bandwidth sweeps: tcp, grpc raw, grpc proto, grpc-cpp, mpi, tf-grpc (loopback)
-# 2. ps-throughput --rpc packed (TF-gRPC-Bench's) with resnet50 gradients: 1-2 workers x 1-2 PS, tcp and grpc
+# 2. ps-throughput (what TF's PS training sends: a chief, W workers, P PS) with resnet50 gradients:
+#    1-2 workers x 1-2 PS, tcp and grpc
 # 3. launchers/predict.sh: TF's runtime calibrated once on small_cnn, then small_cnn and mobilenet_v2,
 #    ps and mirrored, trained over emulated links at 200mbit, 500mbit, 1gbit and unshaped (and W=3)
 #    and predicted from a p2p sweep over the same links and that calibration only
@@ -40,7 +41,7 @@ done
 step "2. parameter-server throughput, resnet50 gradients"
 for t in "tcp" "grpc --grpc-call unary"; do for w in 1 2; do for p in 1 2; do
   # shellcheck disable=SC2086
-  $CB ps-throughput -t $t --rpc packed --workers "$w" --ps "$p" --payload resnet50 $PSI -o "$R/ps.jsonl" >/dev/null
+  $CB ps-throughput -t $t --workers "$w" --ps "$p" --payload resnet50 $PSI -o "$R/ps.jsonl" >/dev/null
 done; done; done
 
 step "3. training predicted out of sample: launchers/predict.sh"
