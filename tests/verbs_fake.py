@@ -28,6 +28,7 @@ class Stats:
     posted_sends = 0
     sge_counts: list[int] = []
     inline_sends = 0
+    signaled_sends = 0
     registrations = 0
 
 
@@ -101,6 +102,9 @@ class FakeCQ:
     def poll(self, n: int = 1):
         with LOCK:
             out = [self.q.popleft() for _ in range(min(n, len(self.q)))]
+            for wc in out:  # a send completion frees its slot and those of the unsignaled sends before it
+                if getattr(wc, "qp", None) is not None:
+                    wc.qp.sq_used -= wc.frees
         return len(out), out
 
     def req_notify(self, solicited_only: int = 0) -> None:
@@ -155,6 +159,8 @@ class FakeQP:
         self.rq: deque[RecvWR] = deque()
         self.state = "init"
         self.dest = None
+        self.sq_used = 0  # send queue slots taken: freed when a signaled completion is polled
+        self.unsignaled = 0  # sends posted without a completion since the last signaled one
         QPS[self.qp_num] = self
 
     def post_recv(self, wr: RecvWR) -> None:
@@ -183,9 +189,18 @@ class FakeQP:
         Stats.sge_counts.append(wr.num_sge)
         Stats.inline_sends += bool(wr.send_flags & e.IBV_SEND_INLINE)
         with LOCK:
+            if self.sq_used >= self.init.cap.max_send_wr:
+                raise PyverbsRDMAError("Failed to post send (SQ full: unsignaled sends never reaped)")
+            self.sq_used += 1
             status = self._deliver(wr)
-            if wr.send_flags & e.IBV_SEND_SIGNALED or self.init.sq_sig_all:
-                self.init.scq.push(WC(status=status, wr_id=wr.wr_id, opcode=e.IBV_WC_SEND, byte_len=0, imm_data=0))
+            signaled = wr.send_flags & e.IBV_SEND_SIGNALED or self.init.sq_sig_all
+            Stats.signaled_sends += bool(signaled)
+            if signaled or status:  # a failed send always completes, as on a device
+                self.init.scq.push(WC(status=status, wr_id=wr.wr_id, opcode=e.IBV_WC_SEND, byte_len=0, imm_data=0,
+                                      qp=self, frees=self.unsignaled + 1))
+                self.unsignaled = 0
+            else:
+                self.unsignaled += 1
 
     def _deliver(self, wr: SendWR) -> int:
         peer = QPS.get(self.dest)

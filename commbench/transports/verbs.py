@@ -205,10 +205,10 @@ class VerbsLink(Link):
         self.mailbox[:] = 0  # no advert yet
         self.advert_mr = api.mr.MR(t.pd, MAILBOX, e.IBV_ACCESS_LOCAL_WRITE)
         self.advert_mem = _region(self.advert_mr, MAILBOX)
-        inline = e.IBV_SEND_INLINE if self.max_inline >= ADVERT.size else 0  # copied at post, not read later
+        self.advert_inline = self.max_inline >= ADVERT.size  # copied at post, not read later
         self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
                                        sg=[api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)],
-                                       send_flags=e.IBV_SEND_SIGNALED | inline)
+                                       send_flags=e.IBV_SEND_SIGNALED)
         self.direct = t.direct
         self.advertised: tuple[int, int] | None = None  # (message number, id of the message) waiting in its buffers
         self.direct_in = self.direct_out = 0  # messages placed without a copy, received and sent
@@ -226,12 +226,19 @@ class VerbsLink(Link):
         self.credits: Credits | None = None
         self.stash: deque[tuple[int, int, bool]] = deque()  # data completions seen while waiting for credits
         self.received = 0  # data messages consumed (write mode: the next slot is received % depth)
-        self.unreaped = 0  # signaled sends not yet polled from the send CQ
+        # Selective signaling: a send whose data went inline (copied at post) needs no completion, so it
+        # is posted unsignaled, but for every quiet_every-th one, whose completion frees the send queue
+        # slots of those before it; every other send is signaled and polled before its buffers are reused.
+        self.frees: deque[int] = deque()  # per signaled send not yet polled: the slots its completion frees
+        self.in_sq = 0  # send queue slots taken
+        self.quiet = 0  # unsignaled sends since the last signaled one
+        self.quiet_every = max(1, (self.sq_size - 2) // 2)
         self.staging: np.ndarray | None = None
         self.staging_mr = None
         self.credit_wr = api.wr.SendWR(wr_id=1 << 40, opcode=e.IBV_WR_SEND_WITH_IMM, num_sge=1,
                                        sg=[api.wr.SGE(self.ctrl_mr.buf, 4, self.ctrl_mr.lkey)],
                                        send_flags=e.IBV_SEND_SIGNALED)
+        self.credit_inline = self.max_inline >= 4  # the credit rides in the immediate; the 4 bytes are filler
 
     # -- set-up ---------------------------------------------------------------------------------
     def _create_qp(self):
@@ -241,7 +248,7 @@ class VerbsLink(Link):
         for inline in (MAX_INLINE, 0):
             cap = api.qp.QPCap(max_send_wr=self.sq_size, max_recv_wr=self.plan.recvs,
                                max_send_sge=t.max_sge, max_recv_sge=1, max_inline_data=inline)
-            init = api.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.rcq, cap=cap, sq_sig_all=1)
+            init = api.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.rcq, cap=cap, sq_sig_all=0)
             try:
                 qp = api.qp.QP(t.pd, init, attr)
             except api.Error:
@@ -354,9 +361,24 @@ class VerbsLink(Link):
 
     def _reap(self, all_: bool) -> None:
         """Poll send completions: all of them (buffers free again), or just enough to keep the SQ open."""
-        while self.unreaped and (all_ or self.unreaped >= self.sq_size - 1):
+        while self.frees and (all_ or self.in_sq >= self.sq_size - 1):
             self._poll(self.scq, True)
-            self.unreaped -= 1
+            self.in_sq -= self.frees.popleft()
+
+    def _submit(self, wr, inline: bool) -> None:
+        """Post wr: signaled, unless its data went inline (then unsignaled, but every quiet_every-th)."""
+        e = self.api.e
+        signal = not inline or self.quiet + 1 >= self.quiet_every
+        if inline:
+            wr.send_flags = e.IBV_SEND_INLINE | (e.IBV_SEND_SIGNALED if signal else 0)
+        self._reap(False)
+        self.qp.post_send(wr)
+        self.in_sq += 1
+        if signal:
+            self.frees.append(self.quiet + 1)
+            self.quiet = 0
+        else:
+            self.quiet += 1
 
     def _wait_credit(self) -> None:
         while self.credits.available <= 0:
@@ -370,7 +392,7 @@ class VerbsLink(Link):
         if c is None:
             api, e, t = self.api, self.api.e, self.t
             how = sge_plan(msg.sizes, t.max_sge, self.max_inline)
-            flags = e.IBV_SEND_SIGNALED | (e.IBV_SEND_INLINE if how == "inline" else 0)
+            flags = e.IBV_SEND_INLINE if how == "inline" else e.IBV_SEND_SIGNALED  # inline: _submit signals
             op = e.IBV_WR_SEND_WITH_IMM if t.op == "send" else e.IBV_WR_RDMA_WRITE_WITH_IMM
             if how == "pack":
                 c = (how, op, flags)
@@ -422,16 +444,16 @@ class VerbsLink(Link):
         seq = self.credits.sent
         slot = self.credits.spend()
         wr = self._direct_wr(msg, seq) if self.direct and msg.nbytes >= DIRECT_FROM else None
+        inline = False
         if wr is not None:
             self.direct_out += 1
         else:
             c = self._send_wr(msg)
             wr = self._pack(msg, slot, c[1], c[2]) if c[0] == "pack" else c[1]
+            inline = c[0] == "inline"
             if self.t.op == "write":
                 wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
-        self._reap(False)
-        self.qp.post_send(wr)
-        self.unreaped += 1
+        self._submit(wr, inline)
 
     def send(self, msg: Message) -> None:
         self._post(msg)
@@ -457,9 +479,7 @@ class VerbsLink(Link):
         back = self.credits.consumed()
         if back:
             self.credit_wr.imm_data = imm_credit(back)
-            self._reap(False)
-            self.qp.post_send(self.credit_wr)
-            self.unreaped += 1
+            self._submit(self.credit_wr, self.credit_inline)
 
     def _advertise(self, msg: Message) -> None:
         """Tell the peer where the message this receive waits for (number ``received``) may go directly,
@@ -473,9 +493,7 @@ class VerbsLink(Link):
         first, nbytes, _, rkey, layout = mine
         pack_advert(self.advert_mem, self.received, first, rkey, layout, nbytes)
         self.advertised = (self.received, id(msg))
-        self._reap(False)
-        self.qp.post_send(self.advert_wr)
-        self.unreaped += 1
+        self._submit(self.advert_wr, self.advert_inline)
 
     def recv_into(self, msg: Message) -> None:
         self._reap(True)  # every earlier send done: its buffers are the caller's again
