@@ -10,6 +10,8 @@ from commbench.core.results import read_runs
 from commbench.emulators.placement import place, shard_bytes
 from commbench.profiles import store
 
+GRPC_CPP_CALLS = [grpc_cpp("--grpc-call", "unary"), grpc_cpp("--grpc-call", "stream")]
+
 
 def test_round_robin_and_greedy_placement_on_resnet50():
     sizes = [t.nbytes for t in store.load("resnet50").tensors]
@@ -116,7 +118,7 @@ def test_per_tensor_corruption_is_counted():
     assert int(table_rows(r.out)[0][-1]) > 0
 
 
-@pytest.mark.parametrize("transport", [grpc_cpp("--grpc-call", "unary"), grpc_cpp("--grpc-call", "stream")])
+@pytest.mark.parametrize("transport", GRPC_CPP_CALLS)
 def test_shard_threads_share_one_grpc_cpp_engine(tmp_path, transport):
     """An async shard serves each worker from its own thread, all calling into one grpc-cpp engine at
     once: they must take turns at its completion queue (two drivers at once crashed the shard)."""
@@ -130,8 +132,7 @@ def test_shard_threads_share_one_grpc_cpp_engine(tmp_path, transport):
     assert row["final_value"] == row["expected_value"]
 
 
-@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc", "--grpc-call", "unary"],
-                                       grpc_cpp("--grpc-call", "unary"), grpc_cpp("--grpc-call", "stream")])
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc", "--grpc-call", "unary"], *GRPC_CPP_CALLS])
 @pytest.mark.parametrize("model,workers,ps", [("small_cnn", 2, 2), ("mobilenet_v2", 3, 1)])
 def test_tf_mode_runs_tensorflows_step_with_real_updates(tmp_path, transport, model, workers, ps):
     """--rpc tf: a chief drives every step, the shards read the gradients from the workers and apply
@@ -145,7 +146,7 @@ def test_tf_mode_runs_tensorflows_step_with_real_updates(tmp_path, transport, mo
     assert row["final_value"] == row["expected_value"] == -4 * workers * (workers + 1) / 4096
 
 
-@pytest.mark.parametrize("transport", [grpc_cpp("--grpc-call", "unary"), grpc_cpp("--grpc-call", "stream")])
+@pytest.mark.parametrize("transport", GRPC_CPP_CALLS)
 def test_tf_mode_over_grpc_cpp_never_waits_out_a_budget(tmp_path, transport):
     """Threads of one rank sharing the grpc-cpp engine: a driver that got its own event used to hand the
     queue to a waiting thread anyway and then wait for it back until that thread's 0.5 s budget ran out

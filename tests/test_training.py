@@ -146,16 +146,14 @@ def test_measured_communication_replaces_the_model(tmp_path):
         pr.measured_comm(str(f), "mirrored", 2, 0, "small_cnn", 1 << 20)
     with pytest.raises(UsageError, match="ps-throughput rows with --workers 2 --ps 1"):
         pr.measured_comm(str(f), "ps", 2, 1, "small_cnn", 1 << 20)
-    ps = tmp_path / "ps.jsonl"  # --rpc tf rows: the chief's round time; packed rows: a pull and a push
-    row = {"type": "row", "bench": "ps-throughput", "transport": "tcp", "payload": "small_cnn[10]=0.3MB",
-           "workers": 2, "ps": 1, "steps_s": 40.0, "pull_p50_ms": 2.0, "push_p50_ms": 3.0}
-    ps.write_text("\n".join(json.dumps(x) for x in [{"type": "meta", "bench": "ps-throughput", "options": {}},
-                                                    {**row, "rpc": "tf"}]) + "\n")
-    assert pr.measured_comm(str(ps), "ps", 2, 1, "small_cnn", 1 << 20) == (25.0, "ps-throughput tcp --rpc tf "
-                                                                           "small_cnn[10]=0.3MB")
-    ps.write_text("\n".join(json.dumps(x) for x in [{"type": "meta", "bench": "ps-throughput", "options": {}},
-                                                    {**row, "rpc": "packed"}]) + "\n")
-    assert pr.measured_comm(str(ps), "ps", 2, 1, "small_cnn", 1 << 20)[0] == 5.0
+    # --rpc tf rows: the chief's round time; packed rows: a pull and a push
+    row = {"transport": "tcp", "payload": "small_cnn[10]=0.3MB", "workers": 2, "ps": 1, "steps_s": 40.0,
+           "pull_p50_ms": 2.0, "push_p50_ms": 3.0}
+    ps = _results(tmp_path / "tf.jsonl", "ps-throughput", [{**row, "rpc": "tf"}])
+    assert pr.measured_comm(ps, "ps", 2, 1, "small_cnn", 1 << 20) == (25.0, "ps-throughput tcp --rpc tf "
+                                                                      "small_cnn[10]=0.3MB")
+    ps = _results(tmp_path / "packed.jsonl", "ps-throughput", [{**row, "rpc": "packed"}])
+    assert pr.measured_comm(ps, "ps", 2, 1, "small_cnn", 1 << 20)[0] == 5.0
 
 
 def test_predict_ring_by_hand():

@@ -200,8 +200,9 @@ class Engine {
   // with this kick) and once for good (mobilenet_v2, 3 workers, streams): the driver can sit in the
   // queue with no event coming while the thread in line is the one whose move the peers wait for.
   void Yield(gpr_timespec deadline) {
-    int64_t left_us = std::max<int64_t>(0, gpr_time_to_millis(gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC)))) * 1000;
-    Take(std::chrono::steady_clock::now() + std::min(kYieldKick, std::chrono::microseconds(left_us)), true);
+    int64_t left_ms = gpr_time_to_millis(gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC)));
+    auto left = std::chrono::microseconds(std::max<int64_t>(0, left_ms) * 1000);
+    Take(std::chrono::steady_clock::now() + std::min(kYieldKick, left), true);
   }
 
   // Drive the queue until done() or the deadline: kOk, kTick (deadline passed) or kFail (queue shut down).
