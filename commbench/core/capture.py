@@ -247,6 +247,25 @@ def parse_frame(buf: memoryview, n: int):
     return (src_ip, sport), (dst_ip, dport), seq, flags, buf[off + doff:min(end, n)]
 
 
+def _take_packet(cap: Capturer, sock: socket.socket, view: memoryview, anc: int) -> int:
+    """Read one packet into ``cap`` (outgoing copies left out); its kernel timestamp (ns)."""
+    n, ancdata, _, addr = sock.recvmsg_into([view], anc, socket.MSG_TRUNC)  # n: the whole frame
+    t_ns = time.time_ns()
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", data[:16])
+            t_ns = sec * 1_000_000_000 + nsec
+    if addr[2] == PACKET_OUTGOING:
+        return t_ns
+    if n > len(view):
+        cap.truncated += 1
+    else:
+        got = parse_frame(view, n)
+        if got is not None:
+            cap.segment(t_ns, *got)
+    return t_ns
+
+
 def capture_main(out: str, excluded: str = "") -> int:
     """The capture process: see the module's docstring."""
     try:
@@ -261,31 +280,26 @@ def capture_main(out: str, excluded: str = "") -> int:
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.settimeout(0.2)
     cap = Capturer(int(p) for p in excluded.split(",") if p)
-    stop = []
+    stop: list[int] = []  # when the signal came (wall clock ns)
     for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, lambda *_: stop.append(1))
+        signal.signal(s, lambda *_: stop.append(time.time_ns()))
     buf = bytearray(1 << 20)  # loopback hands over GSO segments of up to 64 KiB (BIG TCP: more)
     view = memoryview(buf)
     anc = socket.CMSG_SPACE(16)
     print("ready", flush=True)
     while not stop:  # checked after every packet: on a busy interface the 0.2 s timeout may never come
         try:
-            n, ancdata, _, addr = sock.recvmsg_into([buf], anc, socket.MSG_TRUNC)  # n: the whole frame
+            _take_packet(cap, sock, view, anc)
         except (TimeoutError, InterruptedError):
             continue
-        if addr[2] == PACKET_OUTGOING:
-            continue
-        t_ns = time.time_ns()
-        for level, kind, data in ancdata:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                sec, nsec = struct.unpack("qq", data[:16])
-                t_ns = sec * 1_000_000_000 + nsec
-        if n > len(buf):
-            cap.truncated += 1
-            continue
-        got = parse_frame(view, n)
-        if got is not None:
-            cap.segment(t_ns, *got)
+    # what the kernel queued before the signal is the run's: a capture that lags (one Python process
+    # behind a loopback flood) reads it all, and stops at the first packet that came after the signal
+    sock.setblocking(False)
+    try:
+        while _take_packet(cap, sock, view, anc) < stop[0]:
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
     stats = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
     drops = struct.unpack("II", stats)[1]
     Path(out).write_text(json.dumps(cap.result(drops)))
