@@ -319,6 +319,40 @@ def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op,
         assert c_out >= n // 2 and c_in >= n // 2, (c_out, c_in)
 
 
+@pytest.mark.parametrize("op", ["send", "write"])
+def test_a_window_of_sends_is_signaled_at_its_end(fake, op):
+    """Sends posted together (a window through progress) go unsignaled but the last and every
+    quiet_every-th, as perftest's --cq-mod: its completion says every send before it is done, and
+    the buffers are the caller's again when progress returns."""
+    sizes, window, rounds = (64 << 10,), 64, 3
+
+    def sender(t, link):
+        pat, ack = Pattern(sizes, 4), Message((4,))
+        out = [Message(sizes) for _ in range(window)]
+        for r in range(rounds):
+            for m in out:
+                m.fill(pat, r)  # the buffers are free again: refilled while nothing is in flight
+            t.progress([(link, m) for m in out], [])
+            link.recv_into(ack)
+        return link.quiet_every
+
+    def receiver(t, link):
+        pat, ack, wrong = Pattern(sizes, 4), Message((4,)), 0
+        inbox = [Message(sizes) for _ in range(window)]
+        for r in range(rounds):
+            t.progress([], [(link, m) for m in inbox])
+            wrong += sum(not m.matches(pat, r) for m in inbox)
+            link.send(ack)
+        return wrong
+
+    quiet_every, wrong = pair(sender, receiver, verbs_op=op, largest=64 << 10, verbs_pool_mb=8)
+    assert wrong == 0
+    # per window its last and every quiet_every-th (every send was signaled before: 192 here); the
+    # inline acks and credit returns add one per quiet_every of them
+    bound = rounds * (window // quiet_every + 1) + fake.Stats.inline_sends // quiet_every + 1
+    assert fake.Stats.signaled_sends <= bound, vars(fake.Stats)
+
+
 def test_registration_happens_once_per_buffer(fake):
     sizes = (4096, 4096)
 
@@ -429,6 +463,32 @@ def test_events_mode_moves_the_bytes(fake):
 
     (value, mode), _ = pair(client, server, poll="blocking")
     assert value == 42 and ", events" in mode
+
+
+def test_events_mode_takes_sigalrm_once_and_gives_it_back(fake):
+    """--poll blocking interrupts its sleeps with SIGALRM: the handler is installed once (not per
+    sleep: two system calls fewer per message), only from the main thread, and restored at close."""
+    import signal
+
+    def mine(*_):
+        pass
+
+    before = signal.signal(signal.SIGALRM, mine)
+    try:
+        t = verbs.VerbsTransport(verbs_fake.worlds(1)[0], config(poll="blocking"))
+        got: list[bool] = []
+        th = threading.Thread(target=lambda: got.append(t.alarm()))
+        th.start()
+        th.join()
+        assert got == [False] and signal.getsignal(signal.SIGALRM) is mine  # another thread: no timer
+        assert t.alarm()
+        installed = signal.getsignal(signal.SIGALRM)
+        assert installed is not mine
+        assert t.alarm() and signal.getsignal(signal.SIGALRM) is installed  # once
+        t.close()
+        assert signal.getsignal(signal.SIGALRM) is mine
+    finally:
+        signal.signal(signal.SIGALRM, before)
 
 
 def test_port_down_and_bad_flags_are_usage_errors(fake):

@@ -37,6 +37,7 @@ import ctypes
 import errno
 import random
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -235,6 +236,11 @@ class VerbsLink(Link):
         self.quiet_every = max(1, (self.sq_size - 2) // 2)
         self.staging: np.ndarray | None = None
         self.staging_mr = None
+        self.pack_wrs: dict[tuple[int, int], object] = {}  # (slot, length) -> its staging work request
+        self.write_op = t.op == "write"
+        self.data_op = e.IBV_WR_RDMA_WRITE_WITH_IMM if self.write_op else e.IBV_WR_SEND_WITH_IMM
+        self.f_inline, self.f_signaled = e.IBV_SEND_INLINE, e.IBV_SEND_SIGNALED
+        self.recv_view = memoryview(self.recv_mem)
         self.credit_wr = api.wr.SendWR(wr_id=1 << 40, opcode=e.IBV_WR_SEND_WITH_IMM, num_sge=1,
                                        sg=[api.wr.SGE(self.ctrl_mr.buf, 4, self.ctrl_mr.lkey)],
                                        send_flags=e.IBV_SEND_SIGNALED)
@@ -315,12 +321,10 @@ class VerbsLink(Link):
 
     def _sleep_on(self, cq, deadline: float) -> None:
         """Sleep in ibv_get_cq_event on an armed CQ; SIGALRM every 0.2 s makes its read() return
-        EINTR (pyverbs holds the GIL there, so nothing else in this process runs) and the deadline holds."""
-        try:
-            old = signal.signal(signal.SIGALRM, lambda *_: None)
-        except ValueError:  # not the main thread: sleep without the timer (the watchdog still acts)
-            old = None
-        else:
+        EINTR (pyverbs holds the GIL there, so nothing else in this process runs) and the deadline holds.
+        Not on the main thread: no timer (the watchdog still acts)."""
+        timer = self.t.alarm()
+        if timer:
             signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
         try:
             while True:
@@ -334,9 +338,8 @@ class VerbsLink(Link):
                     if getattr(exc, "error_code", errno.EINTR) != errno.EINTR:
                         raise
         finally:
-            if old is not None:
+            if timer:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, old)
 
     def _recv_wc(self, block: bool) -> tuple[int, int, bool] | None:
         """The next data message (receive index, length, placed directly): one kept earlier, else from the CQ."""
@@ -365,20 +368,26 @@ class VerbsLink(Link):
             self._poll(self.scq, True)
             self.in_sq -= self.frees.popleft()
 
-    def _submit(self, wr, inline: bool) -> None:
-        """Post wr: signaled, unless its data went inline (then unsignaled, but every quiet_every-th)."""
-        e = self.api.e
-        signal = not inline or self.quiet + 1 >= self.quiet_every
-        if inline:
-            wr.send_flags = e.IBV_SEND_INLINE | (e.IBV_SEND_SIGNALED if signal else 0)
-        self._reap(False)
-        self.qp.post_send(wr)
+    def _mark(self, wr, inline: bool, more: bool = False) -> None:
+        """Take wr's send-queue slot, signaled or not (selective signaling, as perftest's --cq-mod): a send
+        goes unsignaled if its data went inline (copied at post) or more sends follow on this link at
+        once (the last of them is signaled, and its completion says all before it are done), but every
+        quiet_every-th, whose completion frees the slots of those before it."""
+        signal = (not inline and not more) or self.quiet + 1 >= self.quiet_every
+        wr.send_flags = (self.f_inline if inline else 0) | (self.f_signaled if signal else 0)
         self.in_sq += 1
         if signal:
             self.frees.append(self.quiet + 1)
             self.quiet = 0
         else:
             self.quiet += 1
+
+    def _submit(self, wr, inline: bool, more: bool = False) -> None:
+        """Post wr (``more``: more sends follow on this link at once)."""
+        if self.in_sq >= self.sq_size - 1:
+            self._reap(False)
+        self._mark(wr, inline, more)
+        self.qp.post_send(wr)
 
     def _wait_credit(self) -> None:
         while self.credits.available <= 0:
@@ -387,35 +396,37 @@ class VerbsLink(Link):
                 self.stash.append(got)
 
     # -- data path ------------------------------------------------------------------------------
-    def _send_wr(self, msg: Message):
-        c = msg.cache.get("verbs")
-        if c is None:
-            api, e, t = self.api, self.api.e, self.t
-            how = sge_plan(msg.sizes, t.max_sge, self.max_inline)
-            flags = e.IBV_SEND_INLINE if how == "inline" else e.IBV_SEND_SIGNALED  # inline: _submit signals
-            op = e.IBV_WR_SEND_WITH_IMM if t.op == "send" else e.IBV_WR_RDMA_WRITE_WITH_IMM
-            if how == "pack":
-                c = (how, op, flags)
-            else:
-                sg = [api.wr.SGE(a.ctypes.data, len(a), 0 if how == "inline" else t.registry.lkey(a))
-                      for a in msg.arrays if len(a)]
-                c = (how, api.wr.SendWR(wr_id=0, opcode=op, num_sge=len(sg), sg=sg, imm_data=imm_data(msg.nbytes),
-                                        send_flags=flags))
-            msg.cache["verbs"] = c
+    def _send_wr(self, msg: Message) -> tuple[object, bool]:
+        """(msg's work request, its data goes inline), made once per message: one scatter/gather entry
+        per buffer (inline if small); (None, False) if it has more buffers than entries (see _pack)."""
+        api, t = self.api, self.t
+        how = sge_plan(msg.sizes, t.max_sge, self.max_inline)
+        wr = None
+        if how != "pack":
+            sg = [api.wr.SGE(a.ctypes.data, len(a), 0 if how == "inline" else t.registry.lkey(a))
+                  for a in msg.arrays if len(a)]
+            wr = api.wr.SendWR(wr_id=0, opcode=self.data_op, num_sge=len(sg), sg=sg, imm_data=imm_data(msg.nbytes))
+        c = msg.cache["verbs"] = (wr, how == "inline")
         return c
 
-    def _pack(self, msg: Message, slot: int, op: int, flags: int):
-        p = self.remote
+    def _pack(self, msg: Message, slot: int):
+        """A work request sending msg's buffers packed into this slot's part of a registered staging area
+        (made once per slot and length)."""
+        size = self.plan.slot
         if self.staging is None:
-            self.staging_mr = self.api.mr.MR(self.t.pd, p.depth * self.plan.slot, self.api.e.IBV_ACCESS_LOCAL_WRITE)
-            self.staging = _region(self.staging_mr, p.depth * self.plan.slot)
-        off = slot * self.plan.slot
+            depth = self.remote.depth
+            self.staging_mr = self.api.mr.MR(self.t.pd, depth * size, self.api.e.IBV_ACCESS_LOCAL_WRITE)
+            self.staging = _region(self.staging_mr, depth * size)
+        off = slot * size
         for a in msg.arrays:
             self.staging[off:off + len(a)] = a
             off += len(a)
-        sge = self.api.wr.SGE(self.staging_mr.buf + slot * self.plan.slot, max(msg.nbytes, 1), self.staging_mr.lkey)
-        return self.api.wr.SendWR(wr_id=0, opcode=op, num_sge=1, sg=[sge], imm_data=imm_data(msg.nbytes),
-                                  send_flags=flags)
+        wr = self.pack_wrs.get((slot, msg.nbytes))
+        if wr is None:
+            sge = self.api.wr.SGE(self.staging_mr.buf + slot * size, max(msg.nbytes, 1), self.staging_mr.lkey)
+            wr = self.pack_wrs[(slot, msg.nbytes)] = self.api.wr.SendWR(
+                wr_id=0, opcode=self.data_op, num_sge=1, sg=[sge], imm_data=imm_data(msg.nbytes))
+        return wr
 
     def _direct_wr(self, msg: Message, seq: int):
         """An RDMA write of msg straight into the buffers its receiver advertised for message ``seq``,
@@ -433,27 +444,30 @@ class VerbsLink(Link):
             e = self.api.e
             wr = msg.cache["verbs-direct"] = self.api.wr.SendWR(
                 wr_id=0, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, sg=[self.api.wr.SGE(first, nbytes, lkey)],
-                imm_data=imm_data(msg.nbytes, direct=True), send_flags=e.IBV_SEND_SIGNALED)
+                imm_data=imm_data(msg.nbytes, direct=True))
         wr.set_wr_rdma(rkey, addr)
         return wr
 
-    def _post(self, msg: Message) -> None:
+    def _post(self, msg: Message, more: bool = False) -> None:
+        """Send msg (the per-message path: kept short, as every step here is paid per message)."""
         if self.state.state is not Conn.READY:
             self.state.require_ready()
-        self._wait_credit()
-        seq = self.credits.sent
-        slot = self.credits.spend()
+        credits = self.credits
+        if credits.available <= 0:
+            self._wait_credit()
+        seq = credits.sent
+        slot = credits.spend()
         wr = self._direct_wr(msg, seq) if self.direct and msg.nbytes >= DIRECT_FROM else None
-        inline = False
         if wr is not None:
+            inline = False
             self.direct_out += 1
         else:
-            c = self._send_wr(msg)
-            wr = self._pack(msg, slot, c[1], c[2]) if c[0] == "pack" else c[1]
-            inline = c[0] == "inline"
-            if self.t.op == "write":
+            wr, inline = msg.cache.get("verbs") or self._send_wr(msg)
+            if wr is None:
+                wr = self._pack(msg, slot)
+            if self.write_op:
                 wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
-        self._submit(wr, inline)
+        self._submit(wr, inline, more)
 
     def send(self, msg: Message) -> None:
         self._post(msg)
@@ -462,17 +476,13 @@ class VerbsLink(Link):
         idx, nbytes, direct = got
         if nbytes != msg.nbytes:
             raise self.state.fail(f"a {nbytes}-byte message arrived where {msg.nbytes} B were expected")
-        p = self.plan
-        base = (idx if p.op == "send" else self.received % p.depth) * p.slot
         if direct:  # already in msg's buffers: only ever the message this receive advertised them for
             if self.advertised != (self.received, id(msg)):
                 raise self.state.fail(f"message {self.received} was written into buffers not advertised for it")
             self.direct_in += 1
-        else:
-            src = self.recv_mem
-            for a in msg.arrays:
-                a[:] = src[base:base + len(a)]
-                base += len(a)
+        else:  # out of its receive slot (write mode: the slots are filled in turn)
+            p = self.plan
+            msg.copy_from(self.recv_view, (self.received % p.depth if self.write_op else idx) * p.slot)
         self.advertised = None
         self.received += 1
         self.qp.post_recv(self.rwrs[idx])
@@ -496,17 +506,21 @@ class VerbsLink(Link):
         self._submit(self.advert_wr, self.advert_inline)
 
     def recv_into(self, msg: Message) -> None:
-        self._reap(True)  # every earlier send done: its buffers are the caller's again
-        self._advertise(msg)
-        self._deliver(self._recv_wc(True), msg)
+        if self.frees:
+            self._reap(True)  # every earlier send done: its buffers are the caller's again
+        if msg.nbytes >= DIRECT_FROM:
+            self._advertise(msg)
+        self._deliver(self.stash.popleft() if self.stash else self._poll_rcq(True), msg)
 
     def call(self, request: Message, reply: Message) -> None:
         """Send a request and receive its reply, the reply's buffers advertised before the request
         leaves: the advert is at the peer before the request is, so the reply can go direct."""
-        self._reap(True)
-        self._advertise(reply)
+        if self.frees:
+            self._reap(True)
+        if reply.nbytes >= DIRECT_FROM:
+            self._advertise(reply)
         self._post(request)
-        self._deliver(self._recv_wc(True), reply)
+        self._deliver(self.stash.popleft() if self.stash else self._poll_rcq(True), reply)
 
     def close(self) -> None:
         self.state.advance(Conn.CLOSED)
@@ -558,6 +572,16 @@ class VerbsTransport(Transport):
         self.pd = self.api.pd.PD(self.ctx)
         self.registry = Registry(self.api, self.pd)
         self.links: dict[int, VerbsLink] = {}
+        self.old_alarm: tuple | None = None  # (SIGALRM's handler before the run's) once installed
+
+    def alarm(self) -> bool:
+        """Whether this thread may use SIGALRM to interrupt a sleep: on the main thread, whose handler
+        (a no-op, so that the sleep returns EINTR) is installed once, until close."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        if self.old_alarm is None:
+            self.old_alarm = (signal.signal(signal.SIGALRM, lambda *_: None),)
+        return True
 
     def mode(self) -> str:
         direct = f", direct placement >= {DIRECT_FROM >> 10} KiB" if self.direct else ""
@@ -603,7 +627,7 @@ class VerbsTransport(Transport):
             moved = False
             for link, q in todo_s.items():
                 while q and link.credits.available > 0:
-                    link._post(q.popleft())
+                    link._post(q.popleft(), more=bool(q))
                     moved = True
                 if q:  # out of credits: look for returns (and keep data that arrives)
                     got = link._poll_rcq(False)
@@ -626,6 +650,9 @@ class VerbsTransport(Transport):
             link._reap(True)
 
     def close(self) -> None:
+        old, self.old_alarm = getattr(self, "old_alarm", None), None
+        if old is not None:
+            signal.signal(signal.SIGALRM, old[0] if old[0] is not None else signal.SIG_DFL)
         for link in self.links.values():
             link.close()
         ctx, self.ctx = getattr(self, "ctx", None), None
