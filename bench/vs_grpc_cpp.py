@@ -96,11 +96,15 @@ def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, 
         srv.wait()
 
 
+def exact(sizes: list[int]) -> str:
+    """-m for exactly these sizes: a list, or MIN:MAX for one (a lone size is OSU's maximum: a sweep)."""
+    return ",".join(map(str, sizes)) if len(sizes) > 1 else f"{sizes[0]}:{sizes[0]}"
+
+
 def commbench(transport: str, kind: str, sizes: list[int]) -> dict[int, float]:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "r.jsonl"
-        spec = ",".join(map(str, sizes)) if len(sizes) > 1 else f"{sizes[0]}:{sizes[0]}"  # one size, not 0:MAX
-        subprocess.run([str(BIN / "commbench"), "p2p-latency", "-t", transport, "--grpc-call", kind, "-m", spec,
+        subprocess.run([str(BIN / "commbench"), "p2p-latency", "-t", transport, "--grpc-call", kind, "-m", exact(sizes),
                         "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
     return {int(r["size"]): float(r["p50_us"]) for r in rows}

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vs_grpc_cpp import free_port  # bench/ is on sys.path
+from vs_grpc_cpp import exact, free_port  # bench/ is on sys.path
 
 BIN = Path(sys.executable).parent
 DEV = os.environ.get("COMMBENCH_IB_DEV", "rxe0")
@@ -72,7 +72,7 @@ def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "r.jsonl"
         subprocess.run([str(BIN / "commbench"), bench, "-t", "verbs", "--ib-dev", DEV, "--gid-index", GID, *args,
-                        "-m", ",".join(map(str, sizes)), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
+                        "-m", exact(sizes), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
     return {int(r["size"]): r for r in rows}
 
