@@ -5,8 +5,9 @@ reassembled, with HTTP/2 (gRPC) decoded far enough to count RPCs and name their 
 every TCP segment on every interface of its network namespace but those to or from the excluded
 ports (the run's rendezvous), outgoing copies left out so that a segment counts once (loopback hands
 a packet socket each segment twice; a bridge port sees a frame once as it enters). It prints ``ready`` once
-capturing, and on SIGTERM or SIGINT writes OUT (JSON) and exits: per connection its endpoints, which
-side opened it, and per direction every segment's (kernel timestamp ns, payload bytes); per RPC its
+capturing, and on SIGTERM or SIGINT reads what the kernel queued before the signal, writes OUT (JSON)
+and exits: per connection its endpoints, which side opened it, and per direction every segment's
+(kernel timestamp ns, payload bytes); per RPC its
 start time, connection and method (the client's ``:path``, decoded with ``hpack``) for connections
 that speak HTTP/2 (gRPC; a client's first bytes are HTTP/2's preface), bytes only for the others.
 
