@@ -384,8 +384,7 @@ class VerbsLink(Link):
 
     def _submit(self, wr, inline: bool, more: bool = False) -> None:
         """Post wr (``more``: more sends follow on this link at once)."""
-        if self.in_sq >= self.sq_size - 1:
-            self._reap(False)
+        self._reap(False)
         self._mark(wr, inline, more)
         self.qp.post_send(wr)
 
@@ -506,21 +505,17 @@ class VerbsLink(Link):
         self._submit(self.advert_wr, self.advert_inline)
 
     def recv_into(self, msg: Message) -> None:
-        if self.frees:
-            self._reap(True)  # every earlier send done: its buffers are the caller's again
-        if msg.nbytes >= DIRECT_FROM:
-            self._advertise(msg)
-        self._deliver(self.stash.popleft() if self.stash else self._poll_rcq(True), msg)
+        self._reap(True)  # every earlier send done: its buffers are the caller's again
+        self._advertise(msg)
+        self._deliver(self._recv_wc(True), msg)
 
     def call(self, request: Message, reply: Message) -> None:
         """Send a request and receive its reply, the reply's buffers advertised before the request
         leaves: the advert is at the peer before the request is, so the reply can go direct."""
-        if self.frees:
-            self._reap(True)
-        if reply.nbytes >= DIRECT_FROM:
-            self._advertise(reply)
+        self._reap(True)
+        self._advertise(reply)
         self._post(request)
-        self._deliver(self.stash.popleft() if self.stash else self._poll_rcq(True), reply)
+        self._deliver(self._recv_wc(True), reply)
 
     def close(self) -> None:
         self.state.advance(Conn.CLOSED)
