@@ -5,10 +5,11 @@
 # 1. calibration, once: TF's runtime cost per RPC (ps) or tensor (mirrored) from --batch 1 runs of
 #    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
-#    real train run and `commbench predict` from the sweep and the calibration only (plus W=3 for
-#    small_cnn at the rate in W3_RATE)
+#    real train run, REPEATS times (default 2: what a repeat moves is part of what is compared), and
+#    `commbench predict` from the sweep and the calibration only (plus W=3 for small_cnn at the rate
+#    in W3_RATE)
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
-# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), QUICK=1 (short runs), TRANSPORT (the
+# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, QUICK=1 (short runs, 1 repeat), TRANSPORT (the
 # sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ STRATEGIES=${STRATEGIES:-ps mirrored}
 RATES=${RATES:-200mbit 500mbit 1gbit none}
 W3_RATE=${W3_RATE-500mbit}
 if [ "${QUICK:-0}" = 1 ]; then STEPS=12; CAL=2; SWEEP="-i 20 -x 2"; else STEPS=30; CAL=3; SWEEP="-i 50 -x 5"; fi
+REPEATS=${REPEATS:-$([ "${QUICK:-0}" = 1 ] && echo 1 || echo 2)}
 mkdir -p "$OUT"
 trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
 step() { echo "== $*" >&2; }
@@ -55,7 +57,7 @@ for rate in $RATES; do
     for w in 2 3; do
       [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
       f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
-      train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"
+      for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
       $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --overhead "$OUT/cal_${s}_none.jsonl" \
         --overhead-p2p "$OUT/link_none.jsonl" --label "$rate" \
         -o "$OUT/predict.jsonl" | sed -n 4p >&2

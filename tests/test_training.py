@@ -186,6 +186,43 @@ def test_train_bad_input():
     assert p.returncode == 2 and "pip install 'commbench[tf]'" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_predict_compares_with_repeats_and_their_intervals(tmp_path):
+    """A train file with repeats of the predicted shape: the measured value is their mean images/s, its
+    interval the ends of every repeat's; the compute time pools them (median, widest ends); a run of
+    another shape earlier in the file is left out. "within": the two intervals overlap."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [
+        {"size": s, "p50_us": 100 + s / 100, "p50_ci_lo_us": 99 + s / 100, "p50_ci_hi_us": 101 + s / 100}
+        for s in (8, 65536, 1 << 20)], transport="tcp")
+    base = {"strategy": "ps", "model": "small_cnn", "workers": 2, "ps": 1, "batch": 32}
+
+    def run(step: float, compute: float, ci: float = 1.0) -> dict:  # mean step = p50 here
+        return {**base, "images_s": 64e3 / step, "step_p50_ms": step, "step_ci_lo_ms": step - ci,
+                "step_ci_hi_ms": step + ci, "compute_ms": compute, "compute_ci_lo_ms": compute - 1,
+                "compute_ci_hi_ms": compute + 1}
+
+    train = tmp_path / "t.jsonl"  # three train runs appended to one file, as -o does
+    for i, row in enumerate([{**run(10.0, 5.0), "workers": 3}, run(80.0, 40.0), run(100.0, 42.0)]):
+        with open(train, "a") as f:
+            f.write(Path(_results(tmp_path / f"r{i}.jsonl", "train", [row])).read_text())
+    out = json.loads(commbench("predict", "--p2p", p2p, "--train", str(train), "--json").out)
+    assert out["measured_runs"] == 2
+    assert out["measured_images_s"] == pytest.approx((64e3 / 80 + 64e3 / 100) / 2)
+    assert (out["measured_lo"], out["measured_hi"]) == (pytest.approx(64e3 / 101), pytest.approx(64e3 / 79))
+    assert out["compute_ms"] == pytest.approx(41.0) and out["measured_step_ms"] == pytest.approx(90.0)
+    assert out["error_pct"] == pytest.approx(100 * (out["images_s"] / out["measured_images_s"] - 1))
+    one = json.loads(commbench("predict", "--p2p", p2p, "--compute-ms", "41", "--train",
+                               _results(tmp_path / "one.jsonl", "train", [run(80.0, 41.0)]), "--json").out)
+    assert one["measured_runs"] == 1 and one["measured_images_s"] == pytest.approx(800.0)
+    # the measured interval overlapping Low-High agrees though its middle lies outside; one that misses does not
+    lo, hi = one["images_lo"], one["images_hi"]  # with --compute-ms 41 as below
+    for step, ci, within in ((64e3 / (hi * 1.02), 64e3 / hi * 0.05, True), (64e3 / (hi * 1.2), 1.0, False),
+                             (64e3 / (lo * 0.98), 64e3 / lo * 0.05, True), (64e3 / (lo * 0.8), 1.0, False)):
+        f = _results(tmp_path / f"w{step:.0f}.jsonl", "train", [run(step, 41.0, ci)])
+        r = json.loads(commbench("predict", "--p2p", p2p, "--train", f, "--compute-ms", "41", "--json").out)
+        assert not r["images_lo"] <= r["measured_images_s"] <= r["images_hi"], r
+        assert r["within"] is within, (r, step, ci)
+
+
 def test_predict_wrong_kind_of_file(tmp_path):
     out = tmp_path / "bw.jsonl"
     assert commbench("p2p-bandwidth", "-m", "1K,64K", "-i", "5", "-o", str(out)).code == 0

@@ -26,7 +26,10 @@ Uncertainty: the prediction is made again with every input at the slow end of it
 compute time's and the calibration runs' steps: the 95 % intervals of their medians, the calibration
 widened to each repeat's own fit; the link's fit to the ends of its points' intervals) and at the
 fast end (Low / High). The verdicts ("pays off", the minimum bandwidth) say "undecided" where
-those ends disagree. ``--measured FILE`` replaces the modelled communication with what commbench's
+those ends disagree. A ``--train`` file with repeats of the shape (runs appended to it) gives the
+compute time pooled over them and the measured images/s as their mean, with the ends of every
+repeat's 95 % interval: the measurement is uncertain too, and ``within`` says whether the two
+intervals overlap. ``--measured FILE`` replaces the modelled communication with what commbench's
 emulators measured for the same shape (ps-throughput rows with this W and P; allreduce rows over W
 ranks, scaled to the model's bytes).
 
@@ -364,6 +367,30 @@ def compute_span(row: dict, compute_ms: float) -> Span:
     return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
 
 
+def shape_of(row: dict) -> tuple:
+    return row.get("strategy"), row.get("workers"), row.get("ps") or 0, row.get("batch"), row.get("model")
+
+
+def repeats(runs: Sequence[tuple[dict, dict]]) -> list[dict]:
+    """The rows of a train file's last run and of the runs before it with the same shape (repeats)."""
+    return [row for row, _ in runs if shape_of(row) == shape_of(runs[-1][0])]
+
+
+def pooled(spans_: Sequence[Span], centre: Callable = np.median) -> Span:
+    """Repeats' numbers as one: their centre, and the farthest ends of their intervals."""
+    return Span.of(float(centre([s.mid for s in spans_])), min(s.lo for s in spans_), max(s.hi for s in spans_))
+
+
+def measured_span(rows: Sequence[dict]) -> Span:
+    """The images/s the train runs measured: their mean, and the ends of every run's 95 % interval
+    (its mean step's). What the prediction is compared with, uncertain too."""
+    def images(row: dict) -> Span:
+        step, per = spans(row)[0], row["workers"] * row["batch"] * 1e3
+        return Span.of(per / step.mid, per / step.hi, per / step.lo)
+
+    return pooled([images(r) for r in rows], np.mean)
+
+
 def spans(row: dict) -> tuple[Span, Span]:
     """A train row's mean step (what its images/s is) and compute time, with the 95 % intervals of
     their medians (the step's moved to the mean)."""
@@ -408,7 +435,8 @@ def save(args: argparse.Namespace, out: dict) -> None:
     check_output_path(args.output)
     options = plain_options(args, lists=True)
     keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
-            "images_s", "images_lo", "images_hi", "measured_images_s", "error_pct", "within", "measured_step_ms",
+            "images_s", "images_lo", "images_hi", "measured_images_s", "measured_lo", "measured_hi", "measured_runs",
+            "error_pct", "within", "measured_step_ms",
             "overhead_ms", "min_beta_mb_s", "min_beta_lo_mb_s", "min_beta_hi_mb_s", "pays_off", "shared_host"]
     meta = {**run_metadata("predict", options, [], ("numpy",)), "metric": {"key": "images_s", "better": "higher"}}
     w = ResultsWriter(args.output, meta, keys)
@@ -418,7 +446,9 @@ def save(args: argparse.Namespace, out: dict) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     link = p2p_link(args.p2p)
-    row, meta = train_rows(args.train)[-1] if args.train else ({}, {})
+    runs = train_rows(args.train) if args.train else []
+    row, meta = runs[-1] if runs else ({}, {})
+    rows = repeats(runs) if runs else []
 
     def pick(name: str, key: str | None = None):
         v = getattr(args, name)
@@ -430,7 +460,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     strategy, workers, batch = pick("strategy"), int(pick("workers")), int(pick("batch"))
     ps = int(pick("ps")) if strategy == "ps" else 0
-    compute = Span.of(args.compute_ms) if args.compute_ms is not None else compute_span(row, pick("compute_ms"))
+    compute = Span.of(args.compute_ms) if args.compute_ms is not None else pooled(
+        [compute_span(r, r["compute_ms"]) for r in rows if r.get("compute_ms") is not None] or
+        [compute_span(row, pick("compute_ms"))])
     prof = store.load(pick("model"))
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
@@ -452,19 +484,20 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     slow, fast = at(compute.hi, link.slow, slow_rt), at(compute.lo, link.fast, fast_rt)
     tight, roomy = at(compute.lo, link.slow, slow_rt), at(compute.hi, link.fast, fast_rt)
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
-    same = bool(row) and (row.get("strategy"), row.get("workers"), row.get("ps", 0), row.get("batch"),
-                          row.get("model")) == (strategy, workers, ps, batch, prof.name)
+    same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
+    meas = measured_span(rows) if same and row.get("images_s") else None
     out = {**asdict(pred), "min_beta_mb_s": min_beta(compute.mid, link.mid, mid),
            "min_beta_lo_mb_s": min_beta(compute.hi, link.fast, fast_rt),
            "min_beta_hi_mb_s": min_beta(compute.lo, link.slow, slow_rt),
            "images_lo": slow.images_s, "images_hi": fast.images_s, "pays_off": pays,
            "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_per_unit_ms": asdict(rt),
            "model": prof.name, "link": asdict(link), "shared_host": shared,
-           "measured_images_s": row.get("images_s") if same else None,
-           "measured_step_ms": row.get("step_p50_ms") if same else None}
+           "measured_images_s": meas.mid if meas else None, "measured_lo": meas.lo if meas else None,
+           "measured_hi": meas.hi if meas else None, "measured_runs": len(rows) if meas else None,
+           "measured_step_ms": float(np.median([r["step_p50_ms"] for r in rows])) if meas else None}
     m = out["measured_images_s"]
     out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
-    out["within"] = (slow.images_s <= m <= fast.images_s) if m else None
+    out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
     out["label"] = args.label
     if args.output:
         save(args, out)
@@ -485,7 +518,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
               f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "
               f"fitted to {calibration}")
     print("# Low / High: the prediction with every input at the slow / fast end of its 95 % interval"
-          + (f"; measured {'inside' if out['within'] else 'outside'} it" if m else ""))
+          + (f"; measured {m:.1f} img/s ({meas.lo:.1f}-{meas.hi:.1f}: the 95 % intervals of "
+             f"{len(rows)} run{'s' if len(rows) > 1 else ''}), {'agreeing with' if out['within'] else 'outside'} "
+             "it" if meas else ""))
     for line in dominant(sizes, names, ps, args.placement):
         print(f"# {line}")
     verdict = {True: "pays off", False: "does not pay off",
