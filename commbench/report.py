@@ -158,13 +158,18 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
                 ax.axhspan(0.9, 1.1, color="0.9", label="within 10 %")
                 ax.axhline(1.0, color="0.4", lw=0.8)
                 ax.bar(xs, ratio, 0.6, yerr=err, capsize=2, label="predicted / measured (bars: Low-High)")
+                if {"measured_lo", "measured_hi"} <= set(pr.columns) and pr["measured_lo"].notna().all():
+                    span = [ratio - pr["images_s"] / pr["measured_hi"], pr["images_s"] / pr["measured_lo"] - ratio]
+                    ax.errorbar([x + 0.2 for x in xs], ratio, yerr=span, fmt="none", ecolor="C3", capsize=2,
+                                label="the measurement's interval")
                 ax.set(ylabel="predicted / measured images/s")
             else:
                 ax.bar(xs, pr["images_s"], 0.6, label="predicted")
                 ax.set(ylabel="images/s")
             ax.set_xticks(xs, names, fontsize=7, rotation=45, ha="right")
-            cols = ["label", "strategy", "model", "workers", "ps", "measured_images_s", "images_s", "images_lo",
-                    "images_hi", "error_pct", "within", "compute_ms", "comm_ms"]
+            cols = ["label", "strategy", "model", "workers", "ps", "measured_images_s", "measured_lo", "measured_hi",
+                    "measured_runs", "images_s", "images_lo", "images_hi", "error_pct", "within", "compute_ms",
+                    "comm_ms"]
             table = pr[[c for c in cols if c in pr.columns]]
         else:
             ax.bar(range(len(tr)), tr["images_s"], 0.6, label="measured")

@@ -304,7 +304,8 @@ COLUMNS = [Column("strategy", "Strategy", -9), Column("workers", "W", 4), Column
            Column("compute_ms", "Compute(ms)", 12, "{:.2f}"), Column("comm_ms", "Comm(ms)", 9, "{:.2f}"),
            Column("step_ms", "Step(ms)", 9, "{:.2f}"), Column("images_s", "Pred img/s", 11, "{:.1f}"),
            Column("images_lo", "Low", 9, "{:.1f}"), Column("images_hi", "High", 9, "{:.1f}"),
-           Column("measured_images_s", "Meas img/s", 11, "{:.1f}"), Column("error_pct", "Error %", 8, "{:+.1f}"),
+           Column("measured_images_s", "Meas img/s", 11, "{:.1f}"), Column("measured_lo", "Low", 9, "{:.1f}"),
+           Column("measured_hi", "High", 9, "{:.1f}"), Column("error_pct", "Error %", 8, "{:+.1f}"),
            Column("measured_step_ms", "Meas step p50", 14, "{:.2f}")]
 
 
