@@ -76,7 +76,9 @@ def down() -> list[str]:
     _need_root("down")
     gone = existing()
     for ns in gone:
-        _run("ip", "netns", "del", ns, check=False)  # its veth pair goes with it
+        _run("ip", "netns", "del", ns, check=False)  # its veth pair goes with it, once no process is left in it
+    for dev in re.findall(r"^\d+: (cbv\d+)@", _run("ip", "-o", "link", check=False).stdout, re.M):
+        _run("ip", "link", "del", dev, check=False)  # a pair outliving its namespace's name (a rank still in it)
     _run("ip", "link", "del", BRIDGE, check=False)
     _run("ip", "netns", "del", ROOT_NETNS, check=False)  # only the name: the namespace is this machine's own
     STATE.unlink(missing_ok=True)

@@ -93,8 +93,7 @@ def test_three_hosts_at_300mbit_carry_benchmarks_and_the_ps_emulator(emulated, t
 @ROOT_ONLY
 @pytest.mark.root
 def test_a_failed_up_removes_what_it_made(emulated):
-    subprocess.run(["ip", "link", "add", "cbv1", "type", "veth", "peer", "name", "cbblock1"],
-                   check=True)  # in the way of host 1's veth
+    subprocess.run(["ip", "link", "add", "cbe1", "type", "bridge"], check=True)  # in the way of host 1's veth
     try:
         r = emulated("3", "--rate", "1gbit")
         assert r.code == 2 and r.err.count("\n") == 1 and "ip link add cbv1" in r.err, r.err
@@ -102,7 +101,23 @@ def test_a_failed_up_removes_what_it_made(emulated):
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         assert "cbbr0" not in links and "cbv0" not in links  # the bridge and host 0's pair are gone too
     finally:
-        subprocess.run(["ip", "link", "del", "cbv1"], check=False)
+        subprocess.run(["ip", "link", "del", "cbe1"], check=False)
+
+
+@ROOT_ONLY
+@pytest.mark.root
+def test_up_clears_a_pair_that_outlived_its_host(emulated):
+    """A rank still inside a host when it was taken down keeps the namespace, and its veth pair, alive
+    without a name; the next up must not fail on the pair's name (it did: 'File exists')."""
+    subprocess.run(["ip", "link", "add", "cbv0", "type", "veth", "peer", "name", "cbstale0"], check=True)
+    try:
+        r = emulated("2")
+        assert r.code == 0, r.err
+        assert commbench("hosts", "down").code == 0
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert "cbv0" not in links and "cbstale0" not in links
+    finally:
+        subprocess.run(["ip", "link", "del", "cbv0"], check=False)
 
 
 def one_mib_latency_us(tmp_path, name: str) -> float:

@@ -31,6 +31,7 @@ def test_report_makes_every_figure_and_the_page(tmp_path, fmt, page):
         assert "grpc (raw/unary)" in text and "tcp (blocking)" in text and "p2p-latency" in text
     else:
         assert "![p2p-latency (p50_us)](p2p-latency.png)" in text and "| size |" in text
+        assert "| measured_lo | measured_hi | measured_runs |" in text  # predictions beside their repeats' interval
 
 
 def _latency_file(path: Path, values: dict[int, float], transport: str) -> None:
