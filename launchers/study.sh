@@ -46,7 +46,7 @@ done; done; done
 
 step "3. training predicted out of sample: launchers/predict.sh"
 rm -rf "$R/predict"
-OUT="$R/predict" CB="$CB" QUICK="${QUICK:-0}" bash launchers/predict.sh
+OUT="$R/predict" CB="$CB" QUICK="${QUICK:-0}" REPEATS="${REPEATS:-1}" bash launchers/predict.sh  # one run per shape: the study is long
 $CB hosts down >/dev/null
 fi
 
