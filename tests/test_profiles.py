@@ -47,6 +47,19 @@ def test_resnet50_profile_equals_keras():
 
 
 @pytest.mark.slow
+def test_application_models_give_logits_as_train_s_loss_expects():
+    """train's loss takes logits (from_logits=True); keras.applications end in a softmax unless told
+    otherwise (Keras warned 'from_logits=True but the output ... was produced by a Softmax'). Same
+    variables either way: the shipped profiles stand."""
+    tf = pytest.importorskip("tensorflow")
+    from commbench.profiles.models import build
+
+    model, source = build("mobilenet_v2")
+    assert model.layers[-1].activation is tf.keras.activations.linear and "classifier_activation=None" in source
+    assert [tuple(v.shape) for v in model.trainable_weights] == [t.shape for t in store.load("mobilenet_v2").tensors]
+
+
+@pytest.mark.slow
 def test_profile_command_round_trips(tmp_path):
     pytest.importorskip("tensorflow")
     out = tmp_path / "small.csv"

@@ -26,9 +26,9 @@ def tensorflow():
 def build(name: str):
     """A Keras model by commbench's name, by 'module.path:function', or from a SavedModel directory."""
     tf = tensorflow()
-    if name in APPLICATIONS:
-        return getattr(tf.keras.applications, APPLICATIONS[name])(weights=None), \
-            f"keras.applications.{APPLICATIONS[name]}(weights=None)"
+    if name in APPLICATIONS:  # logits out, as training with from_logits=True wants (softmax has no variables)
+        return getattr(tf.keras.applications, APPLICATIONS[name])(weights=None, classifier_activation=None), \
+            f"keras.applications.{APPLICATIONS[name]}(weights=None, classifier_activation=None)"
     if name == "bert_base":
         return bert_base(tf), "BERT-base encoder from Keras layers (12 x 768, 12 heads, 3072 FFN, vocab 30522)"
     if name == "small_cnn":
