@@ -255,6 +255,43 @@ def test_train_ps_small_then_predict(tmp_path):
     assert pred["images_s"] > 0 and pred["error_pct"] is not None
 
 
+@pytest.mark.slow
+def test_sigterm_ends_a_mirrored_run_mid_training():
+    """TF's coordination service takes SIGTERM for its preemption notice: a mirrored run signalled while
+    training went on to its last step (105 s later). Now the ranks end at once and the launcher says so."""
+    import threading
+    import time
+
+    from conftest import spawn
+
+    p = spawn("train", "--strategy", "mirrored", "--workers", "2", "--model", "small-cnn", "--batch", "8",
+              "--steps", "1000000", "--warmup-steps", "2")
+    lines: list[str] = []
+    training = threading.Event()
+
+    def read() -> None:
+        for line in p.stderr:
+            lines.append(line)
+            if "steps after" in line:  # the progress line: TF is set up and steps are being taken
+                training.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert training.wait(300), "".join(lines)
+        t0 = time.monotonic()
+        p.terminate()
+        code = p.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    reader.join(10)
+    assert code != 0 and took < 15, (code, took)
+    assert "was killed by SIGTERM" in "".join(lines), "".join(lines)
+
+
 # -- TensorFlow's own gRPC as a transport -----------------------------------------------------------------
 @pytest.mark.slow
 def test_tf_grpc_latency_and_bandwidth_at_two_sizes():
