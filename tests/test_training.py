@@ -15,6 +15,7 @@ from commbench.core.errors import UsageError
 from commbench.core.imports import TF_NOISE
 from commbench.core.results import read_runs
 from commbench.emulators import tf_ps
+from commbench.profiles import store
 from commbench.training import predict as pr
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +44,10 @@ def test_predict_ps_by_hand():
     assert p.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(8.1)}
     assert p.step_ms == pytest.approx(66.200042) and p.images_s == pytest.approx(64 / 66.200042e-3)
     assert p.one_worker_images_s == pytest.approx(640.0)
+    # in turn (the fast end): the round ends with the last worker's gradients alone, 6 MB + 23 B
+    turn = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, in_turn=True)
+    assert turn.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(6.100023)}
+    assert pr.predict_ps(sizes, 1, 2, 32, 50.0, link, in_turn=True) == pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
     # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b))) == \
         pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
@@ -120,6 +125,22 @@ def test_predict_says_when_its_uncertainty_makes_the_verdict_undecided(tmp_path,
     assert r.code == 2 and r.err.count("\n") == 1 and "one --overhead-p2p for every --overhead file (2)" in r.err
     r = commbench("predict", "--p2p", p2p, "--train", train, "--overhead", train, "--strategy", "mirrored")
     assert r.code == 2 and "needs train runs of the mirrored strategy, not ps" in r.err
+
+
+def test_ps_high_end_has_the_workers_gradients_in_turn(tmp_path):
+    """Exact inputs (no intervals): Low is the prediction itself, High differs by the schedule alone."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
+                                                          for s in (8, 65536, 1 << 20)], transport="tcp")
+    args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--batch", "32", "--compute-ms", "40", "--json",
+            "--shared-host", "no"]
+    ps = json.loads(commbench(*args, "--strategy", "ps", "--workers", "2", "--ps", "1").out)
+    variables, link = tf_ps.variables_of(store.load("small_cnn")), pr.LinkModel(100.08, 100.0)  # alpha: 8 B
+    assert ps["images_lo"] == pytest.approx(ps["images_s"])
+    assert ps["images_s"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link).images_s)
+    assert ps["images_hi"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link, in_turn=True).images_s)
+    assert ps["images_hi"] > ps["images_s"] * 1.02
+    ring = json.loads(commbench(*args, "--strategy", "mirrored", "--workers", "2").out)
+    assert ring["images_lo"] == pytest.approx(ring["images_s"]) == pytest.approx(ring["images_hi"])
 
 
 def test_runtime_adds_its_cost_per_rpc_or_tensor():

@@ -9,7 +9,9 @@ PS (a step = every worker reads the variables, computes, and the PS reads the gr
 and placement are those of ``ps-throughput --rpc tf``, which sends what TF sends): read = alpha +
 X_read / beta, gradients = alpha + X_grad / beta, X the bytes the busiest link carries in that
 direction. One rank per host: X = max(W x the busiest shard's bytes, a worker's bytes). All ranks
-on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes.
+on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes. At the fast
+end the workers' gradients go in turn (they finish computing at different times): the round ends with
+the last worker's gradients alone, X_grad = a worker's bytes.
 Mirrored (ring all-reduce): 2 (W - 1) alpha + 2 (W - 1) / W x model / beta (x W on one host).
 Step = compute + communication + TF's runtime cost; images/s = W x batch / step.
 
@@ -25,7 +27,7 @@ worse (docs/training.md).
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
 compute time's and the calibration runs' steps: the 95 % intervals of their medians, the calibration
 widened to each repeat's own fit; the link's fit to the ends of its points' intervals) and at the
-fast end (Low / High). The verdicts ("pays off", the minimum bandwidth) say "undecided" where
+fast end, there with the ps workers' gradients in turn (Low / High). The verdicts ("pays off", the minimum bandwidth) say "undecided" where
 those ends disagree. A ``--train`` file with repeats of the shape (runs appended to it) gives the
 compute time pooled over them and the measured images/s as their mean, with the ends of every
 repeat's 95 % interval: the measurement is uncertain too, and ``within`` says whether the two
@@ -150,14 +152,18 @@ def ps_plan(variables: Sequence[int | tf_ps.Variable], ps: int, policy: str) -> 
 
 
 def predict_ps(variables: Sequence[int | tf_ps.Variable], workers: int, ps: int, batch: int, compute_ms: float,
-               link: LinkModel, policy: str = "round-robin", shared_host: bool = False) -> Prediction:
+               link: LinkModel, policy: str = "round-robin", shared_host: bool = False,
+               in_turn: bool = False) -> Prediction:
+    """A round: every worker's reads share the busiest link, the workers compute, and every worker's
+    gradients share it. ``in_turn``: the workers finish computing at different times, so the round
+    ends with the last worker's gradients crossing alone (a worker's own bytes): the fast end."""
     plans = ps_plan(variables, ps, policy)
     reads, grads = [sum(p.reads()) for p in plans], [sum(p.pulls()) for p in plans]
 
-    def busiest(per_shard: list[int]) -> int:
-        return workers * sum(per_shard) if shared_host else max(workers * max(per_shard), sum(per_shard))
+    def busiest(per_shard: list[int], w: int = workers) -> int:
+        return w * sum(per_shard) if shared_host else max(w * max(per_shard), sum(per_shard))
 
-    x_read, x_grad = busiest(reads), busiest(grads)
+    x_read, x_grad = busiest(reads), busiest(grads, 1 if in_turn else workers)
     read, grad = link.us(x_read) / 1e3, link.us(x_grad) / 1e3
     step = compute_ms + read + grad
     return Prediction("ps", workers, ps, batch, compute_ms, read + grad, {"read_ms": read, "gradients_ms": grad},
@@ -255,10 +261,12 @@ class Shape:
     policy: str = "round-robin"
     shared_host: bool = False
 
-    def at(self, compute_ms: float, link: LinkModel) -> Prediction:
+    def at(self, compute_ms: float, link: LinkModel, fast: bool = False) -> Prediction:
+        """The prediction at this compute time and link; ``fast``: at the fast end of what the model
+        leaves open (ps: the workers' gradients in turn)."""
         if self.strategy == "ps":
             return predict_ps(self.variables, self.workers, self.ps, self.batch, compute_ms, link, self.policy,
-                              self.shared_host)
+                              self.shared_host, in_turn=fast)
         total = sum(v.nbytes for v in self.variables if v.trainable)
         return predict_ring(total, self.workers, self.batch, compute_ms, link, self.shared_host)
 
@@ -472,23 +480,23 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rt, calibration = calibrate(args, strategy) if args.overhead else (Span.of(0.0), "")
     units = shape.units()
 
-    def at(c: float, lm: LinkModel, r: float) -> Prediction:
-        p = shape.at(c, lm)
+    def at(c: float, lm: LinkModel, r: float, fast: bool = False) -> Prediction:
+        p = shape.at(c, lm, fast)
         p = with_comm(p, *measured) if measured else p
         return with_runtime(p, units, r) if args.overhead else p
 
-    def min_beta(c: float, lm: LinkModel, r: float) -> float | None:
-        return None if measured else min_bandwidth(lambda beta: at(c, LinkModel(lm.alpha_us, beta), r))
+    def min_beta(c: float, lm: LinkModel, r: float, fast: bool = False) -> float | None:
+        return None if measured else min_bandwidth(lambda beta: at(c, LinkModel(lm.alpha_us, beta), r, fast))
 
     mid, slow_rt, fast_rt = rt.mid, rt.hi, rt.lo
     pred = at(compute.mid, link.mid, mid)
-    slow, fast = at(compute.hi, link.slow, slow_rt), at(compute.lo, link.fast, fast_rt)
-    tight, roomy = at(compute.lo, link.slow, slow_rt), at(compute.hi, link.fast, fast_rt)
+    slow, fast = at(compute.hi, link.slow, slow_rt), at(compute.lo, link.fast, fast_rt, True)
+    tight, roomy = at(compute.lo, link.slow, slow_rt), at(compute.hi, link.fast, fast_rt, True)
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     meas = measured_span(rows) if same and row.get("images_s") else None
     out = {**asdict(pred), "min_beta_mb_s": min_beta(compute.mid, link.mid, mid),
-           "min_beta_lo_mb_s": min_beta(compute.hi, link.fast, fast_rt),
+           "min_beta_lo_mb_s": min_beta(compute.hi, link.fast, fast_rt, True),
            "min_beta_hi_mb_s": min_beta(compute.lo, link.slow, slow_rt),
            "images_lo": slow.images_s, "images_hi": fast.images_s, "pays_off": pays,
            "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_per_unit_ms": asdict(rt),
