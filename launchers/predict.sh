@@ -11,7 +11,7 @@
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
 # Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, QUICK=1 (short runs, 1 repeat), TRANSPORT (the
 # sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "launchers/predict.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }
 CB=${CB:-.venv/bin/commbench}
@@ -25,6 +25,7 @@ if [ "${QUICK:-0}" = 1 ]; then STEPS=12; CAL=2; SWEEP="-i 20 -x 2"; else STEPS=3
 REPEATS=${REPEATS:-$([ "${QUICK:-0}" = 1 ] && echo 1 || echo 2)}
 mkdir -p "$OUT"
 trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
+trap 'echo "launchers/predict.sh: line $LINENO failed (exit $?); the train runs'"'"' messages are in $OUT/train.log" >&2' ERR
 step() { echo "== $*" >&2; }
 hosts() { $CB hosts up 5 --rate "$1" >/dev/null; }
 
@@ -39,7 +40,7 @@ sweep() {  # sweep RATE -> OUT/link_RATE.jsonl over the transport TF's traffic i
 train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
   local warm=$(( $6 / 4 > 2 ? $6 / 4 : 2 ))
   $CB train --hosts 5 --strategy "$2" --workers "$4" --ps 1 --model "$3" --batch "$5" --steps "$6" \
-    --warmup-steps "$warm" -o "$1" 2>/dev/null | tail -1 >&2
+    --warmup-steps "$warm" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2
 }
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * 2 )); else echo $(( STEPS / 3 )); fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }

@@ -5,15 +5,18 @@ Link: ``t(n) = alpha + n / beta`` fitted to a p2p-latency sweep (one-way p50 us 
 alpha is the smallest message's latency, beta the slope over messages of 64 KiB and more (1 MB/s
 is 1 B/us). Fitted again to the ends of each point's 95 % interval, it gives a fast and a slow link.
 
-PS (a step = every worker reads the variables, computes, and the PS reads the gradients; the bytes
+PS (a round = every worker reads the variables, computes, and the PS reads the gradients; the bytes
 and placement are those of ``ps-throughput --rpc tf``, which sends what TF sends): read = alpha +
 X_read / beta, gradients = alpha + X_grad / beta, X the bytes the busiest link carries in that
 direction. One rank per host: X = max(W x the busiest shard's bytes, a worker's bytes). All ranks
-on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes. At the fast
-end the workers' gradients go in turn (they finish computing at different times): the round ends with
-the last worker's gradients alone, X_grad = a worker's bytes.
+on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes. The reads
+share the link; the workers finish computing at different times, so their gradients go in turn and
+the round ends with the last worker's gradients alone (X_grad = a worker's bytes); at the slow end
+they share the link too (X_grad as X_read).
 Mirrored (ring all-reduce): 2 (W - 1) alpha + 2 (W - 1) / W x model / beta (x W on one host).
-Step = compute + communication + TF's runtime cost; images/s = W x batch / step.
+Step = compute + communication + TF's runtime cost; images/s = W x batch / step. A synchronous step
+waits for its slowest worker: where the train run measured it for this W (``slowest_p50_ms``, every
+worker computing at once), the step's compute is the slowest worker's, one worker's rate the median's.
 
 TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
 over its own link's sweep ``--overhead-p2p FILE``): a cost per unit, the units being the step's RPCs
@@ -21,17 +24,17 @@ over its own link's sweep ``--overhead-p2p FILE``): a cost per unit, the units b
 W x gradients), fitted by least squares to the calibration runs' steps less their compute and
 modelled communication (``--batch 1`` runs: little compute, few bytes). Calibrated on one model, W
 and link, the prediction is made for others from micro-benchmark results only. The model has no
-overlap of transfers with compute: fitted to runs at 100 Mbit/s it made predictions at other rates
-worse (docs/training.md).
+overlap of transfers with compute (but one worker's gradients with another's compute, above): an
+overlap share fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
 
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
-compute time's and the calibration runs' steps: the 95 % intervals of their medians, the calibration
-widened to each repeat's own fit; the link's fit to the ends of its points' intervals) and at the
-fast end, there with the ps workers' gradients in turn (Low / High). The verdicts ("pays off", the minimum bandwidth) say "undecided" where
-those ends disagree. A ``--train`` file with repeats of the shape (runs appended to it) gives the
-compute time pooled over them and the measured images/s as their mean, with the ends of every
-repeat's 95 % interval: the measurement is uncertain too, and ``within`` says whether the two
-intervals overlap. ``--measured FILE`` replaces the modelled communication with what commbench's
+compute times' and the calibration runs' steps: the 95 % intervals of their medians, the calibration
+widened to each repeat's own fit; the link's fit to the ends of its points' intervals; the ps
+gradients together) and at the fast end (Low / High). The verdicts ("pays off", the minimum
+bandwidth) say "undecided" where those ends disagree. A ``--train`` file with repeats of the shape
+(runs appended to it) gives the compute time pooled over them and the measured images/s as their
+mean, with the ends of every repeat's 95 % interval: the measurement is uncertain too, and
+``within`` says whether the two intervals overlap. ``--measured FILE`` replaces the modelled communication with what commbench's
 emulators measured for the same shape (ps-throughput rows with this W and P; allreduce rows over W
 ranks, scaled to the model's bytes).
 
@@ -153,17 +156,17 @@ def ps_plan(variables: Sequence[int | tf_ps.Variable], ps: int, policy: str) -> 
 
 def predict_ps(variables: Sequence[int | tf_ps.Variable], workers: int, ps: int, batch: int, compute_ms: float,
                link: LinkModel, policy: str = "round-robin", shared_host: bool = False,
-               in_turn: bool = False) -> Prediction:
-    """A round: every worker's reads share the busiest link, the workers compute, and every worker's
-    gradients share it. ``in_turn``: the workers finish computing at different times, so the round
-    ends with the last worker's gradients crossing alone (a worker's own bytes): the fast end."""
+               together: bool = False) -> Prediction:
+    """A round: every worker's reads share the busiest link, the workers compute, and as they finish
+    computing at different times the round ends with the last worker's gradients crossing alone (a
+    worker's own bytes). ``together``: every worker's gradients share the link (the slow end)."""
     plans = ps_plan(variables, ps, policy)
     reads, grads = [sum(p.reads()) for p in plans], [sum(p.pulls()) for p in plans]
 
     def busiest(per_shard: list[int], w: int = workers) -> int:
         return w * sum(per_shard) if shared_host else max(w * max(per_shard), sum(per_shard))
 
-    x_read, x_grad = busiest(reads), busiest(grads, 1 if in_turn else workers)
+    x_read, x_grad = busiest(reads), busiest(grads, workers if together else 1)
     read, grad = link.us(x_read) / 1e3, link.us(x_grad) / 1e3
     step = compute_ms + read + grad
     return Prediction("ps", workers, ps, batch, compute_ms, read + grad, {"read_ms": read, "gradients_ms": grad},
@@ -261,12 +264,12 @@ class Shape:
     policy: str = "round-robin"
     shared_host: bool = False
 
-    def at(self, compute_ms: float, link: LinkModel, fast: bool = False) -> Prediction:
-        """The prediction at this compute time and link; ``fast``: at the fast end of what the model
-        leaves open (ps: the workers' gradients in turn)."""
+    def at(self, compute_ms: float, link: LinkModel, slow: bool = False) -> Prediction:
+        """The prediction at this compute time and link; ``slow``: at the slow end of what the model
+        leaves open (ps: the workers' gradients together, not in turn)."""
         if self.strategy == "ps":
             return predict_ps(self.variables, self.workers, self.ps, self.batch, compute_ms, link, self.policy,
-                              self.shared_host, in_turn=fast)
+                              self.shared_host, together=slow)
         total = sum(v.nbytes for v in self.variables if v.trainable)
         return predict_ring(total, self.workers, self.batch, compute_ms, link, self.shared_host)
 
@@ -278,27 +281,41 @@ class Shape:
         return self.workers * sum(v.trainable for v in self.variables)
 
 
+def with_wait(p: Prediction, slowest_ms: float) -> Prediction:
+    """The step at the slowest worker's compute time: a synchronous step (a ps round, an all-reduce)
+    waits for the last worker to finish computing; the median worker's stays ``compute_ms``."""
+    wait = max(0.0, slowest_ms - p.compute_ms)
+    step = p.step_ms + wait
+    return replace(p, terms={**p.terms, "slowest_worker_ms": wait}, step_ms=step,
+                   images_s=p.workers * p.batch / step * 1e3)
+
+
 @dataclass(frozen=True)
 class Calibrated:
-    """One calibration run: its shape, link, step and compute time."""
+    """One calibration run: its shape, link, step and compute time (and its slowest worker's)."""
 
     shape: Shape
     link: Link
     step: Span
     compute: Span
+    slowest: Span | None = None
 
 
 def fit_runtime(runs: Sequence[Calibrated]) -> Span:
     """TF's runtime cost per unit (ms per RPC or tensor), fitted by least squares to the calibration
-    runs' steps less their compute and modelled communication. Its ends: the fits to the ends of every
-    run's intervals that make it high (high steps, low compute, the fast link) and low, widened to each
-    run's own fit (repeats: the machine's phases move a run more than its interval says)."""
+    runs' steps less their compute (the slowest worker's) and modelled communication. Its ends: the fits
+    to the ends of every run's intervals that make it high (high steps, low compute, the fast link, the
+    gradients in turn) and low, widened to each run's own fit (repeats: the machine's phases move a run
+    more than its interval says)."""
     def fit_at(end: int, which: Sequence[Calibrated]) -> float:
         r, u = [], []
         for c in which:
             step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
             link = (c.link.slow, c.link.mid, c.link.fast)[1 + end]
-            r.append(step - c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link).step_ms)
+            p = c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link, end < 0)
+            if c.slowest:
+                p = with_wait(p, (c.slowest.hi, c.slowest.mid, c.slowest.lo)[1 + end])
+            r.append(step - p.step_ms)
             u.append(c.shape.units())
         r_, u_ = np.asarray(r, dtype=np.float64), np.asarray(u, dtype=np.float64)
         return max(0.0, float(r_ @ u_ / (u_ @ u_)))
@@ -376,6 +393,12 @@ def compute_span(row: dict, compute_ms: float) -> Span:
     return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
 
 
+def slowest_span(row: dict) -> Span | None:
+    """A train row's slowest worker's compute time (its median over the steps), where it has one."""
+    mid = row.get("slowest_p50_ms")
+    return None if mid is None else Span.of(mid, row.get("slowest_ci_lo_ms"), row.get("slowest_ci_hi_ms"))
+
+
 def shape_of(row: dict) -> tuple:
     return row.get("strategy"), row.get("workers"), row.get("ps") or 0, row.get("batch"), row.get("model")
 
@@ -432,7 +455,7 @@ def calibrate(args: argparse.Namespace, strategy: str) -> tuple[Span, str]:
             shape = Shape(strategy, int(row["workers"]), int(row.get("ps") or 0), int(row["batch"]),
                           tuple(tf_ps.variables_of(prof)), args.placement,
                           args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta)))
-            runs.append(Calibrated(shape, link, *spans(row)))
+            runs.append(Calibrated(shape, link, *spans(row), slowest_span(row)))
             what.append(f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                         f"batch {shape.batch} over {sweep}")
     return fit_runtime(runs), "; ".join(f"{n}x {w}" for w, n in sorted(Counter(what).items()))
@@ -479,25 +502,36 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
     rt, calibration = calibrate(args, strategy) if args.overhead else (Span.of(0.0), "")
     units = shape.units()
+    same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
+    slowest_ = [s for s in map(slowest_span, rows) if s] if same and args.compute_ms is None else []
+    slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
 
-    def at(c: float, lm: LinkModel, r: float, fast: bool = False) -> Prediction:
-        p = shape.at(c, lm, fast)
+    def at(c: float, s: float | None, lm: LinkModel, r: float, slow: bool = False) -> Prediction:
+        """At compute c (the median worker's), s (the slowest's), the link, TF's runtime r per unit."""
+        p = shape.at(c, lm, slow)
         p = with_comm(p, *measured) if measured else p
+        p = with_wait(p, s) if s is not None else p
         return with_runtime(p, units, r) if args.overhead else p
 
-    def min_beta(c: float, lm: LinkModel, r: float, fast: bool = False) -> float | None:
-        return None if measured else min_bandwidth(lambda beta: at(c, LinkModel(lm.alpha_us, beta), r, fast))
+    def end(which: str) -> tuple:
+        """at()'s inputs for the middle, the slow and fast ends, and the ends that make W workers least
+        (tight) and most (roomy) worth it against one."""
+        i = {"mid": 1, "slow": 2, "fast": 0, "tight": 0, "roomy": 2}[which]  # the median worker's compute
+        j = {"mid": 1, "slow": 2, "fast": 0, "tight": 2, "roomy": 0}[which]  # the slowest worker's, the rest
+        s = None if slowest is None else (slowest.lo, slowest.mid, slowest.hi)[j]
+        return ((compute.lo, compute.mid, compute.hi)[i], s, (link.fast, link.mid, link.slow)[j],
+                (rt.lo, rt.mid, rt.hi)[j], j == 2)
 
-    mid, slow_rt, fast_rt = rt.mid, rt.hi, rt.lo
-    pred = at(compute.mid, link.mid, mid)
-    slow, fast = at(compute.hi, link.slow, slow_rt), at(compute.lo, link.fast, fast_rt, True)
-    tight, roomy = at(compute.lo, link.slow, slow_rt), at(compute.hi, link.fast, fast_rt, True)
+    def min_beta(which: str) -> float | None:
+        c, s, lm, r, slow = end(which)
+        return None if measured else min_bandwidth(lambda beta: at(c, s, LinkModel(lm.alpha_us, beta), r, slow))
+
+    pred, slow, fast, tight, roomy = (at(*end(w)) for w in ("mid", "slow", "fast", "tight", "roomy"))
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
-    same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     meas = measured_span(rows) if same and row.get("images_s") else None
-    out = {**asdict(pred), "min_beta_mb_s": min_beta(compute.mid, link.mid, mid),
-           "min_beta_lo_mb_s": min_beta(compute.hi, link.fast, fast_rt, True),
-           "min_beta_hi_mb_s": min_beta(compute.lo, link.slow, slow_rt),
+    mid, slow_rt, fast_rt = rt.mid, rt.hi, rt.lo
+    out = {**asdict(pred), "min_beta_mb_s": min_beta("mid"), "min_beta_lo_mb_s": min_beta("roomy"),
+           "min_beta_hi_mb_s": min_beta("tight"),
            "images_lo": slow.images_s, "images_hi": fast.images_s, "pays_off": pays,
            "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_per_unit_ms": asdict(rt),
            "model": prof.name, "link": asdict(link), "shared_host": shared,

@@ -183,8 +183,7 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         after = compute() if job == "worker" else None
         computes = world.gather_json("compute-ms", {"before": before, "after": after} if after else None)
         if reporter:
-            row.update(compute_row([t for c in computes if c for t in c["before"]],
-                                   [t for c in computes if c for t in c["after"]]))
+            row.update(compute_row([c["before"] for c in computes if c], [c["after"] for c in computes if c]))
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
             meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
@@ -218,7 +217,7 @@ def summarize(args: argparse.Namespace, times) -> dict:
 
 
 CI_KEYS = ("step_ci_lo_ms", "step_ci_hi_ms", "compute_ci_lo_ms", "compute_ci_hi_ms", "compute_before_ms",
-           "compute_after_ms")
+           "compute_after_ms", "slowest_p50_ms", "slowest_ci_lo_ms", "slowest_ci_hi_ms")
 
 
 def with_ci(name: str, ms) -> dict:
@@ -230,11 +229,15 @@ def with_ci(name: str, ms) -> dict:
             f"{name}_ci_lo_ms": ci[0], f"{name}_ci_hi_ms": ci[1]}
 
 
-def compute_row(before: list[float], after: list[float]) -> dict:
-    """compute_ms: the median of the steps measured before and after training; its interval reaches
-    both medians' 95 % intervals (a change of pace between them widens it)."""
-    pooled, b, a = with_ci("compute", before + after), with_ci("compute", before), with_ci("compute", after)
+def compute_row(before: list[list[float]], after: list[list[float]]) -> dict:
+    """Every worker's compute steps (ms), measured before and after training, all workers at once.
+    compute_ms: their median; its interval reaches both medians' 95 % intervals (a change of pace
+    between them widens it). slowest_p50_ms: the median over the i-th steps of the slowest worker's i-th
+    step, what a synchronous step waits for (the workers do not finish at once), with its interval."""
+    flat_b, flat_a = [t for w in before for t in w], [t for w in after for t in w]
+    pooled, b, a = with_ci("compute", flat_b + flat_a), with_ci("compute", flat_b), with_ci("compute", flat_a)
     ends = [x for part in (pooled, b, a) for x in (part["compute_ci_lo_ms"], part["compute_ci_hi_ms"],
                                                    part["compute_ms"]) if x is not None]
+    slowest = [max(ts) for runs in (before, after) for ts in zip(*runs, strict=False)]
     return {**pooled, "compute_ci_lo_ms": min(ends), "compute_ci_hi_ms": max(ends),
-            "compute_before_ms": b["compute_ms"], "compute_after_ms": a["compute_ms"]}
+            "compute_before_ms": b["compute_ms"], "compute_after_ms": a["compute_ms"], **with_ci("slowest", slowest)}
