@@ -34,9 +34,9 @@ gradients together) and at the fast end (Low / High). The verdicts ("pays off", 
 bandwidth) say "undecided" where those ends disagree. A ``--train`` file with repeats of the shape
 (runs appended to it) gives the compute time pooled over them and the measured images/s as their
 mean, with the ends of every repeat's 95 % interval: the measurement is uncertain too, and
-``within`` says whether the two intervals overlap. ``--measured FILE`` replaces the modelled communication with what commbench's
-emulators measured for the same shape (ps-throughput rows with this W and P; allreduce rows over W
-ranks, scaled to the model's bytes).
+``within`` says whether the two intervals overlap. ``--measured FILE`` replaces the modelled
+communication with what commbench's emulators measured for the same shape (ps-throughput rows with
+this W and P; allreduce rows over W ranks, scaled to the model's bytes).
 
 Answers as TBD's network profiler asked: which shards and tensors dominate communication, whether
 W workers beat one, and the smallest bandwidth at which they do.
