@@ -5,7 +5,8 @@ a TF cluster (each rank's address and a port), and become TF tasks through TF_CO
 ``--strategy ps``: rank 0 the chief (it drives the ClusterCoordinator and reports), ranks
 1..W workers, then P parameter servers; ``--strategy mirrored``: W workers, rank 0 reports.
 The row: images/s, step time p50/p99, the loss at the start and end, and the compute time of one
-step of the same model on one process with no communication (measured on rank 0 afterwards).
+step of the same model without communication, every worker computing at once before and after
+training: the median step, and the slowest worker's (what a synchronous step waits for).
 """
 
 from __future__ import annotations
