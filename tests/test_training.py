@@ -35,25 +35,25 @@ def test_fit_alpha_beta():
 def test_predict_ps_by_hand():
     link = pr.LinkModel(100.0, 1000.0)
     sizes = [1_000_000, 2_000_000, 3_000_000]  # round-robin on 2 shards: [4 MB, 2 MB]
-    p = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, together=True)
+    p = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link)
     # as --rpc tf sends: a worker reads each shard's variables and its 21 B control token, and the step
     # counter (23 B) from shard 1 (3 variables, round-robin); the PS reads the gradients and the counter
     # busiest link: max(2 workers x shard 0's 4 MB + 21 B, a worker's 6 MB + 65 B) = 8,000,042 B read
-    # and (together, the slow end) max(2 x 4 MB, 6 MB + 23 B) = 8 MB of gradients, at 100 us + n / 1000 B/us
+    # and max(2 x 4 MB, 6 MB + 23 B) = 8 MB of gradients, at 100 us + n / 1000 B/us
     assert p.beta_bytes == 16_000_042
     assert p.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(8.1)}
     assert p.step_ms == pytest.approx(66.200042) and p.images_s == pytest.approx(64 / 66.200042e-3)
     assert p.one_worker_images_s == pytest.approx(640.0)
-    # in turn (the middle): the round ends with the last worker's gradients alone, 6 MB + 23 B
-    turn = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link)
+    # in turn (the fast end): the round ends with the last worker's gradients alone, 6 MB + 23 B
+    turn = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, in_turn=True)
     assert turn.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(6.100023)}
-    assert pr.predict_ps(sizes, 1, 2, 32, 50.0, link, together=True) == pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
+    assert pr.predict_ps(sizes, 1, 2, 32, 50.0, link, in_turn=True) == pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
     # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB
-    assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b), together=True)) \
-        == pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
-    shared = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, shared_host=True, together=True)  # 2 x a worker's bytes
+    assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b))) == \
+        pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
+    shared = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, shared_host=True)  # 2 x a worker's bytes, one path
     assert shared.step_ms == pytest.approx(50 + (100 + 2 * 6_000_065 / 1000) / 1e3 + (100 + 2 * 6_000_023 / 1000) / 1e3)
-    greedy = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, policy="greedy", together=True)  # shards [3 MB + 1 MB, 2 MB]
+    greedy = pr.predict_ps(sizes, 2, 2, 32, 50.0, link, policy="greedy")  # shards [3 MB + 1 MB, 2 MB]
     assert greedy.beta_bytes == pytest.approx(p.beta_bytes, abs=60)
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 1, 1, 32, 50.0, pr.LinkModel(100.0, b))) is None
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 0.1, pr.LinkModel(100.0, b))) is None
@@ -79,14 +79,16 @@ def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_tensors():
     rt = pr.fit_runtime([run(shape, 0.4, 1.0), run(shape, 0.5, 1.0), run(shape, 0.6, 1.0)])
     assert rt.mid == pytest.approx(0.5) and rt.lo == pytest.approx(0.4) and rt.hi == pytest.approx(0.6)
     tight = pr.fit_runtime([run(shape, 0.5, 1.0)] * 3)
-    together = shape.at(0.5, link, slow=True).step_ms - shape.at(0.5, link).step_ms  # the low end's schedule
-    assert together > 0
-    assert tight.lo == pytest.approx(0.5 - (1 + together) / 28) and tight.hi == pytest.approx(0.5 + 1 / 28)
-    # the slowest worker computed 0.3 ms longer, and the step waited for it: not TF's runtime
-    waited = pr.with_runtime(pr.with_wait(shape.at(0.5, link), 0.8), shape.units(), 0.5)
+    in_turn = shape.at(0.5, link).step_ms - shape.at(0.5, link, fast=True).step_ms  # the high end's schedule
+    assert in_turn > 0
+    assert tight.lo == pytest.approx(0.5 - 1 / 28) and tight.hi == pytest.approx(0.5 + (1 + in_turn) / 28)
+    # the slowest worker computed 0.3 ms longer: at the low end the step waited for it, not for TF's runtime
+    waited = pr.with_wait(shape.at(0.5, link), 0.8)
     assert waited.terms["slowest_worker_ms"] == pytest.approx(0.3)
-    slowest = pr.Calibrated(shape, exact, pr.Span.of(waited.step_ms), pr.Span.of(0.5), pr.Span.of(0.8))
-    assert pr.fit_runtime([slowest]).mid == pytest.approx(0.5)
+    assert waited.step_ms == pytest.approx(shape.at(0.5, link).step_ms + 0.3)
+    step = pr.with_runtime(shape.at(0.5, link), shape.units(), 0.5).step_ms
+    slowest = pr.fit_runtime([pr.Calibrated(shape, exact, pr.Span.of(step), pr.Span.of(0.5), pr.Span.of(0.8))])
+    assert slowest.mid == pytest.approx(0.5) and slowest.lo == pytest.approx(0.5 - 0.3 / 28)
     # a second shape with 4x the RPCs: least squares weighs runs by their units
     big = pr.Shape("ps", 8, 1, 1, small)
     assert pr.fit_runtime([run(shape, 0.5), run(big, 0.5)]).mid == pytest.approx(0.5)
@@ -135,28 +137,32 @@ def test_predict_says_when_its_uncertainty_makes_the_verdict_undecided(tmp_path,
 
 
 def test_ps_gradients_in_turn_and_the_slowest_worker(tmp_path):
-    """Exact inputs (no intervals): the middle and High have the ps gradients in turn, Low together; a
-    train run of the same shape that measured its slowest worker's compute puts it in the step."""
+    """Exact inputs (no intervals): Low is the prediction itself, High has the ps gradients in turn;
+    a train run of the same shape that measured its slowest worker's compute puts it in Low's step."""
     p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
                                                           for s in (8, 65536, 1 << 20)], transport="tcp")
     args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--batch", "32", "--json", "--shared-host", "no"]
     ps = json.loads(commbench(*args, "--compute-ms", "40", "--strategy", "ps", "--workers", "2", "--ps", "1").out)
     variables, link = tf_ps.variables_of(store.load("small_cnn")), pr.LinkModel(100.08, 100.0)  # alpha: 8 B
-    assert ps["images_s"] == pytest.approx(ps["images_hi"])
+    assert ps["images_lo"] == pytest.approx(ps["images_s"])
     assert ps["images_s"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link).images_s)
-    assert ps["images_lo"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link, together=True).images_s)
-    assert ps["images_lo"] < ps["images_s"] / 1.02
+    assert ps["images_hi"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link, in_turn=True).images_s)
+    assert ps["images_hi"] > ps["images_s"] * 1.02
     ring = json.loads(commbench(*args, "--compute-ms", "40", "--strategy", "mirrored", "--workers", "2").out)
     assert ring["images_lo"] == pytest.approx(ring["images_s"]) == pytest.approx(ring["images_hi"])
-    # the slowest worker took 46 ms where the median took 40: the step waits 6 ms, one worker stays at 40
+    # the slowest worker took 46 ms where the median took 40: Low's step waits 6 ms; the middle, High
+    # and one worker's rate stay at the median's
     row = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 32, "images_s": 1000.0,
            "step_p50_ms": 64.0, "compute_ms": 40.0, "slowest_p50_ms": 46.0}
     train = _results(tmp_path / "t.jsonl", "train", [row])
     waited = json.loads(commbench(*args, "--train", train).out)
-    assert waited["step_ms"] == pytest.approx(ring["step_ms"] + 6) and waited["terms"]["slowest_worker_ms"] == 6
-    assert waited["one_worker_images_s"] == pytest.approx(ring["one_worker_images_s"]) == pytest.approx(800.0)
+    assert waited["step_ms"] == pytest.approx(ring["step_ms"])
+    assert waited["images_hi"] == pytest.approx(ring["images_s"])
+    assert waited["images_lo"] == pytest.approx(64e3 / (ring["step_ms"] + 6))
+    assert waited["one_worker_images_s"] == pytest.approx(800.0)
     for other in (["--compute-ms", "40"], ["--workers", "3"]):  # not measured for what is predicted: no wait
-        assert "slowest_worker_ms" not in json.loads(commbench(*args, "--train", train, *other).out)["terms"]
+        r = json.loads(commbench(*args, "--train", train, *other).out)
+        assert r["images_lo"] == pytest.approx(r["images_s"])
 
 
 def test_runtime_adds_its_cost_per_rpc_or_tensor():

@@ -9,14 +9,13 @@ PS (a round = every worker reads the variables, computes, and the PS reads the g
 and placement are those of ``ps-throughput --rpc tf``, which sends what TF sends): read = alpha +
 X_read / beta, gradients = alpha + X_grad / beta, X the bytes the busiest link carries in that
 direction. One rank per host: X = max(W x the busiest shard's bytes, a worker's bytes). All ranks
-on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes. The reads
-share the link; the workers finish computing at different times, so their gradients go in turn and
-the round ends with the last worker's gradients alone (X_grad = a worker's bytes); at the slow end
-they share the link too (X_grad as X_read).
+on one host (``--shared-host``): every transfer shares one path, X = W x a worker's bytes.
 Mirrored (ring all-reduce): 2 (W - 1) alpha + 2 (W - 1) / W x model / beta (x W on one host).
-Step = compute + communication + TF's runtime cost; images/s = W x batch / step. A synchronous step
-waits for its slowest worker: where the train run measured it for this W (``slowest_p50_ms``, every
-worker computing at once), the step's compute is the slowest worker's, one worker's rate the median's.
+Step = compute + communication + TF's runtime cost; images/s = W x batch / step. What the model
+leaves open bounds it: at the fast end the ps workers' gradients go in turn (they finish computing
+at different times: the round ends with the last worker's gradients alone, X_grad = a worker's
+bytes); at the slow end a synchronous step waits for its slowest worker's compute, where the train
+run measured it for this W (``slowest_p50_ms``, every worker computing at once).
 
 TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
 over its own link's sweep ``--overhead-p2p FILE``): a cost per unit, the units being the step's RPCs
@@ -29,8 +28,8 @@ overlap share fitted to runs at 100 Mbit/s made predictions at other rates worse
 
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
 compute times' and the calibration runs' steps: the 95 % intervals of their medians, the calibration
-widened to each repeat's own fit; the link's fit to the ends of its points' intervals; the ps
-gradients together) and at the fast end (Low / High). The verdicts ("pays off", the minimum
+widened to each repeat's own fit; the link's fit to the ends of its points' intervals; the slowest
+worker waited for) and at the fast end (the ps gradients in turn) (Low / High). The verdicts ("pays off", the minimum
 bandwidth) say "undecided" where those ends disagree. A ``--train`` file with repeats of the shape
 (runs appended to it) gives the compute time pooled over them and the measured images/s as their
 mean, with the ends of every repeat's 95 % interval: the measurement is uncertain too, and
@@ -156,17 +155,17 @@ def ps_plan(variables: Sequence[int | tf_ps.Variable], ps: int, policy: str) -> 
 
 def predict_ps(variables: Sequence[int | tf_ps.Variable], workers: int, ps: int, batch: int, compute_ms: float,
                link: LinkModel, policy: str = "round-robin", shared_host: bool = False,
-               together: bool = False) -> Prediction:
-    """A round: every worker's reads share the busiest link, the workers compute, and as they finish
-    computing at different times the round ends with the last worker's gradients crossing alone (a
-    worker's own bytes). ``together``: every worker's gradients share the link (the slow end)."""
+               in_turn: bool = False) -> Prediction:
+    """A round: every worker's reads share the busiest link, the workers compute, and every worker's
+    gradients share it. ``in_turn``: the workers finish computing at different times, so the round
+    ends with the last worker's gradients crossing alone (a worker's own bytes): the fast end."""
     plans = ps_plan(variables, ps, policy)
     reads, grads = [sum(p.reads()) for p in plans], [sum(p.pulls()) for p in plans]
 
     def busiest(per_shard: list[int], w: int = workers) -> int:
         return w * sum(per_shard) if shared_host else max(w * max(per_shard), sum(per_shard))
 
-    x_read, x_grad = busiest(reads), busiest(grads, workers if together else 1)
+    x_read, x_grad = busiest(reads), busiest(grads, 1 if in_turn else workers)
     read, grad = link.us(x_read) / 1e3, link.us(x_grad) / 1e3
     step = compute_ms + read + grad
     return Prediction("ps", workers, ps, batch, compute_ms, read + grad, {"read_ms": read, "gradients_ms": grad},
@@ -264,12 +263,12 @@ class Shape:
     policy: str = "round-robin"
     shared_host: bool = False
 
-    def at(self, compute_ms: float, link: LinkModel, slow: bool = False) -> Prediction:
-        """The prediction at this compute time and link; ``slow``: at the slow end of what the model
-        leaves open (ps: the workers' gradients together, not in turn)."""
+    def at(self, compute_ms: float, link: LinkModel, fast: bool = False) -> Prediction:
+        """The prediction at this compute time and link; ``fast``: at the fast end of what the model
+        leaves open (ps: the workers' gradients in turn)."""
         if self.strategy == "ps":
             return predict_ps(self.variables, self.workers, self.ps, self.batch, compute_ms, link, self.policy,
-                              self.shared_host, together=slow)
+                              self.shared_host, in_turn=fast)
         total = sum(v.nbytes for v in self.variables if v.trainable)
         return predict_ring(total, self.workers, self.batch, compute_ms, link, self.shared_host)
 
@@ -303,18 +302,18 @@ class Calibrated:
 
 def fit_runtime(runs: Sequence[Calibrated]) -> Span:
     """TF's runtime cost per unit (ms per RPC or tensor), fitted by least squares to the calibration
-    runs' steps less their compute (the slowest worker's) and modelled communication. Its ends: the fits
-    to the ends of every run's intervals that make it high (high steps, low compute, the fast link, the
-    gradients in turn) and low, widened to each run's own fit (repeats: the machine's phases move a run
-    more than its interval says)."""
+    runs' steps less their compute and modelled communication. Its ends: the fits to the ends of every
+    run's intervals and of the model's that make it high (high steps, low compute, the fast link, the
+    gradients in turn) and low (the slowest worker waited for), widened to each run's own fit (repeats:
+    the machine's phases move a run more than its interval says)."""
     def fit_at(end: int, which: Sequence[Calibrated]) -> float:
         r, u = [], []
         for c in which:
             step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
             link = (c.link.slow, c.link.mid, c.link.fast)[1 + end]
-            p = c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link, end < 0)
-            if c.slowest:
-                p = with_wait(p, (c.slowest.hi, c.slowest.mid, c.slowest.lo)[1 + end])
+            p = c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link, end > 0)
+            if c.slowest and end < 0:
+                p = with_wait(p, c.slowest.hi)
             r.append(step - p.step_ms)
             u.append(c.shape.units())
         r_, u_ = np.asarray(r, dtype=np.float64), np.asarray(u, dtype=np.float64)
@@ -506,9 +505,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     slowest_ = [s for s in map(slowest_span, rows) if s] if same and args.compute_ms is None else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
 
-    def at(c: float, s: float | None, lm: LinkModel, r: float, slow: bool = False) -> Prediction:
-        """At compute c (the median worker's), s (the slowest's), the link, TF's runtime r per unit."""
-        p = shape.at(c, lm, slow)
+    def at(c: float, s: float | None, lm: LinkModel, r: float, fast: bool = False) -> Prediction:
+        """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
+        link, TF's runtime r per unit, the ps gradients together or (fast) in turn."""
+        p = shape.at(c, lm, fast)
         p = with_comm(p, *measured) if measured else p
         p = with_wait(p, s) if s is not None else p
         return with_runtime(p, units, r) if args.overhead else p
@@ -516,11 +516,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     def end(which: str) -> tuple:
         """at()'s inputs for the middle, the slow and fast ends, and the ends that make W workers least
         (tight) and most (roomy) worth it against one."""
-        i = {"mid": 1, "slow": 2, "fast": 0, "tight": 0, "roomy": 2}[which]  # the median worker's compute
-        j = {"mid": 1, "slow": 2, "fast": 0, "tight": 2, "roomy": 0}[which]  # the slowest worker's, the rest
-        s = None if slowest is None else (slowest.lo, slowest.mid, slowest.hi)[j]
+        i = {"mid": 1, "slow": 2, "fast": 0, "tight": 0, "roomy": 2}[which]  # the compute time
+        j = {"mid": 1, "slow": 2, "fast": 0, "tight": 2, "roomy": 0}[which]  # the rest
+        s = slowest.hi if slowest and j == 2 else None  # the slow ends wait for the slowest worker
         return ((compute.lo, compute.mid, compute.hi)[i], s, (link.fast, link.mid, link.slow)[j],
-                (rt.lo, rt.mid, rt.hi)[j], j == 2)
+                (rt.lo, rt.mid, rt.hi)[j], j == 0)
 
     def min_beta(which: str) -> float | None:
         c, s, lm, r, slow = end(which)
