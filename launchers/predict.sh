@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
-#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: 35-80 min here (by the pace)
+#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: 35-100 min here (by the pace)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 11 min
 # 1. calibration, once: TF's runtime cost per RPC (ps) or tensor (mirrored) from --batch 1 runs of
 #    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty)
