@@ -29,8 +29,8 @@ overlap share fitted to runs at 100 Mbit/s made predictions at other rates worse
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
 compute times' and the calibration runs' steps: the 95 % intervals of their medians, the calibration
 widened to each repeat's own fit; the link's fit to the ends of its points' intervals; the slowest
-worker waited for) and at the fast end (the ps gradients in turn) (Low / High). The verdicts ("pays off", the minimum
-bandwidth) say "undecided" where those ends disagree. A ``--train`` file with repeats of the shape
+worker waited for) and at the fast end (the ps gradients in turn): Low / High. The verdicts ("pays
+off", the minimum bandwidth) say "undecided" where those ends disagree. A ``--train`` file with repeats of the shape
 (runs appended to it) gives the compute time pooled over them and the measured images/s as their
 mean, with the ends of every repeat's 95 % interval: the measurement is uncertain too, and
 ``within`` says whether the two intervals overlap. ``--measured FILE`` replaces the modelled
