@@ -30,12 +30,12 @@ Uncertainty: the prediction is made again with every input at the slow end of it
 compute times' and the calibration runs' steps: the 95 % intervals of their medians, the calibration
 widened to each repeat's own fit; the link's fit to the ends of its points' intervals; the slowest
 worker waited for) and at the fast end (the ps gradients in turn): Low / High. The verdicts ("pays
-off", the minimum bandwidth) say "undecided" where those ends disagree. A ``--train`` file with repeats of the shape
-(runs appended to it) gives the compute time pooled over them and the measured images/s as their
-mean, with the ends of every repeat's 95 % interval: the measurement is uncertain too, and
-``within`` says whether the two intervals overlap. ``--measured FILE`` replaces the modelled
-communication with what commbench's emulators measured for the same shape (ps-throughput rows with
-this W and P; allreduce rows over W ranks, scaled to the model's bytes).
+off", the minimum bandwidth) say "undecided" where those ends disagree. A ``--train`` file with
+repeats of the shape (runs appended to it) gives the compute time pooled over them and the measured
+images/s as their mean, with the ends of every repeat's 95 % interval: the measurement is uncertain
+too, and ``within`` says whether the two intervals overlap. ``--measured FILE`` replaces the
+modelled communication with what commbench's emulators measured for the same shape (ps-throughput
+rows with this W and P; allreduce rows over W ranks, scaled to the model's bytes).
 
 Answers as TBD's network profiler asked: which shards and tensors dominate communication, whether
 W workers beat one, and the smallest bandwidth at which they do.
@@ -221,19 +221,20 @@ def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, t
     return r["time_us"] / 1e3 * total / r["size"], f"allreduce {r['transport']} {r['algorithm']} at {r['size']} B"
 
 
+def restepped(p: Prediction, step_ms: float, **fields) -> Prediction:
+    """The prediction with another step time (and the images/s it gives) and these fields."""
+    return replace(p, step_ms=step_ms, images_s=p.workers * p.batch / step_ms * 1e3, **fields)
+
+
 def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
     """The prediction with its modelled communication replaced by a measured time."""
-    step = p.compute_ms + ms
-    return replace(p, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms, step_ms=step,
-                   images_s=p.workers * p.batch / step * 1e3)
+    return restepped(p, p.compute_ms + ms, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms)
 
 
 def with_runtime(p: Prediction, units: int, per_unit_ms: float) -> Prediction:
     """The prediction with TF's runtime cost (per RPC or tensor, x units) added."""
     cost = per_unit_ms * units
-    step = p.step_ms + cost
-    return replace(p, terms={**p.terms, "tf_runtime_ms": cost}, comm_ms=p.comm_ms + cost, step_ms=step,
-                   images_s=p.workers * p.batch / step * 1e3)
+    return restepped(p, p.step_ms + cost, terms={**p.terms, "tf_runtime_ms": cost}, comm_ms=p.comm_ms + cost)
 
 
 def min_bandwidth(step_at: Callable[[float], Prediction]) -> float | None:
@@ -284,9 +285,7 @@ def with_wait(p: Prediction, slowest_ms: float) -> Prediction:
     """The step at the slowest worker's compute time: a synchronous step (a ps round, an all-reduce)
     waits for the last worker to finish computing; the median worker's stays ``compute_ms``."""
     wait = max(0.0, slowest_ms - p.compute_ms)
-    step = p.step_ms + wait
-    return replace(p, terms={**p.terms, "slowest_worker_ms": wait}, step_ms=step,
-                   images_s=p.workers * p.batch / step * 1e3)
+    return restepped(p, p.step_ms + wait, terms={**p.terms, "slowest_worker_ms": wait})
 
 
 @dataclass(frozen=True)
@@ -523,8 +522,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 (rt.lo, rt.mid, rt.hi)[j], j == 0)
 
     def min_beta(which: str) -> float | None:
-        c, s, lm, r, slow = end(which)
-        return None if measured else min_bandwidth(lambda beta: at(c, s, LinkModel(lm.alpha_us, beta), r, slow))
+        c, s, lm, r, fast = end(which)
+        return None if measured else min_bandwidth(lambda beta: at(c, s, LinkModel(lm.alpha_us, beta), r, fast))
 
     pred, slow, fast, tight, roomy = (at(*end(w)) for w in ("mid", "slow", "fast", "tight", "roomy"))
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
