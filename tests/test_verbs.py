@@ -6,6 +6,7 @@ fabric (verbs_fake) with the transport's real code. Hardware tests: test_verbs_h
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 
 import numpy as np
@@ -16,6 +17,7 @@ from commbench.core.config import RunConfig, freeze
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message, Pattern
 from commbench.core.payload import Payload
+from commbench.emulators.ps import run_threads
 from commbench.transports import _verbs_plan as vp
 from commbench.transports import verbs
 
@@ -229,21 +231,21 @@ def config(poll: str = "busy", largest: int = 1 << 20, **kw) -> RunConfig:
     return RunConfig(freeze(args(**kw)), 2, poll, (Payload(str(largest), (largest,)),))
 
 
-def pair(fn0, fn1, **kw):
-    """Run fn(rank's transport, link to the other) on two threads; re-raise what either raised."""
-    out, errors = [None, None], []
-    w = verbs_fake.worlds(2)
+def ranks(*fns, **kw):
+    """Run fn(rank's transport, its links to every other rank) on a thread per rank; re-raise what
+    any raised."""
+    size, out, errors = len(fns), [None] * len(fns), []
+    w = verbs_fake.worlds(size)
 
     def run(rank, fn):
         t = verbs.VerbsTransport(w[rank], config(**kw))
         try:
-            links = t.connect([1 - rank])
-            out[rank] = fn(t, links[1 - rank])
+            out[rank] = fn(t, t.connect(r for r in range(size) if r != rank))
         except BaseException as exc:
             errors.append(exc)
         finally:
             t.close()
-    threads = [threading.Thread(target=run, args=(r, f)) for r, f in enumerate((fn0, fn1))]
+    threads = [threading.Thread(target=run, args=(r, f)) for r, f in enumerate(fns)]
     for th in threads:
         th.start()
     for th in threads:
@@ -254,6 +256,11 @@ def pair(fn0, fn1, **kw):
             print("other rank:", repr(exc))
         raise errors[0]
     return out
+
+
+def pair(fn0, fn1, **kw):
+    """Run fn(rank's transport, link to the other) for two ranks (see ranks)."""
+    return ranks(lambda t, links: fn0(t, links[1]), lambda t, links: fn1(t, links[0]), **kw)
 
 
 @pytest.mark.parametrize("op", ["send", "write"])
@@ -389,6 +396,41 @@ def test_message_views_of_one_tensor_share_one_registration(fake):
 
     registered, same = pair(sender, receiver, largest=tensor.nbytes)
     assert registered == 1 and same
+
+
+@pytest.mark.parametrize("op", ["send", "write"])
+def test_one_message_sent_on_two_links_from_two_threads(fake, op):
+    """A rank serving two peers from a thread each (the PS emulator's shards) sends the same Message
+    on both links: its buffers are registered once, not twice with one registration dropped under a
+    send, and each link posts work requests of its own (flags, the peer's address and rkey)."""
+    sizes, n = (40 << 10, 8 << 10), 150  # one span of 48 KiB: direct placement where adverts allow
+    pat = Pattern(sizes, 5)
+    shared = Message(sizes)
+    shared.fill(pat)
+
+    def serve_both(t, links):  # as the PS emulator's shards serve their workers
+        run_threads([lambda r=r: links[r].serve(n, Message((8,)), shared) for r in (1, 2)])
+        return len(t.registry.mrs)
+
+    def client(t, links):
+        link = links[0]
+        req, rep, wrong = Message((8,)), Message(sizes), 0
+        for _ in range(n):
+            link.call(req, rep)
+            wrong += not rep.matches(pat)
+            rep.clear()
+        return wrong, link.direct_in
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two steps of a send, as they may
+    try:
+        registered, (wrong1, direct1), (wrong2, direct2) = ranks(serve_both, client, client, verbs_op=op,
+                                                                 largest=sum(sizes))
+    finally:
+        sys.setswitchinterval(old)
+    assert (wrong1, wrong2) == (0, 0)
+    assert registered == 1
+    assert direct1 > 0 and direct2 > 0  # the shared work request for direct writes was exercised
 
 
 @pytest.mark.parametrize("op", ["send", "write"])

@@ -2,7 +2,9 @@
 (no RDMA device). It enforces what hardware would: sends only from RTS, receives must be posted
 (else an RNR error completion), scatter/gather entries must lie in a registered region with the
 right lkey (inline data excepted), RDMA writes need a matching rkey, range and remote-write access,
-receive SGEs must hold the data. Real pyverbs supplies the enums and error classes.
+receive SGEs must hold the data. An MR nothing holds any more is deregistered (pyverbs deregisters
+on deallocation), and registering user memory takes a while (pinning its pages), as on a device,
+so that threads may switch meanwhile. Real pyverbs supplies the enums and error classes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import ctypes
 import itertools
 import threading
 import time
+import weakref
 from collections import deque
 from types import SimpleNamespace
 
@@ -22,6 +25,7 @@ LOCK = threading.RLock()
 QPS: dict[int, FakeQP] = {}
 KEYS = itertools.count(0x1000)
 QPNS = itertools.count(0x100)
+PIN_S = 0.002  # s to register user memory
 
 
 class Stats:
@@ -64,7 +68,7 @@ class FakeContext:
 class FakePD:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self.mrs: list[FakeMR] = []
+        self.mrs: weakref.WeakSet[FakeMR] = weakref.WeakSet()  # the registered, while something holds them
 
 
 class FakeMR:
@@ -73,11 +77,13 @@ class FakeMR:
         if address is None:
             self.mem = np.zeros(max(length, 1), dtype=np.uint8)
             address = self.mem.ctypes.data
+        else:
+            time.sleep(PIN_S)
         self.buf = address
         self.lkey = next(KEYS)
         self.rkey = next(KEYS)
         self.access = access
-        pd.mrs.append(self)
+        pd.mrs.add(self)
         Stats.registrations += 1
 
     def covers(self, addr: int, length: int) -> bool:
@@ -85,7 +91,7 @@ class FakeMR:
 
 
 class WC(SimpleNamespace):
-    pass
+    vendor_err = 0
 
 
 class FakeCQ:
@@ -177,7 +183,7 @@ class FakeQP:
         inline = wr.send_flags & e.IBV_SEND_INLINE
         data = b""
         for s in wr.sg[:wr.num_sge]:
-            if not inline and not any(m.lkey == s.lkey and m.covers(s.addr, s.length) for m in self.pd.mrs):
+            if not inline and not any(m.lkey == s.lkey and m.covers(s.addr, s.length) for m in list(self.pd.mrs)):
                 return None
             data += ctypes.string_at(s.addr, s.length)
         return data
@@ -210,7 +216,7 @@ class FakeQP:
         if peer is None or peer.state != "rts":
             return e.IBV_WC_RETRY_EXC_ERR
         writable = any(m.rkey == wr.rkey and m.covers(wr.remote_addr, len(data))
-                       and m.access & e.IBV_ACCESS_REMOTE_WRITE for m in peer.pd.mrs)
+                       and m.access & e.IBV_ACCESS_REMOTE_WRITE for m in list(peer.pd.mrs))
         if wr.opcode in (e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM) and not writable:
             return e.IBV_WC_REM_ACCESS_ERR
         if wr.opcode == e.IBV_WR_RDMA_WRITE:  # one-sided: no receive consumed, nothing on the peer's CQ

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import itertools
 import random
 import signal
 import threading
@@ -74,9 +75,11 @@ DEFAULT_LARGEST = 4 << 20  # receive slot size when the run did not say (-m's la
 MAX_INLINE = 64  # bytes requested as inline data; retried with 0 if the device refuses
 SPIN_CHECK = 0x3FF  # look at the clock every 1024 empty polls
 CHECK_EVERY = 0.5  # s: a wait this long asks the rendezvous whether a rank died
+_LINK_NUMBERS = itertools.count()  # a link's own keys in a Message's cache
 WC_ERRORS = {12: "the peer stopped acknowledging (transport retries exhausted): it died or its port went down",
              13: "the peer had no receive posted (RNR retries exhausted)",
              5: "the queue pair was flushed after an earlier error",
+             2: "local queue-pair operation error: on Soft-RoCE, a send from memory no longer registered",
              10: "the peer refused the remote access (rkey/address)",
              4: "local protection error (a buffer that is not registered)"}
 
@@ -138,11 +141,14 @@ def open_port(api: SimpleNamespace, dev: str | None, port: int, gid_index: int):
 class Registry:
     """Memory registered once per backing array (the root of a numpy view chain), kept alive with it.
     Registered for remote writes too: a receive buffer may be advertised to the peer (only ever to the
-    peer of this run's queue pairs, and only while a receive waits in it)."""
+    peer of this run's queue pairs, and only while a receive waits in it). Thread-safe: a rank serving
+    several peers from threads of its own (the PS emulator) sends the same arrays on each; two
+    registrations of one array would leave one MR dropped, and its lkey invalid, under a send."""
 
     def __init__(self, api: SimpleNamespace, pd) -> None:
         self.api, self.pd = api, pd
         self.mrs: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
+        self.lock = threading.Lock()
 
     def _mr(self, arr: np.ndarray):
         """(MR, start, size) of the registration covering arr."""
@@ -153,11 +159,13 @@ class Registry:
         a = arr.ctypes.data
         if not (start <= a and a + arr.nbytes <= start + size):  # not a plain view: register the array itself
             root, start, size = arr, a, arr.nbytes
-        hit = self.mrs.get((start, size))
-        if hit is None:
-            e = self.api.e
-            mr = self.api.mr.MR(self.pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=start)
-            hit = self.mrs[(start, size)] = (mr, root)
+        with self.lock:
+            hit = self.mrs.get((start, size))
+            if hit is None:
+                e = self.api.e
+                mr = self.api.mr.MR(self.pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
+                                    address=start)
+                hit = self.mrs[(start, size)] = (mr, root)
         return hit[0], start, size
 
     def lkey(self, arr: np.ndarray) -> int:
@@ -211,6 +219,8 @@ class VerbsLink(Link):
                                        sg=[api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)],
                                        send_flags=e.IBV_SEND_SIGNALED)
         self.direct = t.direct
+        n = next(_LINK_NUMBERS)  # work requests cached in a Message are this link's own: posting one sets
+        self.wr_key, self.direct_key = f"verbs.{n}", f"verbs-direct.{n}"  # its flags and remote address
         self.advertised: tuple[int, int] | None = None  # (message number, id of the message) waiting in its buffers
         self.direct_in = self.direct_out = 0  # messages placed without a copy, received and sent
         self.rwrs = [api.wr.RecvWR(wr_id=i, num_sge=1, sg=[api.wr.SGE(*self._recv_sge(i), self.recv_mr.lkey)])
@@ -315,8 +325,10 @@ class VerbsLink(Link):
                     self.t.world.check_alive()
         wc = wcs[0]
         if wc.status != 0:
-            raise self.state.fail(f"work completion failed with status {wc.status} "
-                                  f"({WC_ERRORS.get(wc.status, 'see ibv_wc_status_str')})")
+            what = "receive" if cq is self.rcq else "send"
+            raise self.state.fail(f"a {what} work completion failed with status {wc.status} "
+                                  f"({WC_ERRORS.get(wc.status, 'see ibv_wc_status_str')}; opcode {wc.opcode}, "
+                                  f"wr_id {wc.wr_id:#x}, {wc.byte_len} B, vendor error {wc.vendor_err:#x})")
         return wc
 
     def _sleep_on(self, cq, deadline: float) -> None:
@@ -405,7 +417,7 @@ class VerbsLink(Link):
             sg = [api.wr.SGE(a.ctypes.data, len(a), 0 if how == "inline" else t.registry.lkey(a))
                   for a in msg.arrays if len(a)]
             wr = api.wr.SendWR(wr_id=0, opcode=self.data_op, num_sge=len(sg), sg=sg, imm_data=imm_data(msg.nbytes))
-        c = msg.cache["verbs"] = (wr, how == "inline")
+        c = msg.cache[self.wr_key] = (wr, how == "inline")
         return c
 
     def _pack(self, msg: Message, slot: int):
@@ -438,10 +450,10 @@ class VerbsLink(Link):
         first, nbytes, lkey, _, my_layout = mine
         if (span, layout) != (nbytes, my_layout):
             return None
-        wr = msg.cache.get("verbs-direct")
+        wr = msg.cache.get(self.direct_key)
         if wr is None:
             e = self.api.e
-            wr = msg.cache["verbs-direct"] = self.api.wr.SendWR(
+            wr = msg.cache[self.direct_key] = self.api.wr.SendWR(
                 wr_id=0, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, sg=[self.api.wr.SGE(first, nbytes, lkey)],
                 imm_data=imm_data(msg.nbytes, direct=True))
         wr.set_wr_rdma(rkey, addr)
@@ -461,7 +473,7 @@ class VerbsLink(Link):
             inline = False
             self.direct_out += 1
         else:
-            wr, inline = msg.cache.get("verbs") or self._send_wr(msg)
+            wr, inline = msg.cache.get(self.wr_key) or self._send_wr(msg)
             if wr is None:
                 wr = self._pack(msg, slot)
             if self.write_op:
