@@ -3,7 +3,8 @@
 #   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: 35-100 min here (by the pace)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 11 min
 # 1. calibration, once: TF's runtime cost per RPC (ps) or tensor (mirrored) from --batch 1 runs of
-#    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty)
+#    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty),
+#    over a sweep of those links (OUT/cal_sweep_none.jsonl)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    real train run, REPEATS times (default 2: what a repeat moves is part of what is compared), and
 #    `commbench predict` from the sweep and the calibration only (plus W=3 for small_cnn at the rate
@@ -30,12 +31,12 @@ step() { echo "== $*" >&2; }
 hosts() { $CB hosts up 5 --rate "$1" >/dev/null; }
 
 T=${TRANSPORT:-}
-sweep() {  # sweep RATE -> OUT/link_RATE.jsonl over the transport TF's traffic is closest to
+sweep() {  # sweep FILE -> OUT/FILE.jsonl over the transport TF's traffic is closest to
   if [ -z "$T" ]; then
     if $CB p2p-latency -t grpc-cpp --grpc-call unary --hosts 5 -m 8 -i 5 -x 1 >/dev/null 2>&1; then T=grpc-cpp; else T=grpc; fi
   fi
   # shellcheck disable=SC2086
-  $CB p2p-latency -t "$T" --grpc-call unary --hosts 5 -m 8:1M $SWEEP -o "$OUT/link_$1.jsonl" >/dev/null
+  $CB p2p-latency -t "$T" --grpc-call unary --hosts 5 -m 8:1M $SWEEP -o "$OUT/$1.jsonl" >/dev/null
 }
 train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
   local warm=$(( $6 / 4 > 2 ? $6 / 4 : 2 ))
@@ -47,20 +48,20 @@ model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 
 step "1. calibration: small_cnn --batch 1 on unshaped links"
 hosts none
-sweep none
+sweep cal_sweep_none  # its own file: the unshaped rate's sweep below must not add to what calibrated
 for s in $STRATEGIES; do for _ in $(seq "$CAL"); do train "$OUT/cal_${s}_none.jsonl" "$s" small-cnn 2 1 "$STEPS"; done; done
 
 step "2. predicted from the sweep and the calibration, then measured: $RATES"
 for rate in $RATES; do
   hosts "$rate"
-  sweep "$rate"
+  sweep "link_$rate"
   for m in $MODELS; do for s in $STRATEGIES; do
     for w in 2 3; do
       [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
       f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
       for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
       $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --overhead "$OUT/cal_${s}_none.jsonl" \
-        --overhead-p2p "$OUT/link_none.jsonl" --label "$rate" \
+        --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
         -o "$OUT/predict.jsonl" | sed -n 4p >&2
     done
   done; done
