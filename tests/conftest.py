@@ -7,6 +7,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +28,18 @@ MPI_ENV = {**ENV, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
            "OPAL_PREFIX": str(BIN.parent), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
+def mpi_env(tmp: str | Path) -> dict[str, str]:
+    """MPI_ENV with a TMPDIR of mpiexec's own: a killed mpiexec leaves its session in $TMPDIR/ompi.<pid>,
+    and a later one given the same pid (pids wrap at 32768) stops on it ("The PMIx server's listener
+    thread failed to start", in CI)."""
+    return {**MPI_ENV, "TMPDIR": str(tmp)}
+
+
 def mpiexec(n: int, *args: str, timeout: float = 180) -> Result:
     """n ranks of commbench under the wheel's mpiexec (root allowed, oversubscribed)."""
-    p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(n), str(BIN / "commbench"), *args],
-                       capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    with tempfile.TemporaryDirectory(prefix="mpiexec-") as tmp:
+        p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(n), str(BIN / "commbench"), *args],
+                           capture_output=True, text=True, timeout=timeout, env=mpi_env(tmp))
     return Result(p.returncode, p.stdout, p.stderr)
 
 

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIN, MPI_ENV, mpiexec, table_rows
+from conftest import BIN, MPI_ENV, mpi_env, mpiexec, table_rows
 
 from commbench import cli
 from commbench.core.mpi_env import decode_buffers, encode_buffers
@@ -88,10 +88,11 @@ def test_stopped_peer_inside_mpi_recv():
 
     import psutil
 
-    out = Path(tempfile.mkdtemp()) / "r.jsonl"
+    tmp = Path(tempfile.mkdtemp())
+    out = tmp / "r.jsonl"
     p = subprocess.Popen([str(BIN / "mpiexec"), "-n", "2", str(BIN / "commbench"), "p2p-latency", "-t", "mpi",
                           "-m", "0:4M", "-i", "100000", "--timeout", "4", "-o", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=MPI_ENV)
+                         stderr=subprocess.PIPE, text=True, env=mpi_env(tmp))
     victim = None
     deadline = time.monotonic() + 30
     while victim is None and time.monotonic() < deadline:
@@ -143,7 +144,7 @@ def test_ps_over_mpi_threads(args):
     assert table_rows(r.out)[0][-1] == "0"
 
 
-def test_bootstrap_gives_up_on_a_late_rank():
+def test_bootstrap_gives_up_on_a_late_rank(tmp_path):
     """Rank 1 starts 30 s late: rank 0, inside MPI_Init/MPI_Bcast, gives up after --timeout."""
     import subprocess
     import time
@@ -152,7 +153,7 @@ def test_bootstrap_gives_up_on_a_late_rank():
               f'exec {BIN / "commbench"} p2p-latency -t tcp -m 8:8 --timeout 3')
     t0 = time.monotonic()
     p = subprocess.Popen([str(BIN / "mpiexec"), "-n", "2", "sh", "-c", script], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, env=MPI_ENV)
+                         stderr=subprocess.PIPE, text=True, env=mpi_env(tmp_path))
     try:
         line = ""
         while "MPI bootstrap" not in line:  # rank 0's line, timed as it arrives (mpiexec outlives it)
@@ -160,10 +161,38 @@ def test_bootstrap_gives_up_on_a_late_rank():
             assert line, "stderr closed without rank 0's message"
         elapsed = time.monotonic() - t0
     finally:
-        p.kill()
-        p.wait()
+        p.terminate()  # mpiexec removes its session directory on SIGTERM, not on SIGKILL
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert not list(tmp_path.glob("ompi.*")), "mpiexec left its session directory behind"
     assert "rank 0 on host" in line and "did not finish within 3 s" in line, line
     assert elapsed < 20, elapsed
+
+
+def test_local_mpi_launch_ignores_stale_session_directories(tmp_path):
+    """Killed mpiexecs leave $TMPDIR/ompi.<pid> with PMIx rendezvous files; one for every pid the next
+    mpiexec could get must not stop commbench's own mpiexec (it did: "The PMIx server's listener thread
+    failed to start", exit 213, when CI's pids wrapped onto such a leftover)."""
+    import socket
+
+    from conftest import commbench
+
+    host = socket.gethostname()
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    for k in range(1, 3001):  # the pids the next processes get, wrapping as the kernel does
+        pid = last + k if last + k < pid_max else last + k - pid_max + 300
+        session = tmp_path / f"ompi.{pid}"
+        session.mkdir(exist_ok=True)
+        (session / f"pmix.{host}.tool.{pid}").write_text(f"prterun-{host}-{pid}@0.0;tcp4://127.0.0.1:1\n")
+    r = commbench("p2p-latency", "-t", "mpi", "-m", "8:8", "-i", "20", env={"TMPDIR": str(tmp_path)})
+    assert r.code == 0, r.err
+    assert [row[0] for row in table_rows(r.out)] == ["8"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("ompi.")) == [], \
+        "the launcher's temporary directory was left behind"
 
 
 def test_mpi_without_a_launcher_starts_mpiexec(tmp_path):

