@@ -12,11 +12,12 @@ import hpack
 import pytest
 from conftest import commbench
 
-from commbench.core.capture import PREFACE, Capturer, Traffic, own_endpoints
+from commbench.core.capture import NO_PEER, PREFACE, Capturer, Traffic, own_endpoints
 from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.results import read_runs
 
 CLIENT, SERVER = ("127.0.0.1", 40000), ("127.0.0.1", 50051)
+ENDS = {(CLIENT, SERVER): "worker", (SERVER, CLIENT): "ps"}  # who holds each end: (end, peer) -> role
 root = pytest.mark.skipif(os.geteuid() != 0, reason="a packet capture needs root")
 
 
@@ -66,7 +67,7 @@ def test_rpcs_are_counted_with_their_methods_and_sizes_from_reordered_segments(s
     t = Traffic(cap.result(0))
     assert [(path, req, resp) for _, _, path, req, resp in t.data["rpcs"]] == \
         [("/pkg.Svc/Foo", 100, 40), ("/pkg.Svc/Bar", 5000, 0)]
-    cells = t.by_roles({CLIENT: "worker", SERVER: "ps"}, 0, 10**9)
+    cells = t.by_roles(ENDS, 0, 10**9)
     assert cells[("worker", "ps")]["bytes"] == len(client)  # every byte once, the retransmission too
     assert cells[("ps", "worker")]["bytes"] == len(server)
     assert cells[("worker", "ps")]["rpcs"] == 2 and cells[("ps", "worker")]["rpcs"] == 0
@@ -79,9 +80,9 @@ def test_a_window_counts_only_what_it_covers():
     cap = Capturer([])
     feed(cap, CLIENT, SERVER, client, 1000, 40, False)
     t = Traffic(cap.result(0))
-    cells = t.by_roles({CLIENT: "worker", SERVER: "ps"}, 1010, 1020)  # the first ten segments
+    cells = t.by_roles(ENDS, 1010, 1020)  # the first ten segments
     assert cells[("worker", "ps")]["segments"] == 10
-    assert t.by_roles({CLIENT: "worker", SERVER: "ps"}, 5000, 6000) == {}
+    assert t.by_roles(ENDS, 5000, 6000) == {}
 
 
 def test_a_segment_the_capture_missed_is_an_error_not_a_smaller_number():
@@ -89,7 +90,7 @@ def test_a_segment_the_capture_missed_is_an_error_not_a_smaller_number():
     cap = Capturer([])
     feed(cap, CLIENT, SERVER, client, 1000, 40, False, drop=5)
     with pytest.raises(CommbenchError, match="bytes never captured"):
-        Traffic(cap.result(0)).by_roles({CLIENT: "worker", SERVER: "ps"}, 0, 10**9)
+        Traffic(cap.result(0)).by_roles(ENDS, 0, 10**9)
     # a connection of nobody in the run does not matter
     assert Traffic(cap.result(0)).by_roles({}, 0, 10**9) == {}
     with pytest.raises(CommbenchError, match="dropped 3 packets"):
@@ -103,8 +104,35 @@ def test_other_protocols_count_bytes_only_and_excluded_ports_nothing():
     assert cap.result(0)["flows"] == []  # the rendezvous's port: never captured
     cap = Capturer([])
     feed(cap, CLIENT, SERVER, data, 1000, 4, True)
-    cells = Traffic(cap.result(0)).by_roles({CLIENT: "rank0", SERVER: "rank1"}, 0, 10**9)
+    cells = Traffic(cap.result(0)).by_roles({(CLIENT, SERVER): "rank0", (SERVER, CLIENT): "rank1"}, 0, 10**9)
     assert cells == {("rank0", "rank1"): {"bytes": len(data), "segments": 4, "rpcs": 0, "methods": {}}}
+
+
+def test_one_port_on_connections_of_two_ranks_is_told_apart_by_its_peer():
+    """The kernel gives one ephemeral port to connections to different peers, from different processes
+    too: CI's flaky test_tf_mode_sends_what_tensorflow_sends_on_the_wire (the chief's calls to one worker
+    counted as the ps's when a ps reused the chief's port)."""
+    other = ("127.0.0.1", 50052)
+    client, server = conversation()
+    cap = Capturer([])
+    feed(cap, CLIENT, SERVER, client, 1000, 10, False)  # chief -> worker
+    feed(cap, CLIENT, other, client[:-5], 1000, 10, False)  # ps -> worker 2, from the same port
+    roles = {(CLIENT, SERVER): "chief", (SERVER, CLIENT): "worker", (CLIENT, other): "ps", (other, CLIENT): "worker"}
+    cells = Traffic(cap.result(0)).by_roles(roles, 0, 10**9)
+    assert {k: (c["bytes"], c["rpcs"]) for k, c in cells.items()} == \
+        {("chief", "worker"): (len(client), 2), ("ps", "worker"): (len(client) - 5, 2)}
+
+
+@pytest.mark.parametrize("listener", [SERVER, ("0.0.0.0", SERVER[1])])
+def test_a_connection_its_server_closed_is_the_listeners(listener):
+    client, _ = conversation()
+    cap = Capturer([])
+    feed(cap, CLIENT, SERVER, client, 1000, 10, False)
+    cells = Traffic(cap.result(0)).by_roles({(CLIENT, SERVER): "worker", (listener, NO_PEER): "ps"}, 0, 10**9)
+    assert cells[("worker", "ps")]["bytes"] == len(client)
+    # the client's port on a connection to another peer says nothing about this one
+    other = {(CLIENT, ("127.0.0.1", 50052)): "chief", (listener, NO_PEER): "ps"}
+    assert Traffic(cap.result(0)).by_roles(other, 0, 10**9) == {}
 
 
 def test_own_endpoints_names_this_processes_sockets():
@@ -112,8 +140,11 @@ def test_own_endpoints_names_this_processes_sockets():
         lst.bind(("127.0.0.1", 0))
         lst.listen()
         with socket.create_connection(lst.getsockname()) as c:
-            mine = own_endpoints()
-            assert lst.getsockname() in mine and c.getsockname() in mine
+            s, _ = lst.accept()
+            with s:
+                mine = own_endpoints()
+            assert (*lst.getsockname(), *NO_PEER) in mine
+            assert (*c.getsockname(), *lst.getsockname()) in mine and (*lst.getsockname(), *c.getsockname()) in mine
 
 
 def test_traffic_needs_root(monkeypatch):

@@ -43,6 +43,8 @@ SYN = 0x02
 NOT_HTTP2 = "not HTTP/2"
 ROOT_NETNS = "cbroot"  # `commbench hosts up` names the root namespace so: emulated hosts' links meet there
 Endpoint = tuple[str, int]
+NO_PEER: Endpoint = ("", 0)  # a listening socket's peer
+Conn = tuple[Endpoint, Endpoint]  # one end of a TCP connection: (this end, the peer's end)
 
 
 class Http2Reader:
@@ -349,16 +351,18 @@ class Traffic:
     def __init__(self, data: Mapping) -> None:
         self.data = data
 
-    def by_roles(self, roles: Mapping[Endpoint, str], t0: int, t1: int) -> dict[tuple[str, str], dict]:
+    def by_roles(self, roles: Mapping[Conn, str], t0: int, t1: int) -> dict[tuple[str, str], dict]:
         """{(from role, to role): {"bytes", "segments", "rpcs", "methods"}} over [t0, t1), for the
-        connections whose both ends have a role: bytes by the direction they flow, RPCs by client ->
-        server (the client's role first). A capture that missed something there is a CommbenchError."""
+        connections whose both ends have a role (``roles``: {(end, peer): role}, see ``role_of``):
+        bytes by the direction they flow, RPCs by client -> server (the client's role first). A capture
+        that missed something there is a CommbenchError."""
         problems = [f"the kernel dropped {self.data['drops']} packets before the capture read them"] \
             if self.data["drops"] else []
         out: dict[tuple[str, str], dict] = {}
         keys: list[tuple[str, str] | None] = []
         for f in self.data["flows"]:
-            a, b = roles.get(tuple(f["src"])), roles.get(tuple(f["dst"]))
+            src, dst = tuple(f["src"]), tuple(f["dst"])
+            a, b = role_of(roles, src, dst), role_of(roles, dst, src)
             keys.append((a, b) if a and b else None)
             if not (a and b):
                 continue
@@ -389,16 +393,25 @@ def _cell() -> dict:
     return {"bytes": 0, "segments": 0, "rpcs": 0, "methods": {}}
 
 
-def own_endpoints() -> list[Endpoint]:
-    """(address, port) of every TCP socket this process holds (psutil): which connections are whose."""
+def role_of(roles: Mapping[Conn, str], end: Endpoint, peer: Endpoint) -> str | None:
+    """The role holding ``end`` of the connection to ``peer``: by the socket with both ends (the
+    kernel gives one ephemeral port to connections to different peers, from different processes too,
+    so a port alone can name the wrong rank), else by the socket listening on ``end`` (a connection
+    its server accepted and has closed since)."""
+    return roles.get((end, peer)) or roles.get((end, NO_PEER)) or roles.get((("0.0.0.0", end[1]), NO_PEER)) \
+        or roles.get((("::", end[1]), NO_PEER))
+
+
+def own_endpoints() -> list[tuple[str, int, str, int]]:
+    """(address, port, peer's address, peer's port) of every TCP socket this process holds (psutil;
+    ``NO_PEER`` for a listening socket): which connections are whose."""
     import psutil
 
-    out = []
-    for c in psutil.Process().net_connections(kind="tcp"):
-        if c.laddr:
-            addr = c.laddr.ip[7:] if c.laddr.ip.startswith("::ffff:") else c.laddr.ip
-            out.append((addr, c.laddr.port))
-    return out
+    def ip(a: str) -> str:
+        return a[7:] if a.startswith("::ffff:") else a
+
+    return [(ip(c.laddr.ip), c.laddr.port, *((ip(c.raddr.ip), c.raddr.port) if c.raddr else NO_PEER))
+            for c in psutil.Process().net_connections(kind="tcp") if c.laddr]
 
 
 if __name__ == "__main__":

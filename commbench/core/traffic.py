@@ -69,7 +69,8 @@ def rows(traffic: Traffic, owned: Sequence[Sequence[Sequence]], roles: Sequence[
     """One row per (from, to) role pair with anything in the window: per-step bytes, segments, RPCs, and
     per method its RPCs per step and mean request and response sizes (gRPC DATA bytes); ``roles[r]``
     is rank r's role, ``extra`` goes into every row."""
-    where = {(str(a), int(p)): roles[r] for r, eps in enumerate(owned) for a, p in eps}
+    where = {((str(a), int(p)), (str(pa), int(pp))): roles[r] for r, socks in enumerate(owned)
+             for a, p, pa, pp in socks}
     cells = traffic.by_roles(where, window[0], window[1])
     out = []
     for (a, b), c in sorted(cells.items()):
