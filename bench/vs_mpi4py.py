@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -26,15 +25,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from commbench.launch.local import mpiexec_env
+
 BIN = Path(sys.executable).parent
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OPAL_PREFIX": str(BIN.parent)}
 MIB = 1 << 20
 
 
 def mpiexec(*args: str) -> str:
-    return subprocess.run([str(BIN / "mpiexec"), "-n", "2", *args], capture_output=True, text=True, check=True,
-                          env=ENV).stdout
+    with mpiexec_env() as env:
+        return subprocess.run([str(BIN / "mpiexec"), "-n", "2", *args], capture_output=True, text=True,
+                              check=True, env=env).stdout
 
 
 def mpi4py_bench(size: int, array: str = "numpy") -> tuple[float, float]:

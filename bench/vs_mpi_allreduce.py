@@ -10,24 +10,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from commbench.launch.local import mpiexec_env
+
 BIN = Path(sys.executable).parent
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OPAL_PREFIX": str(BIN.parent)}
 
 
 def busbw(algorithm: str, ranks: int, size: str) -> float:
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, mpiexec_env() as env:
         out = Path(d) / "r.jsonl"
         subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(ranks), str(BIN / "commbench"),
                         "allreduce", "-t", "mpi", "-a", algorithm, "-b", size, "-e", size, "-o", str(out)],
-                       check=True, capture_output=True, env=ENV)
+                       check=True, capture_output=True, env=env)
         return next(json.loads(line) for line in out.read_text().splitlines() if '"row"' in line)["busbw"]
 
 

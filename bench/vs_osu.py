@@ -35,12 +35,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from commbench.launch.local import mpiexec_env
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 TARBALL = REPO.parent / "shared" / "tools" / "osu-micro-benchmarks-7.4.tar.gz"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "commbench" / "omb-7.4"
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OPAL_PREFIX": str(BIN.parent)}
+ENV = {**os.environ, "OPAL_PREFIX": str(BIN.parent)}  # the wheel's mpicc finds its parts there
 SIZES = [8, 65536, 1 << 20, 4 << 20]
 AR_SIZES = [4, 65536, 1 << 20]
 BENCHES = {"latency": ("pt2pt/standard/osu_latency", "p2p-latency", "avg_us"),
@@ -80,8 +81,9 @@ def mpiexec(n: int, args: list[str], env: dict) -> str:
     """n ranks; two are bound one per core (unbound, two ranks of a 2-core VM sometimes share a core and
     halve the small-message rates of whichever tool runs then); more are oversubscribed, unbound."""
     place = ["--bind-to", "core", "--map-by", "core"] if n <= (os.cpu_count() or 1) else ["--oversubscribe"]
-    p = subprocess.run([str(BIN / "mpiexec"), *place, "-n", str(n), *args], capture_output=True,
-                       text=True, env=env, timeout=900)
+    with mpiexec_env(env) as menv:
+        p = subprocess.run([str(BIN / "mpiexec"), *place, "-n", str(n), *args], capture_output=True,
+                           text=True, env=menv, timeout=900)
     if p.returncode:
         sys.exit(f"vs_osu: {' '.join(args[:3])} failed ({p.returncode}):\n{p.stderr[-2000:]}")
     return p.stdout

@@ -10,8 +10,10 @@ op and completion mode; perftest's bandwidth tools, busy-polling and (send) with
 number of messages each (--bw-messages, 200 at 1 MiB; commbench in windows of 64, as osu_bw;
 perftest's default tx depth 128). `--only latency|bandwidth` runs one half. Latency: one-way,
 median (perftest's t_typical, commbench's p50), us. Bandwidth: MB/s = 10^6 B/s (perftest's
-MB/sec are 2^20 B/s, converted). Prints medians over rounds and the ratios commbench / perftest
-(latency: above 1 = commbench slower; bandwidth: below 1 = commbench slower). perftest runs with
+MB/sec are 2^20 B/s, converted). Prints medians over rounds and the ratio commbench / perftest, the
+median of each round's ratio (the guest's speed drifts between rounds; a round's two runs are close
+in time), with every round's ratio (latency: above 1 = commbench slower; bandwidth: below 1 =
+commbench slower). perftest runs with
 -F (a VM has no stable CPU clock). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
 bandwidth. Under QEMU's software CPU (the rxe guest) every number is a software number: read the
 ratios, not the microseconds.
@@ -110,20 +112,18 @@ def main() -> None:
                 bw.setdefault(("commbench", op, poll, size), []).append(rows[size]["mb_s"])
             print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-    med = statistics.median
     print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
-          "latency one-way p50 us, bandwidth MB/s")
-    print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}")
-    for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
-        for size in SIZES:
-            p, c = med(lat[("perftest", op, poll, size)]), med(lat[("commbench", op, poll, size)])
-            name = f"{tool}{' -e' if extra else ''}"
-            print(f"{name:24s} {size:8d} {p:10.2f} {c:10.2f} {c / p:7.2f}")
-    for op, poll, tool, extra in BW if a.only != "latency" else []:
-        for size in SIZES:
-            p, c = med(bw[("perftest", op, poll, size)]), med(bw[("commbench", op, poll, size)])
-            name = f"{tool}{' -e' if extra else ''}"
-            print(f"{name:24s} {size:8d} {p:10.1f} {c:10.1f} {c / p:7.2f}")
+          "latency one-way p50 us, bandwidth MB/s; cb/pt = median of the rounds' ratios")
+    print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}  rounds")
+    for table, rows, fmt in ((lat, LAT if a.only != "bandwidth" else [], ".2f"),
+                             (bw, BW if a.only != "latency" else [], ".1f")):
+        for op, poll, tool, extra in rows:
+            for size in SIZES:
+                p, c = table[("perftest", op, poll, size)], table[("commbench", op, poll, size)]
+                ratios = [y / x for x, y in zip(p, c, strict=True)]
+                name = f"{tool}{' -e' if extra else ''}"
+                print(f"{name:24s} {size:8d} {statistics.median(p):10{fmt}} {statistics.median(c):10{fmt}} "
+                      f"{statistics.median(ratios):7.2f}  {' '.join(f'{r:.2f}' for r in ratios)}")
     print("# goals: >= 64 KiB within 0.9-1.1x of perftest (latency and bandwidth)")
 
 

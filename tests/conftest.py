@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from commbench.launch.local import mpiexec_environ
+
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("COMMBENCH_", "SLURM_", "OMPI_", "PMI"))}
 
 
@@ -24,15 +26,13 @@ class Result:
 
 
 BIN = Path(sys.executable).parent
-MPI_ENV = {**ENV, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OPAL_PREFIX": str(BIN.parent), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 def mpi_env(tmp: str | Path) -> dict[str, str]:
-    """MPI_ENV with a TMPDIR of mpiexec's own: a killed mpiexec leaves its session in $TMPDIR/ompi.<pid>,
-    and a later one given the same pid (pids wrap at 32768) stops on it ("The PMIx server's listener
-    thread failed to start", in CI)."""
-    return {**MPI_ENV, "TMPDIR": str(tmp)}
+    """The environment for one mpiexec run (the launcher's own, TMPDIR at tmp: a killed mpiexec leaves
+    its session in $TMPDIR/ompi.<pid>, and a later one given the same pid stops on it, as in CI),
+    oversubscribed."""
+    return {**mpiexec_environ(tmp, ENV), "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 def mpiexec(n: int, *args: str, timeout: float = 180) -> Result:

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIN, MPI_ENV, mpi_env, mpiexec, table_rows
+from conftest import BIN, mpi_env, mpiexec, table_rows
 
 from commbench import cli
 from commbench.core.mpi_env import decode_buffers, encode_buffers
@@ -99,7 +99,7 @@ def test_stopped_peer_inside_mpi_recv():
         for proc in psutil.process_iter():
             try:
                 if proc.environ().get("OMPI_COMM_WORLD_RANK") == "1" and "p2p-latency" in proc.cmdline() \
-                        and proc.environ().get("OPAL_PREFIX") == MPI_ENV["OPAL_PREFIX"]:
+                        and proc.environ().get("TMPDIR") == str(tmp):
                     victim = proc
             except psutil.Error:
                 pass

@@ -327,6 +327,65 @@ def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op,
 
 
 @pytest.mark.parametrize("op", ["send", "write"])
+def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_before_reaping(fake, op):
+    """A call is one ibv_post_send: the advert for its reply's buffers, then the request, unsignaled (its
+    reply says it arrived) but every quiet_every-th. The server posts the advert for its next request
+    before it waits for its reply's completion (that wait made the advert late for a caller answering
+    at once), and still reaps before it returns."""
+    sizes, n = (64 << 10,), 30
+    pat = Pattern(sizes, 5)
+
+    def log_posts(link, log):
+        real_post, real_poll = link.qp.post_send, link.scq.poll
+
+        def post(wr):
+            chain, w = [], wr
+            while w is not None:
+                kind = {0: "data", 1 << 40: "credit"}.get(w.wr_id, "advert")
+                chain.append((kind, bool(w.send_flags & fake.e.IBV_SEND_SIGNALED)))
+                w = w.next_wr
+            log.append(chain)
+            real_post(wr)
+
+        def poll(k):
+            got = real_poll(k)
+            if got[0]:
+                log.append("reaped")
+            return got
+        link.qp.post_send, link.scq.poll = post, poll
+
+    def client(t, link):
+        log, req, rep, wrong = [], Message(sizes), Message(sizes), 0
+        req.fill(pat)
+        log_posts(link, log)
+        for _ in range(n):
+            link.call(req, rep)
+            wrong += not rep.matches(pat)
+        return wrong, log, link.quiet_every, link.direct_in
+
+    def server(t, link):
+        log, req = [], Message(sizes)
+        log_posts(link, log)
+        for _ in range(n):
+            link.recv_into(req)
+            log.append("received")
+            link.send(req)
+        return log
+
+    (wrong, clog, quiet_every, direct_in), slog = pair(client, server, verbs_op=op, largest=64 << 10)
+    assert wrong == 0 and direct_in == n
+    calls = [p for p in clog if p != "reaped" and p[0][0] != "credit"]
+    assert len(calls) == n and all([k for k, _ in p] == ["advert", "data"] for p in calls), clog
+    signaled = sum(sig for p in calls for _, sig in p)
+    assert signaled == 2 * n // quiet_every, (signaled, quiet_every)  # only every quiet_every-th send
+    # server: after each reply, the next request's advert is posted before the reply is reaped
+    replies = [i for i, e in enumerate(slog[:-1]) if e not in ("received", "reaped") and e[0] == ("data", True)]
+    assert len(replies) == n - 1  # the last reply is reaped by nobody: the run ends
+    for i in replies:
+        assert slog[i + 1][0][0] == "advert" and slog[i + 2] == "reaped", slog[i:i + 3]
+
+
+@pytest.mark.parametrize("op", ["send", "write"])
 def test_a_window_of_sends_is_signaled_at_its_end(fake, op):
     """Sends posted together (a window through progress) go unsignaled but the last and every
     quiet_every-th, as perftest's --cq-mod: its completion says every send before it is done, and

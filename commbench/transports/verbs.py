@@ -210,14 +210,18 @@ class VerbsLink(Link):
         self.recv_mr = api.mr.MR(t.pd, plan.region, access)
         self.recv_mem = _region(self.recv_mr, plan.region)
         self.ctrl_mr = api.mr.MR(t.pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
-        self.mailbox = self.recv_mem[plan.mailbox:plan.mailbox + MAILBOX]
-        self.mailbox[:] = 0  # no advert yet
+        self.recv_mem[plan.mailbox:plan.mailbox + MAILBOX] = 0  # no advert yet
+        # adverts are packed and read through memoryviews: struct is quicker on them than on numpy arrays
+        self.mailbox = memoryview(self.recv_mem[plan.mailbox:plan.mailbox + MAILBOX])
         self.advert_mr = api.mr.MR(t.pd, MAILBOX, e.IBV_ACCESS_LOCAL_WRITE)
-        self.advert_mem = _region(self.advert_mr, MAILBOX)
+        self.advert_mem = memoryview(_region(self.advert_mr, MAILBOX))
         self.advert_inline = self.max_inline >= ADVERT.size  # copied at post, not read later
-        self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                                       sg=[api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)],
+        advert_sg = [api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)]
+        self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=advert_sg,
                                        send_flags=e.IBV_SEND_SIGNALED)
+        # The advert that leads a request in one post (call): its next_wr is set to the request each time
+        # (pyverbs cannot unlink a list, so the advert posted alone is a work request of its own).
+        self.advert_lead = api.wr.SendWR(wr_id=3 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=advert_sg)
         self.direct = t.direct
         n = next(_LINK_NUMBERS)  # work requests cached in a Message are this link's own: posting one sets
         self.wr_key, self.direct_key = f"verbs.{n}", f"verbs-direct.{n}"  # its flags and remote address
@@ -297,6 +301,7 @@ class VerbsLink(Link):
         self.remote = remote
         self.credits = Credits(remote.depth, self.plan.depth)
         self.advert_wr.set_wr_rdma(remote.rkey, remote.mailbox)  # adverts always go to the peer's mailbox
+        self.advert_lead.set_wr_rdma(remote.rkey, remote.mailbox)
 
     # -- completions ----------------------------------------------------------------------------
     def _poll(self, cq, block: bool):
@@ -374,17 +379,18 @@ class VerbsLink(Link):
             if for_credit:
                 return None
 
-    def _reap(self, all_: bool) -> None:
-        """Poll send completions: all of them (buffers free again), or just enough to keep the SQ open."""
-        while self.frees and (all_ or self.in_sq >= self.sq_size - 1):
+    def _reap(self, all_: bool, room: int = 1) -> None:
+        """Poll send completions: all of them (buffers free again), or just enough for ``room`` more sends."""
+        while self.frees and (all_ or self.in_sq > self.sq_size - 1 - room):
             self._poll(self.scq, True)
             self.in_sq -= self.frees.popleft()
 
     def _mark(self, wr, inline: bool, more: bool = False) -> None:
         """Take wr's send-queue slot, signaled or not (selective signaling, as perftest's --cq-mod): a send
-        goes unsignaled if its data went inline (copied at post) or more sends follow on this link at
-        once (the last of them is signaled, and its completion says all before it are done), but every
-        quiet_every-th, whose completion frees the slots of those before it."""
+        goes unsignaled if its data went inline (copied at post), or more sends follow on this link at
+        once (the last of them is signaled, and its completion says all before it are done), or its reply
+        will say it arrived (a call's request), but every quiet_every-th, whose completion frees the slots
+        of those before it."""
         signal = (not inline and not more) or self.quiet + 1 >= self.quiet_every
         wr.send_flags = (self.f_inline if inline else 0) | (self.f_signaled if signal else 0)
         self.in_sq += 1
@@ -394,11 +400,19 @@ class VerbsLink(Link):
         else:
             self.quiet += 1
 
-    def _submit(self, wr, inline: bool, more: bool = False) -> None:
-        """Post wr (``more``: more sends follow on this link at once)."""
-        self._reap(False)
+    def _submit(self, wr, inline: bool, more: bool = False, lead=None) -> None:
+        """Post wr (``more``: no completion needed for its buffers, see _mark), behind ``lead`` (an
+        advert, unsignaled: wr's completion or reply covers it) in one ibv_post_send if given."""
+        if lead is None:
+            self._reap(False)
+            self._mark(wr, inline, more)
+            self.qp.post_send(wr)
+            return
+        self._reap(False, 2)
+        self._mark(lead, self.advert_inline, True)
         self._mark(wr, inline, more)
-        self.qp.post_send(wr)
+        lead.next_wr = wr
+        self.qp.post_send(lead)
 
     def _wait_credit(self) -> None:
         while self.credits.available <= 0:
@@ -459,7 +473,7 @@ class VerbsLink(Link):
         wr.set_wr_rdma(rkey, addr)
         return wr
 
-    def _post(self, msg: Message, more: bool = False) -> None:
+    def _post(self, msg: Message, more: bool = False, lead=None) -> None:
         """Send msg (the per-message path: kept short, as every step here is paid per message)."""
         if self.state.state is not Conn.READY:
             self.state.require_ready()
@@ -478,7 +492,7 @@ class VerbsLink(Link):
                 wr = self._pack(msg, slot)
             if self.write_op:
                 wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
-        self._submit(wr, inline, more)
+        self._submit(wr, inline, more, lead)
 
     def send(self, msg: Message) -> None:
         self._post(msg)
@@ -502,31 +516,42 @@ class VerbsLink(Link):
             self.credit_wr.imm_data = imm_credit(back)
             self._submit(self.credit_wr, self.credit_inline)
 
-    def _advertise(self, msg: Message) -> None:
+    def _advertise(self, msg: Message, post: bool = True):
         """Tell the peer where the message this receive waits for (number ``received``) may go directly,
-        if it is large enough and none has arrived already. Callers have reaped every send first, so the
-        advert buffer is free even where the device would not take the advert inline."""
+        if it is large enough and none has arrived already: post the advert, or (``post`` False) return
+        the work request to post it with (None if there is none). The advert buffer must be free: taken
+        inline by the device, or every send reaped first."""
         if not self.direct or msg.nbytes < DIRECT_FROM or self.stash:
-            return
+            return None
         mine = self.t.registry.span(msg)
         if mine is None:
-            return
+            return None
         first, nbytes, _, rkey, layout = mine
         pack_advert(self.advert_mem, self.received, first, rkey, layout, nbytes)
         self.advertised = (self.received, id(msg))
+        if not post:
+            return self.advert_lead
         self._submit(self.advert_wr, self.advert_inline)
+        return None
 
     def recv_into(self, msg: Message) -> None:
-        self._reap(True)  # every earlier send done: its buffers are the caller's again
-        self._advertise(msg)
+        """Receive the next message into msg. The advert goes first where the device takes it inline:
+        reaping waits for the last send's acknowledgement, and an advert posted after that wait reached
+        a caller answering at once too late (Soft-RoCE: up to half of 64 KiB requests went by a slot)."""
+        if self.advert_inline:
+            self._advertise(msg)
+            self._reap(True)  # every earlier send done: its buffers are the caller's again
+        else:
+            self._reap(True)
+            self._advertise(msg)
         self._deliver(self._recv_wc(True), msg)
 
     def call(self, request: Message, reply: Message) -> None:
-        """Send a request and receive its reply, the reply's buffers advertised before the request
-        leaves: the advert is at the peer before the request is, so the reply can go direct."""
+        """Send a request and receive its reply, the advert for the reply's buffers and the request in one
+        post (the advert first: it is at the peer before the request is, so the reply can go direct). The
+        request needs no completion: its reply says it arrived (see Link.call)."""
         self._reap(True)
-        self._advertise(reply)
-        self._post(request)
+        self._post(request, True, self._advertise(reply, post=False))
         self._deliver(self._recv_wc(True), reply)
 
     def close(self) -> None:
