@@ -8,12 +8,12 @@ send with completion events, -e) at each size, then `commbench p2p-latency -t ve
 op and completion mode; perftest's bandwidth tools, busy-polling and (send) with events (-e), and
 `commbench p2p-bandwidth -t verbs` with the same op and completion mode, size by size, the same
 number of messages each (--bw-messages, 200 at 1 MiB; commbench in windows of 64, as osu_bw;
-perftest's default tx depth 128). `--only latency|bandwidth` runs one half. Latency: one-way,
+perftest's default tx depth 128). `--only latency|bandwidth` runs one half, `--sizes 65536` one size. Latency: one-way,
 median (perftest's t_typical, commbench's p50), us. Bandwidth: MB/s = 10^6 B/s (perftest's
 MB/sec are 2^20 B/s, converted). Prints medians over rounds and the ratio commbench / perftest, the
 median of each round's ratio (the guest's speed drifts between rounds; a round's two runs are close
-in time), with every round's ratio (latency: above 1 = commbench slower; bandwidth: below 1 =
-commbench slower). perftest runs with
+in time; odd rounds run commbench first, so that a drift cancels), with every round's ratio
+(latency: above 1 = commbench slower; bandwidth: below 1 = commbench slower). perftest runs with
 -F (a VM has no stable CPU clock). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
 bandwidth. Under QEMU's software CPU (the rxe guest) every number is a software number: read the
 ratios, not the microseconds.
@@ -86,30 +86,40 @@ def main() -> None:
     ap.add_argument("--bw-messages", type=int, default=2000,
                     help="messages per bandwidth point, both tools (default 2000; 200 at 1 MiB)")
     ap.add_argument("--only", choices=("latency", "bandwidth"), help="run one half")
+    ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES, metavar="N,N",
+                    help="message sizes in bytes (default 8,65536,1048576)")
     a = ap.parse_args()
+    sizes = a.sizes
     if not shutil.which("ib_send_lat"):
         sys.exit("vs_perftest: perftest is not installed (apt-get install perftest)")
     lat: dict[tuple, list[float]] = {}
     bw: dict[tuple, list[float]] = {}
     t0 = time.monotonic()
     for r in range(a.rounds):
+        first = r % 2  # odd rounds run commbench first: a drift of the guest's speed cancels over rounds
         for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
-            for size in SIZES:
-                fields = perftest(tool, size, a.iterations, extra)
-                lat.setdefault(("perftest", op, poll, size), []).append(float(fields[4]))  # t_typical
-            rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(a.iterations),
-                                             "-x", str(max(1, a.iterations // 10))])
+            for turn in (first, 1 - first):
+                if turn == 0:
+                    for size in sizes:
+                        fields = perftest(tool, size, a.iterations, extra)
+                        lat.setdefault(("perftest", op, poll, size), []).append(float(fields[4]))  # t_typical
+                    continue
+                rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(a.iterations),
+                                                 "-x", str(max(1, a.iterations // 10))], sizes)
+                for size in sizes:
+                    lat.setdefault(("commbench", op, poll, size), []).append(rows[size]["p50_us"])
             print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-            for size in SIZES:
-                lat.setdefault(("commbench", op, poll, size), []).append(rows[size]["p50_us"])
         for op, poll, tool, extra in BW if a.only != "latency" else []:
-            for size in SIZES:  # the same number of messages for both (commbench: windows of 64)
+            for size in sizes:  # the same number of messages for both (commbench: windows of 64)
                 n = bw_messages(size, a.bw_messages)
-                fields = perftest(tool, size, n, extra)
-                bw.setdefault(("perftest", op, poll, size), []).append(float(fields[3]) * 1.048576)  # MiB/s -> MB/s
-                rows = commbench("p2p-bandwidth", ["--verbs-op", op, "--poll", poll, "-i", str(max(2, n // 64)),
-                                                   "-x", "1", "-W", "64"], [size])
-                bw.setdefault(("commbench", op, poll, size), []).append(rows[size]["mb_s"])
+                for turn in (first, 1 - first):
+                    if turn == 0:
+                        fields = perftest(tool, size, n, extra)
+                        bw.setdefault(("perftest", op, poll, size), []).append(float(fields[3]) * 1.048576)  # MiB/s
+                        continue
+                    rows = commbench("p2p-bandwidth", ["--verbs-op", op, "--poll", poll, "-i", str(max(2, n // 64)),
+                                                       "-x", "1", "-W", "64"], [size])
+                    bw.setdefault(("commbench", op, poll, size), []).append(rows[size]["mb_s"])
             print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
     print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
@@ -118,7 +128,7 @@ def main() -> None:
     for table, rows, fmt in ((lat, LAT if a.only != "bandwidth" else [], ".2f"),
                              (bw, BW if a.only != "latency" else [], ".1f")):
         for op, poll, tool, extra in rows:
-            for size in SIZES:
+            for size in sizes:
                 p, c = table[("perftest", op, poll, size)], table[("commbench", op, poll, size)]
                 ratios = [y / x for x, y in zip(p, c, strict=True)]
                 name = f"{tool}{' -e' if extra else ''}"
