@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from vs_grpc_cpp import exact, free_port  # bench/ is on sys.path
@@ -79,6 +80,30 @@ def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int
     return {int(r["size"]): r for r in rows}
 
 
+def perftest_latency(tool: str, extra: list[str], sizes: list[int], iters: int) -> dict[int, float]:
+    """perftest's one-way median (t_typical), us, per size."""
+    return {size: float(perftest(tool, size, iters, extra)[4]) for size in sizes}
+
+
+def commbench_latency(op: str, poll: str, sizes: list[int], iters: int) -> dict[int, float]:
+    """commbench's one-way p50, us, per size (one run over all sizes)."""
+    rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(iters),
+                                     "-x", str(max(1, iters // 10))], sizes)
+    return {size: rows[size]["p50_us"] for size in sizes}
+
+
+def perftest_bandwidth(tool: str, extra: list[str], size: int, messages: int) -> float:
+    """perftest's bandwidth, MB/s (its MiB/s converted)."""
+    return float(perftest(tool, size, messages, extra)[3]) * 1.048576
+
+
+def commbench_bandwidth(op: str, poll: str, size: int, messages: int) -> float:
+    """commbench's osu_bw-style bandwidth, MB/s, over about ``messages`` messages in windows of 64."""
+    rows = commbench("p2p-bandwidth", ["--verbs-op", op, "--poll", poll, "-i", str(max(2, messages // 64)),
+                                       "-x", "1", "-W", "64"], [size])
+    return rows[size]["mb_s"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -96,30 +121,21 @@ def main() -> None:
     bw: dict[tuple, list[float]] = {}
     t0 = time.monotonic()
     for r in range(a.rounds):
-        first = r % 2  # odd rounds run commbench first: a drift of the guest's speed cancels over rounds
+        order = ("commbench", "perftest") if r % 2 else ("perftest", "commbench")  # a drift cancels over rounds
         for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
-            for turn in (first, 1 - first):
-                if turn == 0:
-                    for size in sizes:
-                        fields = perftest(tool, size, a.iterations, extra)
-                        lat.setdefault(("perftest", op, poll, size), []).append(float(fields[4]))  # t_typical
-                    continue
-                rows = commbench("p2p-latency", ["--verbs-op", op, "--poll", poll, "-i", str(a.iterations),
-                                                 "-x", str(max(1, a.iterations // 10))], sizes)
-                for size in sizes:
-                    lat.setdefault(("commbench", op, poll, size), []).append(rows[size]["p50_us"])
+            runs = {"perftest": partial(perftest_latency, tool, extra, sizes, a.iterations),
+                    "commbench": partial(commbench_latency, op, poll, sizes, a.iterations)}
+            for who in order:
+                for size, us in runs[who]().items():
+                    lat.setdefault((who, op, poll, size), []).append(us)
             print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         for op, poll, tool, extra in BW if a.only != "latency" else []:
             for size in sizes:  # the same number of messages for both (commbench: windows of 64)
                 n = bw_messages(size, a.bw_messages)
-                for turn in (first, 1 - first):
-                    if turn == 0:
-                        fields = perftest(tool, size, n, extra)
-                        bw.setdefault(("perftest", op, poll, size), []).append(float(fields[3]) * 1.048576)  # MiB/s
-                        continue
-                    rows = commbench("p2p-bandwidth", ["--verbs-op", op, "--poll", poll, "-i", str(max(2, n // 64)),
-                                                       "-x", "1", "-W", "64"], [size])
-                    bw.setdefault(("commbench", op, poll, size), []).append(rows[size]["mb_s"])
+                runs = {"perftest": partial(perftest_bandwidth, tool, extra, size, n),
+                        "commbench": partial(commbench_bandwidth, op, poll, size, n)}
+                for who in order:
+                    bw.setdefault((who, op, poll, size), []).append(runs[who]())
             print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
     print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
