@@ -10,6 +10,7 @@ so that threads may switch meanwhile. Real pyverbs supplies the enums and error 
 from __future__ import annotations
 
 import ctypes
+import errno
 import itertools
 import threading
 import time
@@ -35,6 +36,7 @@ class Stats:
     inline_sends = 0
     signaled_sends = 0
     registrations = 0
+    cqex = 0  # extended CQs made
 
 
 class Dev:
@@ -99,6 +101,7 @@ class FakeCQ:
     def __init__(self, ctx, cqe, cq_context=None, channel=None, comp_vector=0) -> None:
         self.q: deque[WC] = deque()
         self.cqe = cqe
+        self.events = 0  # sleeps in get_cq_event on this CQ
 
     def push(self, wc: WC) -> None:
         with LOCK:
@@ -106,12 +109,15 @@ class FakeCQ:
                 raise AssertionError("CQ overrun: the transport let more completions pile up than its CQ holds")
             self.q.append(wc)
 
+    def _pop(self) -> WC:
+        wc = self.q.popleft()
+        if getattr(wc, "qp", None) is not None:  # a send completion frees its slot and those of the
+            wc.qp.sq_used -= wc.frees  # unsignaled sends before it
+        return wc
+
     def poll(self, n: int = 1):
         with LOCK:
-            out = [self.q.popleft() for _ in range(min(n, len(self.q)))]
-            for wc in out:  # a send completion frees its slot and those of the unsignaled sends before it
-                if getattr(wc, "qp", None) is not None:
-                    wc.qp.sq_used -= wc.frees
+            out = [self._pop() for _ in range(min(n, len(self.q)))]
         return len(out), out
 
     def req_notify(self, solicited_only: int = 0) -> None:
@@ -121,11 +127,59 @@ class FakeCQ:
         pass
 
 
+class CqInitAttrEx(SimpleNamespace):
+    pass
+
+
+class PollCqAttr:
+    pass
+
+
+class FakeCQEX(FakeCQ):
+    """An extended CQ (pyverbs CQEX): completions read in place between start_poll and end_poll."""
+
+    def __init__(self, ctx, attr: CqInitAttrEx) -> None:
+        super().__init__(ctx, attr.cqe)
+        self.cur: WC | None = None
+        Stats.cqex += 1
+
+    def poll(self, n: int = 1):
+        raise AssertionError("an extended CQ has no poll(): start_poll/end_poll")
+
+    def start_poll(self, attr: PollCqAttr) -> int:
+        assert self.cur is None, "start_poll twice without end_poll"
+        with LOCK:
+            if not self.q:
+                return errno.ENOENT
+            self.cur = self._pop()
+        return 0
+
+    def end_poll(self) -> None:
+        assert self.cur is not None, "end_poll without start_poll"
+        self.cur = None
+
+    status = property(lambda self: self.cur.status)
+    wr_id = property(lambda self: self.cur.wr_id)
+
+    def read_imm_data(self) -> int:
+        return getattr(self.cur, "imm_data", 0)
+
+    def read_opcode(self) -> int:
+        return self.cur.opcode
+
+    def read_byte_len(self) -> int:
+        return self.cur.byte_len
+
+    def read_vendor_err(self) -> int:
+        return self.cur.vendor_err
+
+
 class FakeChannel:
     def __init__(self, ctx) -> None:
         pass
 
     def get_cq_event(self, cq: FakeCQ) -> None:
+        cq.events += 1
         while not cq.q:
             time.sleep(0.0005)
 
@@ -259,14 +313,16 @@ class FakeQP:
         return 0
 
 
-def api(devices=("fake_0",)) -> SimpleNamespace:
+def api(devices=("fake_0",), extended: bool = True) -> SimpleNamespace:
+    """The fake pyverbs API; ``extended``: with extended CQs (CQEX), as rdma-core has them."""
     import pyverbs.addr as addr
     import pyverbs.qp as real_qp
 
     return SimpleNamespace(
         device=SimpleNamespace(get_device_list=lambda: [Dev(n) for n in devices], Context=FakeContext),
         pd=SimpleNamespace(PD=FakePD), mr=SimpleNamespace(MR=FakeMR),
-        cq=SimpleNamespace(CQ=FakeCQ, CompChannel=FakeChannel),
+        cq=SimpleNamespace(CQ=FakeCQ, CompChannel=FakeChannel, **(
+            {"CQEX": FakeCQEX, "CqInitAttrEx": CqInitAttrEx, "PollCqAttr": PollCqAttr} if extended else {})),
         qp=SimpleNamespace(QP=FakeQP, QPInitAttr=QPInitAttr, QPCap=real_qp.QPCap, QPAttr=real_qp.QPAttr),
         wr=SimpleNamespace(SGE=SGE, RecvWR=RecvWR, SendWR=SendWR), addr=addr, e=e,
         Error=PyverbsError, RDMAError=PyverbsRDMAError)
