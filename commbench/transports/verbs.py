@@ -27,7 +27,8 @@ link returns (MPI_Isend completed by the next wait); that is when send completio
 
 Completions: busy polling (default, as perftest) or completion events (``--poll blocking``: the CQ
 is armed and the process sleeps in ibv_get_cq_event; an interval timer interrupts that wait so
-that --timeout still holds).
+that --timeout still holds). Busy-polled CQs are extended ones where the device has them, read in
+place (``make_cq``): no pyverbs object is made per completion.
 """
 
 from __future__ import annotations
@@ -202,8 +203,8 @@ def make_cq(api: SimpleNamespace, ctx, depth: int, channel) -> tuple[object, Cal
     """A completion queue and its take() (the next completion, or None). Extended (ibv_create_cq_ex, read
     in place with ibv_start_poll) where the device has them and no completion channel is wanted (pyverbs
     cannot arm an extended CQ): a classic poll makes a pyverbs WC object per completion, and under QEMU's
-    software CPU that alone put 330-450 us between rxe posting a completion and a busy-polling receiver
-    seeing it, against 60-70 us read in place (docs/infiniband.md)."""
+    software CPU that alone put 393-447 us between rxe posting a 64 KiB message's completion and a
+    busy-polling receiver seeing it, against 62-68 us read in place (docs/infiniband.md)."""
     if channel is None and hasattr(api.cq, "CQEX"):
         e = api.e
         attr = api.cq.CqInitAttrEx(cqe=depth, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_IMM,
@@ -579,7 +580,7 @@ class VerbsLink(Link):
         """Answer n calls, each reply but the last posted behind the advert for the next request (the
         request's buffers are free once its reply is made), in one ibv_post_send. An advert posted on
         its own after the reply raced a caller answering at once: with completions read in place,
-        Soft-RoCE callers found it for 350-420 of 620 requests, against 618-619 of 620 this way."""
+        Soft-RoCE callers found it for 347-417 of 620 requests, against 618-620 of 620 this way."""
         for i in range(n):
             self.recv_into(request)
             reply = respond if isinstance(respond, Message) else respond()
