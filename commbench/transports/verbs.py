@@ -346,8 +346,9 @@ class VerbsLink(Link):
         self.advert_lead.set_wr_rdma(remote.rkey, remote.mailbox)
 
     # -- completions ----------------------------------------------------------------------------
-    def _poll(self, cq, take: Callable[[], Completion | None], block: bool) -> Completion | None:
+    def _poll(self, cq, block: bool) -> Completion | None:
         """One completion from cq (None if not blocking and none is there); a failed one is a PeerError."""
+        take = self.take_r if cq is self.rcq else self.take_s
         c = take()
         if c is None:
             if not block:
@@ -410,7 +411,7 @@ class VerbsLink(Link):
         """The next data completion from the receive CQ, taking credit returns on the way (and
         returning None after one when ``for_credit``)."""
         while True:
-            c = self._poll(self.rcq, self.take_r, block)
+            c = self._poll(self.rcq, block)
             if c is None:
                 return None
             credit, value, direct = parse_imm(c[2])
@@ -424,7 +425,7 @@ class VerbsLink(Link):
     def _reap(self, all_: bool, room: int = 1) -> None:
         """Poll send completions: all of them (buffers free again), or just enough for ``room`` more sends."""
         while self.frees and (all_ or self.in_sq > self.sq_size - 1 - room):
-            self._poll(self.scq, self.take_s, True)
+            self._poll(self.scq, True)
             self.in_sq -= self.frees.popleft()
 
     def _mark(self, wr, inline: bool, more: bool = False) -> None:
