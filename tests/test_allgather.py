@@ -34,9 +34,10 @@ def test_native_over_mpi():
 
 def test_ring_time_on_a_wire():
     n, count = 4, 400_000  # 1.6 MB of output: n - 1 steps of one 400 KB block each
-    row = run_ranks(AllGather, n, Payload(str(4 * count), (4 * count,)), Loops(10, 1), validate="every")
+    row = run_ranks(AllGather, n, Payload(str(4 * count), (4 * count,)), Loops(10, 1), validate="untimed")
     truth = (n - 1) * (DELAY + 4 * count / n / RATE) * 1e6
-    # the slowest rank may lose a few ms to this shared machine (CI: 1.37x over 4 iterations once)
+    # checked in an untimed round: with every iteration checked, four threads' numpy work on two cores
+    # added 1.21-1.32x (10 runs); untimed 1.08-1.10x
     assert truth <= row["time_min_us"] <= row["time_us"] < 1.3 * truth, (row, truth)
     assert row["time_us"] <= row["time_max_us"] < 1.5 * truth, (row, truth)
     assert row["wrong"] == 0

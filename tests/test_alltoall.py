@@ -33,10 +33,11 @@ def test_native_over_mpi():
 
 def test_pairwise_time_on_a_wire():
     n, count = 4, 400_000  # each rank sends n - 1 blocks of 400 KB, one per step, every wire used at once
-    row = run_ranks(AllToAll, n, Payload(str(4 * count), (4 * count,)), Loops(10, 1), validate="every",
+    row = run_ranks(AllToAll, n, Payload(str(4 * count), (4 * count,)), Loops(10, 1), validate="untimed",
                     algorithm="pairwise")
     truth = (n - 1) * (DELAY + 4 * count / n / RATE) * 1e6
-    # the slowest rank may lose a few ms to this shared machine (CI: 1.37x over 4 iterations once)
+    # checked in an untimed round: with every iteration checked, four threads' numpy work on two cores
+    # added 1.21-1.30x (20 runs; CI once 1.33x); untimed 1.07-1.09x
     assert truth <= row["time_min_us"] <= row["time_us"] < 1.3 * truth, (row, truth)
     assert row["time_us"] <= row["time_max_us"] < 1.5 * truth, (row, truth)
     assert row["wrong"] == 0
