@@ -9,6 +9,7 @@ import argparse
 import sys
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -264,29 +265,39 @@ def pair(fn0, fn1, **kw):
     return ranks(lambda t, links: fn0(t, links[1]), lambda t, links: fn1(t, links[0]), **kw)
 
 
+def calling(link, req: Message, rep: Message, way: str):
+    """One call(req, rep), made as ``way`` says: call() itself, or the closure timed loops run (caller)."""
+    return link.caller(req, rep) if way == "caller" else partial(link.call, req, rep)
+
+
+@pytest.mark.parametrize("way", ["call", "caller"])
 @pytest.mark.parametrize("op", ["send", "write"])
 @pytest.mark.parametrize("sizes", [(8,), (1 << 20,), (1000, 24, 3000), (512,) * 7])
-def test_ping_pong_moves_the_bytes(fake, op, sizes):
+def test_ping_pong_moves_the_bytes(fake, op, sizes, way):
+    """Each way of calling, with the 1 MiB pool of one slot: every call waits for the credit its
+    last took, which comes back in a message of its own."""
     pat = Pattern(sizes, 1)
     n = 50
 
     def client(t, link):
         req, rep = Message(sizes), Message(sizes)
         req.fill(pat)
-        wrong = 0
+        wrong, do = 0, calling(link, req, rep, way)
         for _ in range(n):
-            link.call(req, rep)
+            do()
             wrong += not rep.matches(pat)
             rep.clear()
         return wrong
 
     def server(t, link):
-        req = Message(sizes)
+        req, general, real = Message(sizes), [], link.recv_into
+        link.recv_into = lambda m: (general.append(1), real(m))
         link.serve(n, req, req)  # echo what arrived
-        return t.mode()
+        return t.mode(), len(general)
 
-    wrong, mode = pair(client, server, verbs_op=op)
+    wrong, (mode, general) = pair(client, server, verbs_op=op)
     assert wrong == 0 and mode.startswith(f"{op}, fake_0:1")
+    assert general == (sizes == (1 << 20,)), general  # serve's own receive but the first advertised one
     if sizes == (8,):
         assert fake.Stats.inline_sends > 0  # 8 B goes inline
         # inline sends go unsignaled but every few (selective signaling), and the send queue (the fake
@@ -298,17 +309,19 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes):
         assert 3 in fake.Stats.sge_counts  # one entry per buffer
 
 
+@pytest.mark.parametrize("way", ["call", "caller"])
 @pytest.mark.parametrize("op", ["send", "write"])
 @pytest.mark.parametrize("direct", ["on", "off"])
-def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op, direct):
+def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op, direct, way):
     sizes, n = (40 << 10, 24 << 10), 40  # 64 KiB over two buffers: one span, padding included
     pat = Pattern(sizes, 3)
 
     def client(t, link):
         req, rep, wrong = Message(sizes), Message(sizes), 0
         req.fill(pat)
+        do = calling(link, req, rep, way)
         for _ in range(n):
-            link.call(req, rep)
+            do()
             wrong += not rep.matches(pat)
             rep.clear()
         return wrong, link.direct_out, link.direct_in
@@ -327,8 +340,9 @@ def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op,
         assert c_out >= n // 2 and c_in >= n // 2, (c_out, c_in)
 
 
+@pytest.mark.parametrize("way", ["call", "caller"])
 @pytest.mark.parametrize("op", ["send", "write"])
-def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_before_reaping(fake, op):
+def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_before_reaping(fake, op, way):
     """A call is one ibv_post_send: the advert for its reply's buffers, then the request, unsignaled (its
     reply says it arrived) but every quiet_every-th. The server posts the advert for its next request
     before it waits for its reply's completion (that wait made the advert late for a caller answering
@@ -359,8 +373,11 @@ def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_b
         log, req, rep, wrong = [], Message(sizes), Message(sizes), 0
         req.fill(pat)
         log_posts(link, log)
+        general = link.call
+        link.call = lambda *a: (log.append("general"), general(*a))  # the caller falls back to call()
+        do = calling(link, req, rep, way)
         for _ in range(n):
-            link.call(req, rep)
+            do()
             wrong += not rep.matches(pat)
         return wrong, log, link.quiet_every, link.direct_in
 
@@ -375,6 +392,9 @@ def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_b
 
     (wrong, clog, quiet_every, direct_in), slog = pair(client, server, verbs_op=op, largest=64 << 10)
     assert wrong == 0 and direct_in == n
+    general = clog.count("general")  # the caller's own path but on selective signaling's turns
+    assert general == n if way == "call" else 0 < general <= n // 3, (general, quiet_every)
+    clog = [e for e in clog if e != "general"]
     calls = [p for p in clog if p != "reaped" and p[0][0] != "credit"]
     assert len(calls) == n and all([k for k, _ in p] == ["advert", "data"] for p in calls), clog
     signaled = sum(sig for p in calls for _, sig in p)
@@ -407,7 +427,8 @@ def test_serve_posts_each_reply_behind_the_next_requests_advert(fake, op):
         def post(wr):
             kinds, w = [], wr
             while w is not None:
-                kinds.append({0: "data", 1 << 40: "credit"}.get(w.wr_id, "advert"))
+                kinds.append(({0: "data", 1 << 40: "credit"}.get(w.wr_id, "advert"),
+                              bool(w.send_flags & fake.e.IBV_SEND_SIGNALED)))
                 w = w.next_wr
             chains.append(kinds)
             real(wr)
@@ -418,8 +439,13 @@ def test_serve_posts_each_reply_behind_the_next_requests_advert(fake, op):
 
     echoed, (chains, direct_in) = pair(client, server, verbs_op=op, largest=64 << 10)
     assert echoed and direct_in == n
-    assert [c for c in chains if "data" in c] == [["advert", "data"]] * (n - 1) + [["data"]]
-    assert [c for c in chains if "data" not in c and c != ["credit"]] == [["advert"]]  # the first, alone
+    assert [[k for k, _ in c] for c in chains if ("data", False) in c or ("data", True) in c] == \
+        [["advert", "data"]] * (n - 1) + [["data"]]
+    # replies unsignaled (the next request says each arrived) but the last and selective signaling's turns
+    signaled = [sig for c in chains for k, sig in c if k == "data"]
+    assert signaled[-1] and sum(signaled) <= n // 3, signaled
+    alone = [[k for k, _ in c] for c in chains if len(c) == 1 and c[0][0] != "data"]
+    assert [c for c in alone if c != ["credit"]] == [["advert"]]  # the first, alone
 
 
 @pytest.mark.parametrize("op", ["send", "write"])
@@ -432,12 +458,14 @@ def test_a_window_of_sends_is_signaled_at_its_end(fake, op):
     def sender(t, link):
         pat, ack = Pattern(sizes, 4), Message((4,))
         out = [Message(sizes) for _ in range(window)]
+        general, real = [], link._post
+        link._post = lambda *a, **k: (general.append(1), real(*a, **k))  # the rest go by _poster
         for r in range(rounds):
             for m in out:
                 m.fill(pat, r)  # the buffers are free again: refilled while nothing is in flight
             t.progress([(link, m) for m in out], [])
             link.recv_into(ack)
-        return link.quiet_every
+        return link.quiet_every, len(general)
 
     def receiver(t, link):
         pat, ack, wrong = Pattern(sizes, 4), Message((4,)), 0
@@ -448,8 +476,9 @@ def test_a_window_of_sends_is_signaled_at_its_end(fake, op):
             link.send(ack)
         return wrong
 
-    quiet_every, wrong = pair(sender, receiver, verbs_op=op, largest=64 << 10, verbs_pool_mb=8)
+    (quiet_every, general), wrong = pair(sender, receiver, verbs_op=op, largest=64 << 10, verbs_pool_mb=8)
     assert wrong == 0
+    assert rounds <= general <= rounds * (window // (quiet_every - 1) + 1), (general, quiet_every)
     # per window its last and every quiet_every-th (every send was signaled before: 192 here); the
     # inline acks and credit returns add one per quiet_every of them
     bound = rounds * (window // quiet_every + 1) + fake.Stats.inline_sends // quiet_every + 1
