@@ -601,9 +601,9 @@ class VerbsLink(Link):
         A fixed reply goes through ``_poster`` (unsignaled: the next request says it arrived)."""
         fixed = respond if isinstance(respond, Message) else None
         post = self._poster(fixed, request) if fixed is not None else None
-        recv, key, advertised = self._receiver(request), id(request), self._direct_span(request) is not None
+        recv, key, goes_direct = self._receiver(request), id(request), self._direct_span(request) is not None
         for i in range(n):
-            if not advertised or self.advertised == (self.received, key):  # its advert went with the last reply
+            if not goes_direct or self.advertised == (self.received, key):  # its advert went with the last reply
                 recv()
             else:
                 self.recv_into(request)
