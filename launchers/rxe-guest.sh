@@ -14,7 +14,8 @@
 # Installs what it needs with apt-get (qemu-system-x86, busybox-static, kmod, perftest, rdma-core,
 # ibverbs-providers, python3-pyverbs) and keeps the kernel and initramfs in
 # ${XDG_CACHE_HOME:-~/.cache}/commbench/rxe-guest. RXE_GUEST_MEM (default 3G), RXE_GUEST_CPUS (2),
-# RXE_GUEST_TIMEOUT (seconds, default 3600).
+# RXE_GUEST_TIMEOUT (seconds, default 3600), RXE_GUEST_APPEND (more kernel arguments, e.g.
+# "clocksource=tsc tsc=reliable": the guest otherwise reads its clock from the emulated HPET).
 set -euo pipefail
 die() { echo "rxe-guest: $*" >&2; exit 2; }
 
@@ -144,7 +145,7 @@ echo "$KVER $MODS $PWD" > "$RUN/env"
 timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp "$CPUS" -m "$MEM" \
   -nographic -no-reboot -monitor none -serial stdio -nic none \
   -kernel "$VMLINUZ" -initrd "$INITRD" \
-  -append "console=ttyS0 quiet loglevel=1 panic=-1 rxe_stage2=$HERE rxe_run=$RUN" \
+  -append "console=ttyS0 quiet loglevel=1 panic=-1 rxe_stage2=$HERE rxe_run=$RUN ${RXE_GUEST_APPEND:-}" \
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
   -virtfs "local,path=$RUN,mount_tag=run,security_model=none,multidevs=remap" \
   -virtfs "local,path=$PWD,mount_tag=cwd,security_model=passthrough,multidevs=remap" \

@@ -448,12 +448,20 @@ def test_serve_posts_each_reply_behind_the_next_requests_advert(fake, op):
     assert [c for c in alone if c != ["credit"]] == [["advert"]]  # the first, alone
 
 
+@pytest.mark.parametrize("way", ["progress", "wait_all"])
 @pytest.mark.parametrize("op", ["send", "write"])
-def test_a_window_of_sends_is_signaled_at_its_end(fake, op):
-    """Sends posted together (a window through progress) go unsignaled but the last and every
-    quiet_every-th, as perftest's --cq-mod: its completion says every send before it is done, and
-    the buffers are the caller's again when progress returns."""
+def test_a_window_of_sends_is_signaled_at_its_end(fake, op, way):
+    """Sends posted together (a window through progress, as wait_all does with a window on one link:
+    osu_bw's) go unsignaled but the last and every quiet_every-th, as perftest's --cq-mod: its
+    completion says every send before it is done, and the buffers are the caller's again when it
+    returns. The window's receives post no adverts (a streaming sender outruns them)."""
     sizes, window, rounds = (64 << 10,), 64, 3
+
+    def complete(t, link, sends, recvs):
+        if way == "progress":
+            t.progress([(link, m) for m in sends], [(link, m) for m in recvs])
+        else:
+            t.wait_all([link.isend(m) for m in sends] + [link.irecv(m) for m in recvs])
 
     def sender(t, link):
         pat, ack = Pattern(sizes, 4), Message((4,))
@@ -463,21 +471,29 @@ def test_a_window_of_sends_is_signaled_at_its_end(fake, op):
         for r in range(rounds):
             for m in out:
                 m.fill(pat, r)  # the buffers are free again: refilled while nothing is in flight
-            t.progress([(link, m) for m in out], [])
+            complete(t, link, out, [])
             link.recv_into(ack)
         return link.quiet_every, len(general)
 
     def receiver(t, link):
         pat, ack, wrong = Pattern(sizes, 4), Message((4,)), 0
         inbox = [Message(sizes) for _ in range(window)]
+        adverts, real = [], link._advertise
+
+        def advertise(msg, post=True):
+            before, got = link.advertised, real(msg, post)
+            adverts.extend([1] if link.advertised not in (None, before) else [])
+            return got
+        link._advertise = advertise
         for r in range(rounds):
-            t.progress([], [(link, m) for m in inbox])
+            complete(t, link, [], inbox)
             wrong += sum(not m.matches(pat, r) for m in inbox)
             link.send(ack)
-        return wrong
+        return wrong, len(adverts)
 
-    (quiet_every, general), wrong = pair(sender, receiver, verbs_op=op, largest=64 << 10, verbs_pool_mb=8)
-    assert wrong == 0
+    (quiet_every, general), (wrong, adverts) = pair(sender, receiver, verbs_op=op, largest=64 << 10,
+                                                    verbs_pool_mb=8)
+    assert wrong == 0 and adverts == 0, adverts
     assert rounds <= general <= rounds * (window // (quiet_every - 1) + 1), (general, quiet_every)
     # per window its last and every quiet_every-th (every send was signaled before: 192 here); the
     # inline acks and credit returns add one per quiet_every of them

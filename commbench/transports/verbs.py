@@ -845,6 +845,19 @@ class VerbsTransport(Transport):
             link.state.advance(Conn.READY)
         return dict(self.links)
 
+    def wait_all(self, requests: Sequence) -> None:
+        """A window (several requests on one link: osu_bw's) goes through ``progress``: its sends
+        unsignaled but the last, its receives taken from the slots with no adverts. One by one, every
+        send was signaled and polled, and every receive posted an advert that a streaming sender had
+        already outrun (Soft-RoCE, 64 KiB: 44 of 1365 messages went direct, and each advert was a
+        doorbell of its own on the receiver). A lone request, or requests on several links, go the
+        base way (a lone receive's advert does arrive first)."""
+        if len(requests) > 1 and len({r.link for r in requests}) == 1:
+            self.progress([(r.link, r.msg) for r in requests if not r.recv],
+                          [(r.link, r.msg) for r in requests if r.recv])
+        else:
+            super().wait_all(requests)
+
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Post sends while credits last and take receives as they come, on every link at once, so
         that two ranks sending each other more than a pool's depth never wait on each other. With
