@@ -197,7 +197,8 @@ class RecvWR:
 
 
 class SendWR:
-    def __init__(self, wr_id=0, opcode=e.IBV_WR_SEND, num_sge=1, imm_data=0, sg=None, send_flags=0) -> None:
+    def __init__(self, wr_id=0, opcode=e.IBV_WR_SEND, num_sge=1, imm_data=0, sg=None,
+                 send_flags=e.IBV_SEND_SIGNALED) -> None:  # pyverbs' default: signaled
         if not sg:
             raise PyverbsError("A WR needs at least one SGE")
         self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
