@@ -260,6 +260,27 @@ def ranks(*fns, **kw):
     return out
 
 
+class StrictCredits(vp.Credits):
+    """Credits that fail the rank's thread the moment a data message is sent with none left."""
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    @available.setter
+    def available(self, v: int) -> None:
+        assert v >= 0, "a data message went with no credit"
+        self._available = v
+
+
+def strict_credits(link) -> None:
+    """Swap the link's credits for StrictCredits with the same state (before its closures are made)."""
+    old, new = link.credits, StrictCredits.__new__(StrictCredits)
+    new.__dict__.update({k: v for k, v in vars(old).items() if k != "available"})
+    new.available = old.available
+    link.credits = new
+
+
 def pair(fn0, fn1, **kw):
     """Run fn(rank's transport, link to the other) for two ranks (see ranks)."""
     return ranks(lambda t, links: fn0(t, links[1]), lambda t, links: fn1(t, links[0]), **kw)
@@ -282,6 +303,7 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes, way):
     def client(t, link):
         req, rep = Message(sizes), Message(sizes)
         req.fill(pat)
+        strict_credits(link)
         wrong, do = 0, calling(link, req, rep, way)
         for _ in range(n):
             do()
@@ -291,6 +313,7 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes, way):
 
     def server(t, link):
         req, general, real = Message(sizes), [], link.recv_into
+        strict_credits(link)
         link.recv_into = lambda m: (general.append(1), real(m))
         link.serve(n, req, req)  # echo what arrived
         return t.mode(), len(general)

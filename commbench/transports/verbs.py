@@ -618,7 +618,7 @@ class VerbsLink(Link):
         A fixed reply goes through ``_poster`` (unsignaled: the next request says it arrived)."""
         fixed = respond if isinstance(respond, Message) else None
         post = self._poster(fixed, request) if fixed is not None else None
-        recv, key, goes_direct = self._receiver(request), id(request), self._direct_span(request) is not None
+        recv, key, goes_direct = self._receiver(request, post), id(request), self._direct_span(request) is not None
         for i in range(n):
             if not goes_direct or self.advertised == (self.received, key):  # its advert went with the last reply
                 recv()
@@ -655,7 +655,8 @@ class VerbsLink(Link):
         """call(request, reply) for a timed loop, as ``_poster`` then ``_receiver`` (call() itself where
         they do not apply): a call made about 20 Python calls, 5-10 us each under QEMU's software CPU."""
         slow = partial(self.call, request, reply)
-        post, recv = self._poster(request, reply), self._receiver(reply)
+        post = self._poster(request, reply)
+        recv = self._receiver(reply, post)
 
         def step() -> None:
             if post():
@@ -703,45 +704,66 @@ class VerbsLink(Link):
         expect, seen = bytearray(ADVERT.size), incoming[:ADVERT.size]  # the peer's advert the prepared post is aimed at
         aim: tuple[int, int] | None = None  # (rkey, address) dwr is set to
         ready_for = (-1, -1)  # (message sent, message received) the prepared post is for
+        armed = False  # the link's checks passed for the prepared post, before the wait (arm)
+
+        def arm(waits: bool = True) -> None:
+            """Called by the paired receive (``_receiver``) just before it waits: whether the prepared post may
+            go once the message waited for arrives by that receive's own path (which changes nothing checked
+            here but the received count); ``arm(False)`` when it went another way."""
+            nonlocal armed
+            armed = waits and ready_for == (credits.sent, self.received + 1) and not stash and not frees \
+                and credits.available > 0 and self.quiet < limit and state.state is ready
+
+        def post_general(seq: int, r: int) -> bool:
+            """Post by the advert the peer left (direct) or by a slot; False where the general path must."""
+            nonlocal aim
+            w = None
+            if dwr is not None:
+                head, addr, rkey, layout, nb, tail = unpack(incoming)
+                if head == seq == tail and addr and (nb, layout) == want:
+                    if aim != (rkey, addr):
+                        aim = (rkey, addr)
+                        dwr.set_wr_rdma(rkey, addr)
+                    w = dwr
+            if w is None:
+                if wr is None:
+                    return False
+                w = wr
+                w.send_flags = flags
+                if write_op:
+                    w.set_wr_rdma(remote.rkey, remote.addr + seq % depth * slot_)
+            if a is None:
+                post_send(w)
+            elif w is dwr:
+                pack(out_mem, 0, r, *a, r)
+                post_send(adv)
+            else:  # a slot's message: behind the link's own advert work request
+                pack(lead_mem, 0, r, *a, r)
+                lead.send_flags = f_inline
+                lead.next_wr = w
+                post_send(lead)
+            if w is not dwr:
+                aim = None  # a slot's message: the next post reads the mailbox again
+            return True
 
         def post() -> bool:
-            nonlocal aim, ready_for
-            seq = credits.sent
-            if state.state is not ready or stash or credits.available <= 0 or self.quiet >= limit:
-                return False
-            if frees:
-                reap(True)
-            r = self.received
-            if (seq, r) == ready_for and seen == expect:
+            nonlocal aim, ready_for, armed
+            if armed and seen == expect:
+                armed = False
                 post_send(adv)
+                seq, r = ready_for
             else:
-                w = None
-                if dwr is not None:
-                    head, addr, rkey, layout, nb, tail = unpack(incoming)
-                    if head == seq == tail and addr and (nb, layout) == want:
-                        if aim != (rkey, addr):
-                            aim = (rkey, addr)
-                            dwr.set_wr_rdma(rkey, addr)
-                        w = dwr
-                if w is None:
-                    if wr is None:
-                        return False
-                    w = wr
-                    w.send_flags = flags
-                    if write_op:
-                        w.set_wr_rdma(remote.rkey, remote.addr + seq % depth * slot_)
-                if a is None:
-                    post_send(w)
-                elif w is dwr:
-                    pack(out_mem, 0, r, *a, r)
+                armed = False
+                seq = credits.sent
+                if state.state is not ready or stash or credits.available <= 0 or self.quiet >= limit:
+                    return False
+                if frees:
+                    reap(True)
+                r = self.received
+                if (seq, r) == ready_for and seen == expect:
                     post_send(adv)
-                else:  # a slot's message: behind the link's own advert work request
-                    pack(lead_mem, 0, r, *a, r)
-                    lead.send_flags = f_inline
-                    lead.next_wr = w
-                    post_send(lead)
-                if w is not dwr:
-                    aim = None  # a slot's message: the next post reads the mailbox again
+                elif not post_general(seq, r):
+                    return False
             credits.available -= 1
             credits.sent = seq + 1
             if a is None:
@@ -759,6 +781,8 @@ class VerbsLink(Link):
                     pack(out_mem, 0, r + 1, *a, r + 1)
                     ready_for = (seq + 1, r + 1)
             return True
+        if adv is not None:
+            post.arm = arm  # type: ignore[attr-defined]  # for the receive it is paired with
         return post
 
     def _direct_span(self, msg: Message) -> tuple[int, int, int, int, int] | None:
@@ -770,10 +794,13 @@ class VerbsLink(Link):
         post = msg.cache[self.poster_key] = self._poster(msg)
         return post
 
-    def _receiver(self, msg: Message) -> Callable[[], None]:
+    def _receiver(self, msg: Message, then: Callable[[], bool] | None = None) -> Callable[[], None]:
         """A closure doing recv_into(msg) but the advert (sent already, by _poster): reap, then take
-        the message; anything but msg's own data message (credits, a wrong length) goes the general way."""
+        the message; anything but msg's own data message (credits, a wrong length) goes the general way.
+        ``then``: the _poster whose post follows this receive (the next request, the reply); its checks are
+        made before the wait (``arm``), leaving only the peer's advert to compare after it."""
         frees, stash, reap, poll, rcq, view = self.frees, self.stash, self._reap, self._poll, self.rcq, self.recv_view
+        arm = getattr(then, "arm", None)
         direct = self._direct_span(msg) is not None
         by_slot, by_advert = imm_data(msg.nbytes), imm_data(msg.nbytes, direct=True) if direct else -1
         size, depth, write_op, key = self.plan.slot, self.plan.depth, self.write_op, id(msg)
@@ -784,13 +811,19 @@ class VerbsLink(Link):
             if stash:
                 self._deliver(stash.popleft(), msg)
                 return
+            if arm is not None:
+                if self.unsettled >= 0:
+                    self._settle()
+                arm()
             c = poll(rcq, True)
             imm, idx, r = c[2], c[1], self.received
-            if imm == by_slot:
-                msg.copy_from(view, (r % depth if write_op else idx) * size)
-            elif imm == by_advert and self.advertised == (r, key):
+            if imm == by_advert and self.advertised == (r, key):
                 self.direct_in += 1
+            elif imm == by_slot:
+                msg.copy_from(view, (r % depth if write_op else idx) * size)
             else:
+                if arm is not None:
+                    arm(False)
                 self._complete(c, msg)
                 return
             self.advertised = None
