@@ -677,8 +677,9 @@ class VerbsLink(Link):
         Where both go direct (a ping-pong of 32 KiB and more), the closure has an advert and a direct
         write of its own, chained, and makes the next post ready right after this one's doorbell: the
         advert it will send, and the advert it expects from the peer (the same buffers, the next
-        message number). Between the completion that lets it go and its doorbell there is then one
-        comparison of the mailbox's bytes; Soft-RoCE traces put 64-68 us of Python there before."""
+        message number). Its checks are made before the wait (``arm``, by the paired ``_receiver``), so
+        between the completion that lets it go and its doorbell there is one comparison of the mailbox's
+        bytes (Soft-RoCE stamps: 13 us from entering post to ibv_post_send, against 37-68 before)."""
         wr, inline = msg.cache.get(self.wr_key) or self._send_wr(msg)
         if ahead is not None and not self.advert_inline:
             return lambda: False
