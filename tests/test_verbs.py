@@ -360,8 +360,8 @@ def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op,
     assert (c_out, s_in) == ((c_out, c_out)) and (s_out, c_in) == (s_out, s_out)  # each direct send is a direct receive
     if direct == "off":
         assert c_out == c_in == 0
-    else:  # each message carries the advert for its answer, even one sent by a slot: all go direct but the first
-        assert (c_out, c_in) == (n - 1, n)
+    else:  # each message carries the advert for its answer, even one sent by a slot: all go direct but the
+        assert c_in == n and c_out >= n - 1, (c_out, c_in)  # first request (unless the server was first)
 
 
 @pytest.mark.parametrize("way", ["call", "caller"])
