@@ -732,30 +732,6 @@ def test_completions_are_read_in_place_where_cqs_are_extended(fake, monkeypatch,
     assert fake.Stats.cqex == (4 if extended else 0)  # a send and a receive CQ per link
 
 
-@pytest.mark.skipif(PYVERBS is not None, reason=PYVERBS or "")
-def test_pyverbs_objects_get_the_same_loggers_memoized():
-    """Every pyverbs object asks logging for its class's logger as it is made, a classic CQ's poll a WC
-    object per completion: load_api memoizes those loggers for pyverbs, once, and they are the very
-    objects logging hands out (a WC's log level is logging's "WC" logger's)."""
-    import logging
-
-    import pyverbs.base
-    import pyverbs.cq
-
-    verbs.load_api()
-    verbs.load_api()
-    memo = pyverbs.base.logging
-    assert isinstance(memo, verbs._Loggers) and memo._logging is logging  # wrapped once
-    assert memo.INFO == logging.INFO and memo.basicConfig is logging.basicConfig  # the rest is logging's
-    wc_logger = logging.getLogger("WC")
-    before = wc_logger.level
-    try:
-        pyverbs.cq.WC().set_log_level(17)
-        assert wc_logger.level == 17 and memo._made["WC"] is wc_logger
-    finally:
-        wc_logger.setLevel(before)
-
-
 def test_events_mode_takes_sigalrm_once_and_gives_it_back(fake):
     """--poll blocking interrupts its sleeps with SIGALRM: the handler is installed once (not per
     sleep: two system calls fewer per message), only from the main thread, and restored at close."""

@@ -95,31 +95,8 @@ def load_api() -> SimpleNamespace:
     except ImportError as exc:
         raise Unavailable(f"pyverbs is not importable ({exc}): install the distribution's python3-pyverbs "
                           "(rdma-core) and re-run launchers/setup.sh, which links it into .venv") from None
-    import pyverbs.base as base
-
-    if not isinstance(base.logging, _Loggers):
-        base.logging = _Loggers(base.logging)
     return SimpleNamespace(addr=addr, cq=cq, device=device, mr=mr, pd=pd, qp=qp, wr=wr, e=enums,
                            Error=PyverbsError, RDMAError=PyverbsRDMAError)
-
-
-class _Loggers:
-    """``logging`` as pyverbs' base module sees it, its loggers memoized (the same objects). Every pyverbs
-    object asks logging.getLogger for its class's logger as it is made, which takes logging's lock, and a
-    classic CQ's poll makes a WC object per completion (completion events read them so: ``make_cq``).
-    In the Soft-RoCE guest a WC cost 80 us, 27 with the loggers memoized; natively 6-10 us, about 3 less."""
-
-    def __init__(self, logging_module) -> None:
-        self._logging, self._made = logging_module, {}
-
-    def getLogger(self, name: str | None = None):  # noqa: N802 (logging's name)
-        got = self._made.get(name)
-        if got is None:
-            got = self._made[name] = self._logging.getLogger(name)
-        return got
-
-    def __getattr__(self, name: str):
-        return getattr(self._logging, name)
 
 
 def _name(dev) -> str:
@@ -227,8 +204,7 @@ def make_cq(api: SimpleNamespace, ctx, depth: int, channel) -> tuple[object, Cal
     in place with ibv_start_poll) where the device has them and no completion channel is wanted (pyverbs
     cannot arm an extended CQ): a classic poll makes a pyverbs WC object per completion, and under QEMU's
     software CPU that alone put 393-447 us between rxe posting a 64 KiB message's completion and a
-    busy-polling receiver seeing it, against 62-68 us read in place (docs/infiniband.md); with pyverbs'
-    loggers memoized (``_Loggers``) a WC object costs a third of what it did."""
+    busy-polling receiver seeing it, against 62-68 us read in place (docs/infiniband.md)."""
     if channel is None and hasattr(api.cq, "CQEX"):
         e = api.e
         attr = api.cq.CqInitAttrEx(cqe=depth, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_IMM,
