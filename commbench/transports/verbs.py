@@ -670,7 +670,7 @@ class VerbsLink(Link):
         return step
 
     # -- the same, with what every call repeats worked out once ---------------------------------
-    def _poster(self, msg: Message, ahead: Message | None = None) -> Callable[[], bool]:
+    def _poster(self, msg: Message, ahead: Message) -> Callable[[], bool]:
         """A closure posting msg as _post(msg, more=True) does: a call's request or a served reply
         (the peer's next message says it arrived), behind the advert for the buffers of ``ahead`` (the
         reply, the next request) where that may go direct, as _advertise does. It returns False, having
@@ -684,10 +684,10 @@ class VerbsLink(Link):
         between the completion that lets it go and its doorbell there is one comparison of the mailbox's
         bytes (Soft-RoCE stamps: 13 us from entering post to ibv_post_send, against 37-68 before)."""
         wr, inline = msg.cache.get(self.wr_key) or self._send_wr(msg)
-        if ahead is not None and not self.advert_inline:
+        if not self.advert_inline:
             return lambda: False
         mine = self._direct_span(msg)
-        theirs = self._direct_span(ahead) if ahead is not None else None
+        theirs = self._direct_span(ahead)
         want = (mine[1], mine[4]) if mine is not None else None  # the span and layout an advert must name
         a = (theirs[0], theirs[3], theirs[4], theirs[1]) if theirs is not None else None  # address, rkey, layout, span
         dwr = self._direct_write(msg, mine) if mine is not None else None  # its own: nobody else aims it
