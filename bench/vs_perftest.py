@@ -14,7 +14,8 @@ MB/sec are 2^20 B/s, converted). Prints medians over rounds and the ratio commbe
 median of each round's ratio (the guest's speed drifts between rounds; a round's two runs are close
 in time; odd rounds run commbench first, so that a drift cancels), with every round's ratio
 (latency: above 1 = commbench slower; bandwidth: below 1 = commbench slower). perftest runs with
--F (a VM has no stable CPU clock). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
+-F (a VM has no stable CPU clock); the header says how far perftest's cycles-to-microseconds rate is
+from the TSC's measured rate (``perftest_clock``). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
 bandwidth. Under QEMU's software CPU (the rxe guest) every number is a software number: read the
 ratios, not the microseconds.
 """
@@ -80,6 +81,28 @@ def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int
     return {int(r["size"]): r for r in rows}
 
 
+def perftest_clock() -> str:
+    """How far perftest's clock is off here. perftest turns cycle counts (rdtsc) into microseconds with
+    /proc/cpuinfo's "cpu MHz", unless that is more than 2 % from a rate it samples itself (get_clock.c):
+    up to 2 % wrong, unnoticed, where the kernel's boot-time calibration is (a guest under TCG
+    calibrates against an emulated timer). Compared here with the TSC's rate against CLOCK_MONOTONIC
+    (bench/tsc_rate.c, built with cc, about one second)."""
+    if os.uname().machine != "x86_64" or not shutil.which("cc"):
+        return "not checked (needs x86-64 and cc)"
+    proc = next((float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("cpu MHz")), None)
+    if proc is None:
+        return "not checked (no cpu MHz in /proc/cpuinfo)"
+    with tempfile.TemporaryDirectory() as d:
+        exe = Path(d) / "tsc_rate"
+        subprocess.run(["cc", "-O2", "-o", str(exe), str(Path(__file__).with_name("tsc_rate.c"))], check=True)
+        tsc = float(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+    off = proc / tsc - 1
+    used = "perftest samples its own rate instead" if abs(off) > 0.02 else \
+        f"perftest's microseconds are {abs(off) * 100:.3f} % {'short' if off > 0 else 'long'}"
+    return f"/proc/cpuinfo {proc:.3f} MHz, TSC {tsc:.3f} MHz against CLOCK_MONOTONIC: {used}"
+
+
 def perftest_latency(tool: str, extra: list[str], sizes: list[int], iters: int) -> dict[int, float]:
     """perftest's one-way median (t_typical), us, per size."""
     return {size: float(perftest(tool, size, iters, extra)[4]) for size in sizes}
@@ -117,6 +140,7 @@ def main() -> None:
     sizes = a.sizes
     if not shutil.which("ib_send_lat"):
         sys.exit("vs_perftest: perftest is not installed (apt-get install perftest)")
+    clock = perftest_clock()
     lat: dict[tuple, list[float]] = {}
     bw: dict[tuple, list[float]] = {}
     t0 = time.monotonic()
@@ -140,6 +164,7 @@ def main() -> None:
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
     print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
           "latency one-way p50 us, bandwidth MB/s; cb/pt = median of the rounds' ratios")
+    print(f"# perftest's clock: {clock}")
     print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}  rounds")
     for table, rows, fmt in ((lat, LAT if a.only != "bandwidth" else [], ".2f"),
                              (bw, BW if a.only != "latency" else [], ".1f")):
