@@ -84,8 +84,8 @@ def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int
 def perftest_clock() -> str:
     """How far perftest's clock is off here. perftest turns cycle counts (rdtsc) into microseconds with
     /proc/cpuinfo's "cpu MHz", unless that is more than 2 % from a rate it samples itself (get_clock.c):
-    up to 2 % wrong, unnoticed, where the kernel's boot-time calibration is (a guest under TCG
-    calibrates against an emulated timer). Compared here with the TSC's rate against CLOCK_MONOTONIC
+    so it is up to 2 % wrong, unnoticed, where the kernel's boot-time calibration is off (a guest under
+    TCG calibrates against an emulated timer). Compared here with the TSC's rate against CLOCK_MONOTONIC
     (bench/tsc_rate.c, built with cc, about one second)."""
     if os.uname().machine != "x86_64" or not shutil.which("cc"):
         return "not checked (needs x86-64 and cc)"
