@@ -95,7 +95,10 @@ def perftest_clock() -> str:
         return "not checked (no cpu MHz in /proc/cpuinfo)"
     with tempfile.TemporaryDirectory() as d:
         exe = Path(d) / "tsc_rate"
-        subprocess.run(["cc", "-O2", "-o", str(exe), str(Path(__file__).with_name("tsc_rate.c"))], check=True)
+        built = subprocess.run(["cc", "-O2", "-o", str(exe), str(Path(__file__).with_name("tsc_rate.c"))],
+                               capture_output=True, text=True)
+        if built.returncode:
+            return f"not checked (cc failed: {(built.stderr.strip().splitlines() or ['?'])[-1]})"
         tsc = float(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
     off = proc / tsc - 1
     used = "perftest samples its own rate instead" if abs(off) > 0.02 else \
