@@ -18,6 +18,11 @@ in time; odd rounds run commbench first, so that a drift cancels), with every ro
 from the TSC's measured rate (``perftest_clock``). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
 bandwidth. Under QEMU's software CPU (the rxe guest) every number is a software number: read the
 ratios, not the microseconds.
+
+``--floor`` adds a third tool to the send rows: bench/pyverbs_floor.py, perftest's own loops
+(ib_send_lat's ping-pong, ib_send_bw's stream) in bare pyverbs, with nothing of commbench. A second
+table gives fl/pt (what Python and pyverbs cost over C) and cb/fl (what commbench's own code costs
+over that); the three take each place in the order in turn over the rounds.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ import time
 from functools import partial
 from pathlib import Path
 
-from vs_grpc_cpp import exact, free_port  # bench/ is on sys.path
+import pyverbs_floor  # bench/ is on sys.path
+from vs_grpc_cpp import exact, free_port
 
 BIN = Path(sys.executable).parent
 DEV = os.environ.get("COMMBENCH_IB_DEV", "rxe0")
@@ -42,6 +48,7 @@ GID = os.environ.get("COMMBENCH_GID_INDEX", "1")
 SIZES = [8, 65536, 1 << 20]
 LAT = [("send", "busy", "ib_send_lat", []), ("write", "busy", "ib_write_lat", []),
        ("send", "blocking", "ib_send_lat", ["-e"])]
+THREE = ("perftest", "floor", "commbench")  # with --floor: each takes each place in turn over the rounds
 BW = [("send", "busy", "ib_send_bw", []), ("send", "blocking", "ib_send_bw", ["-e"]),
       ("write", "busy", "ib_write_bw", [])]  # ib_write_bw has no -e: "Events feature not available on WRITE verb"
 
@@ -118,6 +125,17 @@ def commbench_latency(op: str, poll: str, sizes: list[int], iters: int) -> dict[
     return {size: rows[size]["p50_us"] for size in sizes}
 
 
+def floor_latency(poll: str, sizes: list[int], iters: int) -> dict[int, float]:
+    """bench/pyverbs_floor.py's one-way p50, us, per size: a bare pyverbs ping-pong (send only)."""
+    return {size: pyverbs_floor.run(DEV, int(GID), size, poll == "blocking", iters, max(1, iters // 10))["p50_us"]
+            for size in sizes}
+
+
+def floor_bandwidth(poll: str, size: int, messages: int) -> float:
+    """bench/pyverbs_floor.py's stream (ib_send_bw's loop in Python), MB/s."""
+    return pyverbs_floor.run(DEV, int(GID), size, poll == "blocking", messages=messages)["mb_s"]
+
+
 def perftest_bandwidth(tool: str, extra: list[str], size: int, messages: int) -> float:
     """perftest's bandwidth, MB/s (its MiB/s converted)."""
     return float(perftest(tool, size, messages, extra)[3]) * 1.048576
@@ -137,6 +155,9 @@ def main() -> None:
     ap.add_argument("--bw-messages", type=int, default=2000,
                     help="messages per bandwidth point, both tools (default 2000; 200 at 1 MiB)")
     ap.add_argument("--only", choices=("latency", "bandwidth"), help="run one half")
+    ap.add_argument("--floor", action="store_true",
+                    help="send latency and bandwidth also from bench/pyverbs_floor.py, perftest's loops in bare "
+                         "pyverbs: what Python and pyverbs cost, apart from commbench's own code")
     ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES, metavar="N,N",
                     help="message sizes in bytes (default 8,65536,1048576)")
     a = ap.parse_args()
@@ -152,7 +173,11 @@ def main() -> None:
         for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
             runs = {"perftest": partial(perftest_latency, tool, extra, sizes, a.iterations),
                     "commbench": partial(commbench_latency, op, poll, sizes, a.iterations)}
-            for who in order:
+            who_runs = order
+            if a.floor and op == "send":
+                runs["floor"] = partial(floor_latency, poll, sizes, a.iterations)
+                who_runs = THREE[r % 3:] + THREE[:r % 3]
+            for who in who_runs:
                 for size, us in runs[who]().items():
                     lat.setdefault((who, op, poll, size), []).append(us)
             print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -161,7 +186,11 @@ def main() -> None:
                 n = bw_messages(size, a.bw_messages)
                 runs = {"perftest": partial(perftest_bandwidth, tool, extra, size, n),
                         "commbench": partial(commbench_bandwidth, op, poll, size, n)}
-                for who in order:
+                who_runs = order
+                if a.floor and op == "send":
+                    runs["floor"] = partial(floor_bandwidth, poll, size, n)
+                    who_runs = THREE[r % 3:] + THREE[:r % 3]
+                for who in who_runs:
                     bw.setdefault((who, op, poll, size), []).append(runs[who]())
             print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -169,6 +198,7 @@ def main() -> None:
           "latency one-way p50 us, bandwidth MB/s; cb/pt = median of the rounds' ratios")
     print(f"# perftest's clock: {clock}")
     print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}  rounds")
+    floor_rows = []
     for table, rows, fmt in ((lat, LAT if a.only != "bandwidth" else [], ".2f"),
                              (bw, BW if a.only != "latency" else [], ".1f")):
         for op, poll, tool, extra in rows:
@@ -178,6 +208,20 @@ def main() -> None:
                 name = f"{tool}{' -e' if extra else ''}"
                 print(f"{name:24s} {size:8d} {statistics.median(p):10{fmt}} {statistics.median(c):10{fmt}} "
                       f"{statistics.median(ratios):7.2f}  {' '.join(f'{r:.2f}' for r in ratios)}")
+                f = table.get(("floor", op, poll, size))
+                if f:
+                    floor_rows.append((name, size, p, f, c, fmt))
+    if floor_rows:
+        print("# the floor: bench/pyverbs_floor.py, perftest's loop in bare pyverbs (what Python and pyverbs cost); "
+              "fl/pt its ratio to perftest, cb/fl commbench's to it (medians of the rounds' ratios)")
+        print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'floor':>10s} {'commbench':>10s} {'fl/pt':>7s} "
+              f"{'cb/fl':>7s}  rounds fl/pt | cb/fl")
+        for name, size, p, f, c, fmt in floor_rows:
+            fp = [y / x for x, y in zip(p, f, strict=True)]
+            cf = [y / x for x, y in zip(f, c, strict=True)]
+            print(f"{name:24s} {size:8d} {statistics.median(p):10{fmt}} {statistics.median(f):10{fmt}} "
+                  f"{statistics.median(c):10{fmt}} {statistics.median(fp):7.2f} {statistics.median(cf):7.2f}  "
+                  f"{' '.join(f'{r:.2f}' for r in fp)} | {' '.join(f'{r:.2f}' for r in cf)}")
     print("# goals: >= 64 KiB within 0.9-1.1x of perftest (latency and bandwidth)")
 
 
