@@ -58,3 +58,15 @@ def test_csv_carries_what_jsonl_carries(tmp_path, args):
     rows_j, rows_c = runs[".jsonl"].rows, runs[".csv"].rows
     assert [set(r) for r in rows_j] == [set(r) for r in rows_c]
     assert set(RUNNER_KEYS) <= set(rows_j[0]) and runs[".jsonl"].meta["metric"] == runs[".csv"].meta["metric"]
+
+
+@pytest.mark.parametrize("run_id", ["123e45678901", "905112345678"])
+def test_csv_keeps_a_run_id_that_looks_like_a_number(tmp_path, run_id):
+    """run_id is 12 hex digits: about 1 run in 140 gets one that reads as a float (inf) or an int."""
+    out = tmp_path / "r.csv"
+    assert commbench("p2p-latency", "-m", "8", "-i", "3", "-x", "1", "-o", str(out)).code == 0
+    (run,) = read_runs(out)
+    out.write_text(out.read_text().replace(run.meta["run_id"], run_id))
+    (run,) = read_runs(out)
+    assert run.meta["run_id"] == run_id and run.rows and {r["run_id"] for r in run.rows} == {run_id}
+    assert max(r["size"] for r in run.rows) == 8  # numbers still read as numbers

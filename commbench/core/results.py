@@ -274,11 +274,15 @@ def _read_csv(p: Path, text: str) -> Iterator[Run]:
     if not isinstance(meta, dict):
         raise UsageError(f"{p}:1: bad metadata line (not a JSON object)")
     run = Run(meta)
+    # a cell copying a text field of the metadata (run_id, bench) stays text: a hex run_id such as
+    # 123e4567 or 905112 would otherwise read as a number (inf, an int)
+    text_of_meta = {k: v for k, v in meta.items() if isinstance(v, str)}
     reader = csv.DictReader(lines[1:])
     for lineno, row in enumerate(reader, 3):
         if None in row or None in row.values():
             raise UsageError(f"{p}:{lineno}: wrong number of fields")
-        run.rows.append(_finite(p, lineno, {k: _parse_scalar(v) for k, v in row.items()}))
+        run.rows.append(_finite(p, lineno, {k: v if text_of_meta.get(k) == v else _parse_scalar(v)
+                                            for k, v in row.items()}))
     yield run
 
 
