@@ -1,18 +1,22 @@
-"""The floor for Python over pyverbs: a bare ping-pong, ib_send_lat's loop and nothing else.
+"""The floor for Python over pyverbs: perftest's loops (ib_send_lat's ping-pong, ib_send_bw's stream)
+in bare pyverbs, and nothing else.
 
 No credits, adverts, closures, harness or watchdog: one RC queue pair, one registered buffer per
-direction, SEND into a pre-posted receive, the receive re-posted at once, every 32nd send signaled.
+direction, SEND into pre-posted receives, each receive re-posted at once. The ping-pong signals
+every 32nd send; the stream (``--messages N``) keeps up to 128 sends outstanding, every 100th
+signaled, against 512 posted receives (ib_send_bw's -t, --cq-mod and -r defaults).
 Completions are busy-polled (an extended CQ read in place where the device has one, as commbench
 does) or, with ``--events``, waited for as ``ib_send_lat -e`` does: ibv_get_cq_event, ack, re-arm,
 poll; pyverbs can arm only a classic CQ, whose poll makes a ``WC`` object per completion. Whatever
 commbench's verbs latency costs beyond this, commbench's own code costs; what this costs beyond
 perftest, Python and pyverbs cost. ``bench/vs_perftest.py --floor`` runs it beside both.
 
-    bash launchers/rxe-guest.sh .venv/bin/python bench/pyverbs_floor.py --size 65536 [--events]
+    bash launchers/rxe-guest.sh .venv/bin/python bench/pyverbs_floor.py --size 65536 [--events] [--messages 2000]
 
-Prints one JSON line: size, iterations, events, one-way p50 and p10/p90 in us (half of each
-round trip, as perftest's t_typical). Setup goes through a TCP socket on 127.0.0.1 (a JSON line
-each way: QP number, PSN, GID, LID); no pickle, no eval.
+Prints one JSON line: the ping-pong's one-way p50 and p10/p90 in us (half of each round trip, as
+perftest's t_typical), or the stream's MB/s (10^6 B/s, the sender's first post to its last
+completion). Set-up goes through a TCP socket on 127.0.0.1 (a JSON line each way: QP number, PSN,
+GID, LID, MTU); no pickle, no eval.
 """
 
 from __future__ import annotations
@@ -68,12 +72,14 @@ def endpoint(dev: str, gid_index: int, size: int, events: bool):
 def make_cq(cq_mod, e, ctx, channel):
     """(CQ, take()): take() gives the next completion's (status, wr_id) or None. Extended and read in
     place where the device has extended CQs and no channel is wanted; else classic (a WC object a poll)."""
+    from pyverbs.pyverbs_error import PyverbsError
+
     if channel is None and hasattr(cq_mod, "CQEX"):
         attr = cq_mod.CqInitAttrEx(cqe=CQ_DEPTH, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN,
                                    comp_mask=e.IBV_CQ_INIT_ATTR_MASK_FLAGS, flags=0)
         try:
             cqx = cq_mod.CQEX(ctx, attr)
-        except Exception:  # noqa: BLE001 - pyverbs' error for a device without extended CQs: a classic one
+        except PyverbsError:  # a device without extended CQs: a classic one
             pass
         else:
             pattr = cq_mod.PollCqAttr()
@@ -199,17 +205,11 @@ def next_completion(take, cq, channel):
     return c
 
 
-def stream(ns, sender: bool, messages: int) -> int:
-    """ib_send_bw's loop: the sender keeps up to TX_DEPTH sends outstanding, every CQ_MOD-th signaled;
-    the receiver keeps RX_DEPTH receives posted, re-posting each as it completes. The sender's time
-    from its first post to its last completion, ns."""
-    rwr, quiet, loud = work_requests(ns)
-    post_recv, post_send = ns.qp.post_recv, ns.qp.post_send
-    if not sender:
-        for _ in range(RX_DEPTH):
-            post_recv(rwr)
-        return 0
-    take, cq, channel = ns.take_s, ns.scq, ns.schannel
+def stream(ns, messages: int) -> int:
+    """ib_send_bw's sender: up to TX_DEPTH sends outstanding, every CQ_MOD-th signaled. Its time from
+    the first post to the last completion, ns."""
+    _, quiet, loud = work_requests(ns)
+    post_send, take, cq, channel = ns.qp.post_send, ns.take_s, ns.scq, ns.schannel
     posted = completed = 0
     t0 = time.perf_counter_ns()
     while completed < messages:
@@ -222,6 +222,8 @@ def stream(ns, sender: bool, messages: int) -> int:
 
 
 def receive_stream(ns, messages: int) -> None:
+    """ib_send_bw's receiver: RX_DEPTH receives posted before the sender may start (``ready``), each
+    re-posted as it completes."""
     rwr = work_requests(ns)[0]
     take, cq, channel, post_recv = ns.take_r, ns.rcq, ns.channel, ns.qp.post_recv
     for _ in range(messages):
@@ -245,15 +247,16 @@ def side(args) -> None:
     if set(peer) != set(me) or not all(isinstance(v, (int, str)) for v in peer.values()):
         raise SystemExit("pyverbs_floor: a malformed set-up line from the peer")
     connect(ns, peer)
-    if args.messages:
-        stream(ns, False, 0)  # the receives are posted before the peer may send
+    if args.messages and args.role == "server":
+        for _ in range(RX_DEPTH):  # the stream's receives, posted before the peer may send
+            ns.qp.post_recv(work_requests(ns)[0])
     f.write(b"r\n")  # both QPs are RTS before anyone sends
     f.flush()
     if f.readline() != b"r\n":
         raise SystemExit("pyverbs_floor: the peer went away during set-up")
     if args.messages:
         if args.role == "client":
-            took = stream(ns, True, args.messages)
+            took = stream(ns, args.messages)
             print(json.dumps({"size": args.size, "messages": args.messages, "events": args.events,
                               "mb_s": round(args.size * args.messages / took * 1000, 3)}), flush=True)
         else:
