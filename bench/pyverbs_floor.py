@@ -66,6 +66,7 @@ def endpoint(dev: str, gid_index: int, size: int, events: bool):
     ns = argparse.Namespace(ctx=ctx, pd=prot, smr=smr, rmr=rmr, channel=channel, schannel=schannel, scq=scq,
                             rcq=rcq, take_s=take_s, take_r=take_r, qp=q, psn=psn, e=e, inline=inline,
                             gid_index=gid_index, size=size)
+    ns.rwr, ns.quiet, ns.loud = work_requests(ns)
     return ns, me
 
 
@@ -136,7 +137,7 @@ def check(c, what: str):
 
 def pingpong(ns, first: bool, iters: int, warmup: int) -> np.ndarray:
     """Round trips in ns (first: this side sends first and times)."""
-    rwr, quiet, loud = work_requests(ns)
+    rwr, quiet, loud = ns.rwr, ns.quiet, ns.loud
     post_recv, post_send, take_r, take_s = ns.qp.post_recv, ns.qp.post_send, ns.take_r, ns.take_s
     for _ in range(4):
         post_recv(rwr)
@@ -208,7 +209,7 @@ def next_completion(take, cq, channel):
 def stream(ns, messages: int) -> int:
     """ib_send_bw's sender: up to TX_DEPTH sends outstanding, every CQ_MOD-th signaled. Its time from
     the first post to the last completion, ns."""
-    _, quiet, loud = work_requests(ns)
+    quiet, loud = ns.quiet, ns.loud
     post_send, take, cq, channel = ns.qp.post_send, ns.take_s, ns.scq, ns.schannel
     posted = completed = 0
     t0 = time.perf_counter_ns()
@@ -224,8 +225,7 @@ def stream(ns, messages: int) -> int:
 def receive_stream(ns, messages: int) -> None:
     """ib_send_bw's receiver: RX_DEPTH receives posted before the sender may start (``ready``), each
     re-posted as it completes."""
-    rwr = work_requests(ns)[0]
-    take, cq, channel, post_recv = ns.take_r, ns.rcq, ns.channel, ns.qp.post_recv
+    rwr, take, cq, channel, post_recv = ns.rwr, ns.take_r, ns.rcq, ns.channel, ns.qp.post_recv
     for _ in range(messages):
         check(next_completion(take, cq, channel), "receive")
         post_recv(rwr)
@@ -249,7 +249,7 @@ def side(args) -> None:
     connect(ns, peer)
     if args.messages and args.role == "server":
         for _ in range(RX_DEPTH):  # the stream's receives, posted before the peer may send
-            ns.qp.post_recv(work_requests(ns)[0])
+            ns.qp.post_recv(ns.rwr)
     f.write(b"r\n")  # both QPs are RTS before anyone sends
     f.flush()
     if f.readline() != b"r\n":

@@ -48,9 +48,15 @@ GID = os.environ.get("COMMBENCH_GID_INDEX", "1")
 SIZES = [8, 65536, 1 << 20]
 LAT = [("send", "busy", "ib_send_lat", []), ("write", "busy", "ib_write_lat", []),
        ("send", "blocking", "ib_send_lat", ["-e"])]
-THREE = ("perftest", "floor", "commbench")  # with --floor: each takes each place in turn over the rounds
 BW = [("send", "busy", "ib_send_bw", []), ("send", "blocking", "ib_send_bw", ["-e"]),
       ("write", "busy", "ib_write_bw", [])]  # ib_write_bw has no -e: "Events feature not available on WRITE verb"
+
+
+def in_turn(runs: dict, r: int) -> tuple[str, ...]:
+    """The tools of ``runs`` in round r's order: each takes each place in turn over the rounds, so that
+    a drift of the guest's speed cancels (two tools: odd rounds run commbench first)."""
+    tools = tuple(t for t in ("perftest", "floor", "commbench") if t in runs)
+    return tools[r % len(tools):] + tools[:r % len(tools)]
 
 
 def bw_messages(size: int, messages: int) -> int:
@@ -169,15 +175,12 @@ def main() -> None:
     bw: dict[tuple, list[float]] = {}
     t0 = time.monotonic()
     for r in range(a.rounds):
-        order = ("commbench", "perftest") if r % 2 else ("perftest", "commbench")  # a drift cancels over rounds
         for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
             runs = {"perftest": partial(perftest_latency, tool, extra, sizes, a.iterations),
                     "commbench": partial(commbench_latency, op, poll, sizes, a.iterations)}
-            who_runs = order
             if a.floor and op == "send":
                 runs["floor"] = partial(floor_latency, poll, sizes, a.iterations)
-                who_runs = THREE[r % 3:] + THREE[:r % 3]
-            for who in who_runs:
+            for who in in_turn(runs, r):
                 for size, us in runs[who]().items():
                     lat.setdefault((who, op, poll, size), []).append(us)
             print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -186,11 +189,9 @@ def main() -> None:
                 n = bw_messages(size, a.bw_messages)
                 runs = {"perftest": partial(perftest_bandwidth, tool, extra, size, n),
                         "commbench": partial(commbench_bandwidth, op, poll, size, n)}
-                who_runs = order
                 if a.floor and op == "send":
                     runs["floor"] = partial(floor_bandwidth, poll, size, n)
-                    who_runs = THREE[r % 3:] + THREE[:r % 3]
-                for who in who_runs:
+                for who in in_turn(runs, r):
                     bw.setdefault((who, op, poll, size), []).append(runs[who]())
             print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
