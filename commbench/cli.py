@@ -15,6 +15,7 @@ from commbench.core.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, 
 from commbench.core.config import RunConfig, freeze
 from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
 from commbench.core.harness import Loops
+from commbench.core.hostset import check_set, default_set
 from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.sizes import parse_range, parse_size
 
@@ -86,6 +87,9 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
     g.add_argument("--np", type=RANKS, help="number of ranks the local launcher starts")
     g.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
                    help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
+    g.add_argument("--host-set", type=check_set, default=default_set(), metavar="S",
+                   help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET, else the "
+                        "default set)")
     g.add_argument("-o", "--output", metavar="FILE", help="append results as measured: FILE.jsonl or FILE.csv")
     g.add_argument("--traffic", action="store_true", help=traffic.HELP + "; rows after the run's last point")
     g.add_argument("--inject-corruption", type=integer(0), default=0, help=argparse.SUPPRESS)

@@ -1,13 +1,18 @@
-"""``commbench hosts up N --rate R | down | status``: N emulated hosts on this machine.
+"""``commbench hosts up N --rate R [--rate-of I=R] [--racks K --uplink R] [--set S] | down | status``:
+N emulated hosts on this machine.
 
-Each host is a network namespace ``cbhI`` with one interface ``cbeI`` (10.77.0.I+1/24), joined to
-a bridge ``cbbr0`` in the root namespace (10.77.0.254, where the local launcher's rendezvous
-listens; named ``cbroot`` too, so that ``--traffic``'s capture can enter it) by a veth pair whose
-root end is ``cbvI``. ``--rate`` shapes every host's link with tc
-tbf on both ends (shaping is egress only; netem, hence added delay, is not in this kernel), so a
-flow between two hosts runs at the rate. Benchmarks and ``train`` run across them with
-``--hosts N`` (rank r in host r mod N). ``up`` replaces whatever ``up`` made before (idempotent)
-and removes what it made if a step fails. Needs root.
+Each host is a network namespace ``cbhI`` with one interface ``cbeI`` (10.77.0.I+1/24), joined by a
+veth pair (root end ``cbvI``) to a bridge in the root namespace: ``cbbr0`` (10.77.0.254, where the local
+launcher's rendezvous listens). ``--rate`` shapes every host's link with tc tbf on both ends (shaping
+is egress only; netem, hence added delay, is not in this kernel), so a flow between two hosts runs at
+the rate; ``--rate-of I=R`` gives host I a rate of its own (a slow node, a degraded cable). ``--racks K``
+puts the hosts under K bridges (``cbbrK``, host I in rack I // (N / K)) joined to a spine bridge
+(``cbsp0``, which carries 10.77.0.254) by uplinks shaped at ``--uplink``: cross-rack traffic shares
+them, as in a fat tree with a tapered spine. The root namespace is named ``cbroot`` too, so that
+``--traffic``'s capture can enter it. ``--set S`` makes a set of hosts of its own (names in
+core/hostset.py), which no other set's ``up`` or ``down`` touches. Benchmarks and ``train`` run
+across them with ``--hosts N [--host-set S]`` (rank r in host r mod N). ``up`` replaces what the same
+set's ``up`` made before (idempotent) and removes what it made if a step fails. Needs root.
 """
 
 from __future__ import annotations
@@ -18,39 +23,27 @@ import os
 import re
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 
+from commbench.core import hostset
 from commbench.core.argtypes import integer
-from commbench.core.capture import ROOT_NETNS
 from commbench.core.errors import UsageError
+from commbench.core.hostset import host_name, link_name, root_netns, state_path
 
-PREFIX = "cbh"
-BRIDGE = "cbbr0"
-SUBNET = "10.77.0"
-ROOT_ADDR = f"{SUBNET}.254"
-STATE = Path(os.environ.get("COMMBENCH_HOSTS_STATE", "/run/commbench-hosts.json"))
 MAX_HOSTS = 64
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)
 BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
         "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+DEFAULT_SUBNET = 0  # 10.77.0.0/24: the default set's
 
 
-def parse_rate(text: str) -> float | None:
+def parse_rate(text: str, flag: str = "--rate") -> float | None:
     """Bits per second from tc's notation (100mbit, 1gbit, 50mbps); None for 'none' (unshaped)."""
     if text.lower() in ("none", "unshaped", "0"):
         return None
     m = RATE_RE.match(text.strip())
     if not m or float(m.group(1)) <= 0:
-        raise UsageError(f"bad --rate {text!r}: use tc's notation, e.g. 100mbit, 1gbit, 500kbit, or none")
+        raise UsageError(f"bad {flag} {text!r}: use tc's notation, e.g. 100mbit, 1gbit, 500kbit, or none")
     return float(m.group(1)) * BITS[m.group(2).lower()]
-
-
-def host_name(i: int) -> str:
-    return f"{PREFIX}{i}"
-
-
-def address(i: int) -> str:
-    return f"{SUBNET}.{i + 1}"
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -65,23 +58,31 @@ def _need_root(what: str) -> None:
         raise UsageError(f"commbench hosts {what} needs root (network namespaces and tc): run it with sudo")
 
 
-def existing() -> list[str]:
-    out = _run("ip", "netns", "list", check=False).stdout
-    return sorted((line.split()[0] for line in out.splitlines() if re.match(rf"^{PREFIX}\d+\b", line)),
-                  key=lambda n: int(n[len(PREFIX):]))
+def existing(s: str = "") -> list[str]:
+    """The namespaces of set s that exist, in host order."""
+    pat = hostset.host_pattern(s)
+    names = [line.split()[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines() if line]
+    return sorted((n for n in names if pat.match(n)), key=lambda n: int(pat.match(n).group(1)))
 
 
-def down() -> list[str]:
-    """Remove every emulated host, the bridge and the state file; returns the hosts removed."""
+def _links_of(s: str) -> list[str]:
+    """Set s's links left in the root namespace (a pair outliving its namespace, bridges, uplinks)."""
+    pat = re.compile(rf"^cb{re.escape(s)}(?:v|e|br|u|s|sp)\d+$")
+    names = re.findall(r"^\d+: ([^:@\s]+)", _run("ip", "-o", "link", check=False).stdout, re.M)
+    return [n for n in names if pat.match(n)]
+
+
+def down(s: str = "") -> list[str]:
+    """Remove set s's hosts, bridges, uplinks and state file; returns the hosts removed."""
     _need_root("down")
-    gone = existing()
+    gone = existing(s)
     for ns in gone:
         _run("ip", "netns", "del", ns, check=False)  # its veth pair goes with it, once no process is left in it
-    for dev in re.findall(r"^\d+: (cbv\d+)@", _run("ip", "-o", "link", check=False).stdout, re.M):
-        _run("ip", "link", "del", dev, check=False)  # a pair outliving its namespace's name (a rank still in it)
-    _run("ip", "link", "del", BRIDGE, check=False)
-    _run("ip", "netns", "del", ROOT_NETNS, check=False)  # only the name: the namespace is this machine's own
-    STATE.unlink(missing_ok=True)
+    links = _links_of(s)
+    for dev in sorted(links, key=lambda d: ("br" in d or "sp" in d, d)):  # pairs first, then the bridges
+        _run("ip", "link", "del", dev, check=False)
+    _run("ip", "netns", "del", root_netns(s), check=False)  # only the name: the namespace is this machine's own
+    state_path(s).unlink(missing_ok=True)
     return gone
 
 
@@ -100,54 +101,120 @@ def shape(dev: str, bps: float, netns: str | None = None) -> None:
          "burst", str(burst), "latency", "50ms")
 
 
-def up(n: int, rate: str) -> dict:
+def parse_rate_of(items: Sequence[str], n: int) -> dict[int, str]:
+    """``--rate-of I=RATE`` items: host index -> rate (checked: the host exists, the rate parses)."""
+    out: dict[int, str] = {}
+    for item in items:
+        idx, eq, rate = item.partition("=")
+        if not eq or not idx.strip().isdigit() or len(idx.strip()) > 4:
+            raise UsageError(f"--rate-of {item!r}: give HOST=RATE, e.g. --rate-of 5=200mbit (host 5 of 0 to {n - 1})")
+        i = int(idx)
+        if i >= n:
+            raise UsageError(f"--rate-of {item}: there is no host {i}; hosts up {n} makes hosts 0 to {n - 1}")
+        parse_rate(rate, f"--rate-of {idx}=")
+        out[i] = rate
+    return out
+
+
+def _subnet(s: str) -> int:
+    """The third octet of set s's 10.77.X.0/24: 0 for the default set, else one no other set and no
+    address of this machine uses."""
+    if not s:
+        return DEFAULT_SUBNET
+    used = {int(m) for m in re.findall(r"inet 10\.77\.(\d+)\.", _run("ip", "-4", "-o", "addr", check=False).stdout)}
+    for path in hostset.STATE_DIR.glob("commbench-hosts*.json"):
+        try:
+            used.add(int(json.loads(path.read_text())["subnet"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    free = next((x for x in range(1, 251) if x not in used), None)
+    if free is None:
+        raise UsageError("no free subnet in 10.77.1-250.0/24 for another host set: take some sets down")
+    return free
+
+
+def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: str | None = None,
+       s: str = "") -> dict:
+    s = hostset.check_set(s)
     bps = parse_rate(rate)
     if not 1 <= n <= MAX_HOSTS:
         raise UsageError(f"hosts up takes 1 to {MAX_HOSTS} hosts, not {n}")
+    rates = parse_rate_of(rate_of, n)
+    if racks < 1 or racks > n or n % racks:
+        raise UsageError(f"--racks {racks} does not divide {n} hosts into equal racks: choose a divisor of {n} "
+                         f"({', '.join(str(d) for d in range(1, n + 1) if n % d == 0)})")
+    if uplink is not None and racks == 1:
+        raise UsageError("--uplink shapes the links between racks: give --racks K (K >= 2) with it")
+    up_bps = parse_rate(uplink, "--uplink") if uplink is not None else None
     _need_root("up")
-    down()
+    down(s)
+    net = _subnet(s)
+    root_addr = f"10.77.{net}.254"
+    per_rack = n // racks
+    bridges = [link_name("br", k, s) for k in range(racks)]
     try:
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        _run("ip", "addr", "add", f"{ROOT_ADDR}/24", "dev", BRIDGE)
-        _run("ip", "link", "set", BRIDGE, "up")
-        _run("ip", "netns", "attach", ROOT_NETNS, str(os.getpid()))  # where the links meet, for --traffic
+        for br in bridges:
+            _run("ip", "link", "add", br, "type", "bridge")
+            _run("ip", "link", "set", br, "up")
+        core = bridges[0]
+        if racks > 1:  # a spine bridge carries the root address; each rack reaches it by a shaped uplink
+            core = link_name("sp", 0, s)
+            _run("ip", "link", "add", core, "type", "bridge")
+            _run("ip", "link", "set", core, "up")
+            for k, br in enumerate(bridges):
+                rack_end, spine_end = link_name("u", k, s), link_name("s", k, s)
+                _run("ip", "link", "add", rack_end, "type", "veth", "peer", "name", spine_end)
+                _run("ip", "link", "set", rack_end, "master", br)
+                _run("ip", "link", "set", spine_end, "master", core)
+                for dev in (rack_end, spine_end):
+                    _run("ip", "link", "set", dev, "up")
+                    if up_bps:
+                        shape(dev, up_bps)
+        _run("ip", "addr", "add", f"{root_addr}/24", "dev", core)
+        _run("ip", "netns", "attach", root_netns(s), str(os.getpid()))  # where the links meet, for --traffic
         for i in range(n):
-            ns, inner, outer = host_name(i), f"cbe{i}", f"cbv{i}"
+            ns, inner, outer = host_name(i, s), link_name("e", i, s), link_name("v", i, s)
             _run("ip", "netns", "add", ns)
             _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
             _run("ip", "link", "set", inner, "netns", ns)
-            _run("ip", "link", "set", outer, "master", BRIDGE)
+            _run("ip", "link", "set", outer, "master", bridges[i // per_rack])
             _run("ip", "link", "set", outer, "up")
-            _run("ip", "-n", ns, "addr", "add", f"{address(i)}/24", "dev", inner)
+            _run("ip", "-n", ns, "addr", "add", f"10.77.{net}.{i + 1}/24", "dev", inner)
             _run("ip", "-n", ns, "link", "set", inner, "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
-            if bps:
-                shape(inner, bps, ns)
-                shape(outer, bps)
+            host_bps = parse_rate(rates[i]) if i in rates else bps
+            if host_bps:
+                shape(inner, host_bps, ns)
+                shape(outer, host_bps)
     except BaseException:
-        down()
+        down(s)
         raise
-    state = {"hosts": n, "rate": rate, "bps": bps, "bridge": BRIDGE, "root_address": ROOT_ADDR,
-             "addresses": {host_name(i): address(i) for i in range(n)}}
-    STATE.write_text(json.dumps(state))
+    state = {"set": s, "hosts": n, "rate": rate, "bps": bps, "subnet": net, "root_address": root_addr,
+             "bridge": core, "racks": racks, "uplink": uplink,
+             "names": [host_name(i, s) for i in range(n)],
+             "rates": {host_name(i, s): rates.get(i, rate) for i in range(n)},
+             "rack_of": {host_name(i, s): i // per_rack for i in range(n)},
+             "addresses": {host_name(i, s): f"10.77.{net}.{i + 1}" for i in range(n)}}
+    state_path(s).write_text(json.dumps(state))
     return state
 
 
-def state() -> dict | None:
+def state(s: str = "") -> dict | None:
     try:
-        return json.loads(STATE.read_text())
+        return json.loads(state_path(s).read_text())
     except (OSError, ValueError):
         return None
 
 
-def placement_for(n: int) -> dict:
+def placement_for(n: int, s: str = "") -> dict:
     """What the local launcher needs to put rank r in host r mod n; a one-line error if not up."""
-    s = state()
-    have = existing()
-    if not s or len(have) < n or s.get("hosts", 0) < n:
-        raise UsageError(f"--hosts {n}: {len(have)} emulated hosts are up; run `commbench hosts up {n} --rate RATE` "
-                         "first (as root)")
-    return s
+    st = state(s)
+    have = existing(s)
+    if not st or len(have) < n or st.get("hosts", 0) < n:
+        flag = f" --set {s}" if s else ""
+        raise UsageError(f"--hosts {n}: {len(have)} emulated hosts are up{' in set ' + s if s else ''}; run "
+                         f"`commbench hosts up {n}{flag} --rate RATE` first (as root)")
+    return st
 
 
 def add_parser(sub) -> None:
@@ -155,22 +222,34 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[0].replace("``", ""))
     hs = p.add_subparsers(dest="action", required=True, metavar="up|down|status")
     u = hs.add_parser("up", help="make N hosts joined at --rate")
-    u.add_argument("n", type=integer(1, 64), help="number of hosts")
+    u.add_argument("n", type=integer(1, MAX_HOSTS), help="number of hosts")
     u.add_argument("--rate", default="none", help="link rate in tc notation (100mbit, 1gbit) or none (default)")
-    hs.add_parser("down", help="remove the emulated hosts")
-    hs.add_parser("status", help="what is up")
+    u.add_argument("--rate-of", action="append", default=[], metavar="I=RATE",
+                   help="host I's link at RATE instead (a slow node or cable; repeatable)")
+    u.add_argument("--racks", type=integer(1, MAX_HOSTS), default=1, metavar="K",
+                   help="K racks of N/K hosts each, under a spine (default 1: one bridge)")
+    u.add_argument("--uplink", metavar="RATE", help="each rack's link to the spine, in tc notation (with --racks)")
+    for name, helptext in (("up", "a set of hosts of its own"), ("down", "remove this set's hosts"),
+                           ("status", "this set's hosts")):
+        target = u if name == "up" else hs.add_parser(name, help=helptext)
+        target.add_argument("--set", default=hostset.default_set(), metavar="S",
+                            help="the set of hosts (1-4 letters or digits; default $COMMBENCH_HOSTS_SET, "
+                                 "else the default set)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    s = hostset.check_set(args.set)
     if args.action == "up":
-        s = up(args.n, args.rate)
-        print(f"commbench hosts: {s['hosts']} hosts up at {s['rate']}: " +
-              ", ".join(f"{k} {v}" for k, v in s["addresses"].items()) + f"; rendezvous side {ROOT_ADDR}")
+        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s)
+        odd = {k: v for k, v in st["rates"].items() if v != args.rate}
+        racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
+        print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
+              + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "
+              + ", ".join(f"{k} {v}" for k, v in st["addresses"].items()) + f"; rendezvous side {st['root_address']}")
     elif args.action == "down":
-        gone = down()
+        gone = down(s)
         print(f"commbench hosts: removed {', '.join(gone) or 'nothing (none were up)'}")
     else:
-        s, have = state(), existing()
-        print(json.dumps({"namespaces": have, "state": s}, indent=2))
+        print(json.dumps({"namespaces": existing(s), "state": state(s)}, indent=2))
     return 0

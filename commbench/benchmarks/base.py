@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
@@ -65,6 +65,7 @@ class Benchmark(ABC):
     loop_source: ClassVar[str] = "OSU"  # whose default iteration counts the benchmark uses
     metric: ClassVar[str]  # the row key report and compare read
     better: ClassVar[str] = "lower"  # or "higher"
+    tolerant: ClassVar[bool] = False  # a rank that dies is a finding, not the end of the run (cluster)
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -93,13 +94,28 @@ class Benchmark(ABC):
     def peers(self, world: World) -> list[int]:
         """The ranks this rank exchanges messages with."""
 
-    @abstractmethod
     def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
-        """This rank's part of one point: buffers allocated (and touched), the step or run callables."""
+        """This rank's part of one point: buffers allocated (and touched), the step or run callables.
+        (Every benchmark measured point by point has one; one that overrides ``measure`` may not.)"""
+        raise NotImplementedError
 
-    @abstractmethod
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
         """Rank 0: the row's columns from its own timing and every rank's report (n, wall_ns, ...)."""
+        raise NotImplementedError
+
+    def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
+        """Every point, measured in turn: (payload, its row on rank 0, None elsewhere). A benchmark
+        that schedules its own work (cluster: rounds of pairs) yields its rows as it measures them."""
+        for payload in self.config.points:
+            yield payload, measure_point(ctx, self, payload)
+
+    def progress(self, world: World) -> tuple[int, str]:
+        """What the progress bar counts: (total, unit)."""
+        return len(self.config.points), "points"
+
+    def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
+        """Rank 0, after the last row: lines to print below the table and rows to add to the results."""
+        return [], []
 
     def roles(self, world: World) -> list[str]:
         """Each rank's role, as --traffic names the ends of a connection (default: rank0, rank1, ...)."""

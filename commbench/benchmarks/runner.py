@@ -3,11 +3,12 @@ results streamed to a file as they are measured."""
 
 from __future__ import annotations
 
-from commbench.benchmarks.base import Benchmark, Context, measure_point
+from commbench.benchmarks.base import Benchmark, Context
 from commbench.core import buffers, traffic
 from commbench.core.config import RunConfig
 from commbench.core.errors import say
 from commbench.core.harness import harness_overhead_ns
+from commbench.core.hostset import root_netns
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
 from commbench.core.session import Session
@@ -24,9 +25,11 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
     buffers.configure(args.hugepages == "on")
     buffers.steady_malloc()
     bench = bench_cls(config)
-    with Session(placement, args.timeout, getattr(args, "bind", None), config.options(), PACKAGES) as run:
+    with Session(placement, args.timeout, getattr(args, "bind", None), config.options(), PACKAGES,
+                 bench.tolerant) as run:
         world = run.world
-        capture = traffic.start(world, run.on_close, args.hosts > 0) if args.traffic else None
+        capture = traffic.start(world, run.on_close, root_netns(args.host_set) if args.hosts else None) \
+            if args.traffic else None
         transport = transport_cls(world, config)
         run.on_close(transport.close)
         links = transport.connect(bench.peers(world))
@@ -42,11 +45,11 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         if world.rank == 0:
             print("\n".join([*bench.header(meta), header_line(columns)]), flush=True)
         writer = run.open_results(args.output, meta, [*RUNNER_KEYS, *(c.key for c in bench.columns)])
-        progress = Progress(bench.name, len(config.points), enabled=world.rank == 0)
+        total, unit = bench.progress(world)
+        progress = Progress(bench.name, total, unit, enabled=world.rank == 0)
         run.on_close(progress.close)
         wrong = 0
-        for payload in config.points:
-            got = measure_point(ctx, bench, payload)
+        for payload, got in bench.measure(ctx):
             if got is None:
                 continue
             progress.advance()
@@ -59,8 +62,17 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
             if writer:  # the file first: a rank killed in between has printed nothing the file lacks
                 writer.row(row)
             print(row_line(columns, row), flush=True)
-            wrong += row.get("wrong", 0)
+            wrong += row.get("wrong") or 0
         progress.close()
+        if world.rank == 0:
+            lines, extra = bench.conclude(ctx)
+            for got in extra:
+                row = {"bench": bench.name, "run_id": meta["run_id"], "transport": transport.name,
+                       "mode": transport.mode(), "poll": config.poll, **got}
+                if writer:
+                    writer.row(row)
+            if lines:
+                print("\n".join(lines), flush=True)
         if args.traffic:  # every rank names its sockets while the run's connections are open
             owned = traffic.owners(world)
             if capture is not None:

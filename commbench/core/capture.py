@@ -41,7 +41,6 @@ DATA, HEADERS, CONTINUATION = 0x0, 0x1, 0x9
 END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
 SYN = 0x02
 NOT_HTTP2 = "not HTTP/2"
-ROOT_NETNS = "cbroot"  # `commbench hosts up` names the root namespace so: emulated hosts' links meet there
 Endpoint = tuple[str, int]
 NO_PEER: Endpoint = ("", 0)  # a listening socket's peer
 Conn = tuple[Endpoint, Endpoint]  # one end of a TCP connection: (this end, the peer's end)
@@ -312,18 +311,18 @@ def capture_main(out: str, excluded: str = "") -> int:
 class Capture:
     """A capture process of this run's connections (see the module docstring), started and stopped."""
 
-    def __init__(self, out: Path, excluded: Iterable[int], hosts: bool = False) -> None:
+    def __init__(self, out: Path, excluded: Iterable[int], netns: str | None = None) -> None:
         cmd = [sys.executable, "-m", "commbench.core.capture", str(out), ",".join(map(str, sorted(set(excluded))))]
-        if hosts:  # emulated hosts: capture where their links meet, in the root namespace
-            cmd = ["ip", "netns", "exec", ROOT_NETNS, *cmd]
+        if netns:  # emulated hosts: capture where their links meet, in the root namespace (named netns)
+            cmd = ["ip", "netns", "exec", netns, *cmd]
         self.out = out
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             err = self.proc.stderr.read().strip().splitlines()
             self.proc.wait()
-            also = f" and emulated hosts made by `commbench hosts up` (which names the root namespace {ROOT_NETNS})" \
-                if hosts else ""
+            also = f" and emulated hosts made by `commbench hosts up` (which names the root namespace {netns})" \
+                if netns else ""
             raise UsageError(f"--traffic: the packet capture did not start ({err[-1] if err else 'no output'}); "
                              f"it needs root{also}")
 

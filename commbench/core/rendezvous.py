@@ -3,7 +3,9 @@
 Every rank (rank 0 included) connects as a client and proves it belongs to the run with the
 per-run token. Collectives (all-gather, broadcast, barrier) are built on blocking ``get``.
 The server notices a rank that disconnects without saying goodbye and fails every pending and
-later ``get`` at once, naming that rank and its host, so no rank waits for a dead peer.
+later ``get`` at once, naming that rank and its host, so no rank waits for a dead peer. A tolerant
+store (a cluster evaluation, where a dead node is a finding) records the rank as dead instead and
+answers ``status`` with it; the ranks that wait on it ask (core/group.py).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ class StoreServer:
     """Serves the store on an already listening socket: one thread reads every unproven connection
     (core/gate.py), and each proven rank's connection gets a thread of its own (at most two per rank)."""
 
-    def __init__(self, listener: socket.socket, token: str, size: int) -> None:
+    def __init__(self, listener: socket.socket, token: str, size: int, tolerant: bool = False) -> None:
         self.listener = listener
         self.size = size
+        self.tolerant = tolerant
+        self.dead: dict[int, str] = {}  # tolerant: rank -> why it left
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
         self.members: dict[int, str] = {}  # rank -> host, while connected
@@ -104,7 +108,8 @@ class StoreServer:
                             self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
                         self.cond.notify_all()
                 elif kind == STATUS:
-                    send_frame(conn, OK, self._status())
+                    stale = obj.get("stale_after")
+                    send_frame(conn, OK, self._status(float(stale) if isinstance(stale, (int, float)) else None))
                 elif kind == BYE:
                     clean = True
                     return
@@ -113,8 +118,12 @@ class StoreServer:
         finally:
             with self.cond:
                 del self.members[rank]
-                if not clean and self.failed is None and not self._closing:
-                    self.failed = f"rank {rank} on host {host} left the run (process died or lost its connection)"
+                if not clean and not self._closing:
+                    why = f"rank {rank} on host {host} left the run (process died or lost its connection)"
+                    if self.tolerant:
+                        self.dead.setdefault(rank, why)
+                    elif self.failed is None:
+                        self.failed = why
                 self.cond.notify_all()
             conn.close()
 
@@ -123,7 +132,8 @@ class StoreServer:
             now = time.monotonic()
             stale = [[r, h, round(now - t, 1)] for r, (t, h) in sorted(self.beats.items())
                      if stale_after is not None and now - t > stale_after]
-            return {"failed": self.failed, "aborted": self.aborted, "stale": stale}
+            return {"failed": self.failed, "aborted": self.aborted, "stale": stale,
+                    "dead": [[r, why] for r, why in sorted(self.dead.items())]}
 
     def _serve_watchdog(self, conn: socket.socket, rank: int, host: str) -> None:
         """A rank's watchdog: heartbeats in, run status out. Its connection is not a member's."""
@@ -260,21 +270,24 @@ class StoreClient:
 
     def check(self) -> None:
         """Raise if a rank died or aborted the run (cheap; for ranks waiting on a peer)."""
-        with self.lock:
-            self._send(STATUS, {})
-            try:
-                kind, obj, _ = read_frame(self.sock)
-            except (OSError, ConnectionError, FrameError) as exc:
-                raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+        obj = self.status()
         if obj.get("aborted"):
             raise RunAborted(str(obj["aborted"][0]), int(obj["aborted"][1]))
         if obj.get("failed"):
             raise PeerError(str(obj["failed"]))
 
+    def status(self, stale_after: float | None = None) -> dict:
+        """The run's status: failed, aborted, dead ranks (tolerant store) and, with ``stale_after``, the
+        ranks whose heartbeat is older than that many seconds."""
+        return self._ask(STATUS, {} if stale_after is None else {"stale_after": stale_after})
+
     def beat(self, stale_after: float) -> dict:
         """Watchdog connection: report this rank alive; get the run's status back."""
+        return self._ask(BEAT, {"stale_after": stale_after})
+
+    def _ask(self, kind: int, obj: dict) -> dict:
         with self.lock:
-            self._send(BEAT, {"stale_after": stale_after})
+            self._send(kind, obj)
             try:
                 return read_frame(self.sock)[1]
             except (OSError, ConnectionError, FrameError) as exc:

@@ -52,8 +52,8 @@ class Session:
     """``with Session(placement, timeout, bind, options, packages) as run:`` ... ``run.finish()``."""
 
     def __init__(self, placement: Placement, timeout: float, bind: str | None, options: dict,
-                 packages: Sequence[str]) -> None:
-        self.world = World(placement, timeout, bind)
+                 packages: Sequence[str], tolerant: bool = False) -> None:
+        self.world = World(placement, timeout, bind, tolerant)
         self.watchdog = Watchdog(self.world)
         self.options = options
         self.packages = tuple(packages)
@@ -88,8 +88,9 @@ class Session:
 
     def finish(self, name: str = "done") -> None:
         """Every rank got here (waiting as long as the others live: the last point may be long on one
-        rank); stop the watchdog; the world closes in an orderly way on exit."""
-        self.world.barrier(name, patient=True)
+        rank); stop the watchdog; the world closes in an orderly way on exit. A tolerant run waits for
+        the ranks still alive."""
+        self.world.barrier(name, patient=True, survivors=self.world.tolerant)
         self.watchdog.stop()
         self._finished = True
 

@@ -42,9 +42,10 @@ def check_usable() -> None:
         raise UsageError("--traffic decodes gRPC's headers with hpack, which is not installed: pip install hpack")
 
 
-def start(world, on_close: Callable[[Callable], object], hosts: bool) -> Capture | None:
+def start(world, on_close: Callable[[Callable], object], netns: str | None) -> Capture | None:
     """On rank 0, a capture of every TCP connection but the rendezvous's, running before any rank goes
-    on (a barrier); ``hosts``: the ranks are in emulated hosts (capture where their links meet)."""
+    on (a barrier); ``netns``: the ranks are in emulated hosts, whose links meet in the namespace of
+    that name (this machine's own, named by `commbench hosts up`)."""
     here = world.allgather_json("traffic-host", socket.gethostname())
     if len(set(here)) > 1:
         raise UsageError("--traffic sees the wire of one machine: run every rank here (the local launcher or "
@@ -53,7 +54,7 @@ def start(world, on_close: Callable[[Callable], object], hosts: bool) -> Capture
     if world.rank == 0:
         d = Path(tempfile.mkdtemp(prefix="commbench-traffic-"))
         on_close(lambda: shutil.rmtree(d, ignore_errors=True))
-        capture = Capture(d / "capture.json", [world.root_address[1]], hosts=hosts)
+        capture = Capture(d / "capture.json", [world.root_address[1]], netns)
         on_close(capture.kill)
     world.barrier("traffic-capture")
     return capture

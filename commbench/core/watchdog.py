@@ -5,7 +5,9 @@ blocked inside a C call (MPI_Recv, a gRPC stream) cannot; this thread, on its ow
 connection, heartbeats every half second and learns the run's status. If a rank has died (and
 the main thread has not reported it within GRACE s) or a rank's heartbeat is older than the
 timeout plus GRACE (a stopped or hung process), it prints one line naming that rank and host and ends this
-process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound).
+process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound). In a tolerant run
+(cluster evaluation) a dead or stopped peer is left to the waits that need it (core/collectives.py);
+losing rank 0, which serves the rendezvous, still ends every rank.
 
 While a point's timed loop runs (``quiet``), the thread sleeps: it beats once every timeout / 2 s
 instead of every INTERVAL, so the timing rank has no background wake-ups or rendezvous traffic
@@ -55,6 +57,8 @@ class Watchdog:
                 failed_since = failed_since or time.monotonic()
                 if time.monotonic() - failed_since > ABORT_GRACE:
                     os._exit(int(status["aborted"][1]))
+            elif self.world.tolerant:  # a dead or stopped rank is the run's finding, not its end
+                continue
             elif status.get("failed"):
                 failed_since = failed_since or time.monotonic()
                 if time.monotonic() - failed_since > GRACE:

@@ -8,7 +8,6 @@ timed path. Collective calls must be made by every rank in the same order.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import signal
@@ -18,7 +17,8 @@ import time
 from pathlib import Path
 
 from commbench.core import run_token
-from commbench.core.errors import PeerError, PeerTimeout, UsageError
+from commbench.core.collectives import Collectives
+from commbench.core.errors import PeerError, UsageError
 from commbench.core.placement import Placement
 from commbench.core.rendezvous import StoreClient, StoreServer
 from commbench.core.sockets import bind_listener
@@ -46,8 +46,11 @@ def _bootstrap_guard(rank: int, timeout: float) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
-class World:
-    def __init__(self, placement: Placement, timeout: float, bind: str | None = None) -> None:
+class World(Collectives):
+    """Every rank of the run (collectives: core/collectives.py). ``tolerant``: a rank that dies is recorded,
+    not the end of the run (cluster evaluations); the waits that need it say so."""
+
+    def __init__(self, placement: Placement, timeout: float, bind: str | None = None, tolerant: bool = False) -> None:
         if placement.mpi_bootstrap:
             from commbench.core.mpi_env import bootstrap
 
@@ -70,11 +73,13 @@ class World:
         self.size = placement.size
         self.timeout = timeout
         self.bind = bind
+        self.tolerant = tolerant
+        self.members = tuple(range(self.size))
         self.host = placement.host_name
         self._server: StoreServer | None = None
         self._seq = 0
         if self.rank == 0:
-            self._server = StoreServer(self._listener(), placement.token, self.size)
+            self._server = StoreServer(self._listener(), placement.token, self.size, tolerant)
         port = self._server.port if self._server else placement.root_port
         host = placement.root_host  # rank 0 too: the local end of this connection is the address peers get
         self.root_address = (host, port)
@@ -122,54 +127,6 @@ class World:
         if rank < len(getattr(self, "hosts", ())):
             return f"rank {rank} on host {self.hosts[rank]} ({self.addresses[rank]})"
         return f"rank {rank}"
-
-    # -- collectives over the store --------------------------------------------------------
-    def _key(self, name: str) -> str:
-        self._seq += 1
-        return f"{self._seq}:{name}"
-
-    def allgather(self, name: str, value: bytes, patient: bool = False) -> list[bytes]:
-        key = self._key(name)
-        self.store.set(f"{key}/{self.rank}", value)
-        get = self._patient_get if patient else self.store.get
-        return [value if r == self.rank else get(f"{key}/{r}") for r in range(self.size)]
-
-    def _patient_get(self, key: str) -> bytes:
-        """Wait for key as long as every rank lives: a rank that dies or aborts ends the wait at once
-        (the store says so), one that stops or hangs is caught by the watchdogs (stale heartbeats)."""
-        while True:
-            try:
-                return self.store.get(key)
-            except PeerTimeout:
-                continue
-
-    def allgather_json(self, name: str, obj: object) -> list:
-        return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
-
-    def bcast_json(self, name: str, obj: object = None, root: int = 0, timeout: float | None = None) -> object:
-        """Root's obj on every rank; ``timeout`` (default the world's) bounds the wait for it."""
-        key = self._key(name)
-        if self.rank == root:
-            self.store.set(key, json.dumps(obj).encode())
-            return obj
-        return json.loads(self.store.get(key, timeout))
-
-    def gather_json(self, name: str, obj: object, root: int = 0, patient: bool = False) -> list | None:
-        key = self._key(name)
-        if self.rank != root:
-            self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())
-            return None
-        get = self._patient_get if patient else self.store.get
-        return [obj if r == root else json.loads(get(f"{key}/{r}")) for r in range(self.size)]
-
-    def barrier(self, name: str = "barrier", patient: bool = False) -> None:
-        """Every rank reaches this point. ``patient``: wait as long as the others live (a rank that only
-        answers waits here while another measures a long point), not the run's timeout."""
-        self.allgather(name, b"", patient)
-
-    def check_alive(self) -> None:
-        """Raise PeerError if any rank has died, RunAborted if one aborted: for loops waiting on a peer."""
-        self.store.check()
 
     def abort(self, message: str, code: int) -> None:
         """Tell every other rank that this run is over; they exit with ``code`` without repeating it.

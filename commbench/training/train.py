@@ -25,6 +25,7 @@ from commbench.core.argtypes import PORT, SECONDS, SEED, integer, number
 from commbench.core.config import FrozenArgs, freeze, plain_options
 from commbench.core.errors import UsageError
 from commbench.core.harness import median_ci
+from commbench.core.hostset import check_set, default_set, root_netns
 from commbench.core.imports import installed
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
@@ -65,6 +66,8 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=PORT, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
     p.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
                    help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
+    p.add_argument("--host-set", type=check_set, default=default_set(), metavar="S",
+                   help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET)")
     p.add_argument("--traffic", action="store_true", help=traffic.HELP + "; a step as the row counts them")
     p.add_argument("-o", "--output", metavar="FILE", help="append the result row: FILE.jsonl or FILE.csv")
     p.set_defaults(func=train)
@@ -137,7 +140,8 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
         port = _tf_port(args, world.rank, addr)
         tf_bind.confine(addr, port)
         endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
-        capture = traffic.start(world, run.on_close, args.hosts > 0) if args.traffic else None
+        capture = traffic.start(world, run.on_close, root_netns(args.host_set) if args.hosts else None) \
+            if args.traffic else None
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
                                               "task": {"type": job, "index": index}})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

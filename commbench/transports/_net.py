@@ -36,6 +36,7 @@ def local_endpoint(args: argparse.Namespace, world: World) -> str:
     return world.store.local_address
 
 
-def data_port(args: argparse.Namespace, rank: int) -> int:
-    """With --port P the rendezvous is P and rank r listens on P + 1 + r; else ports are picked free."""
-    return args.port + 1 + rank if args.port else 0
+def data_port(args: argparse.Namespace, world: World) -> int:
+    """With --port P the rendezvous is P and rank r (of the whole run, also in a group of its ranks)
+    listens on P + 1 + r; else ports are picked free."""
+    return args.port + 1 + world.members[world.rank] if args.port else 0

@@ -165,7 +165,7 @@ class GrpcCppTransport(Transport):
         world = self.world
         peers = sorted(set(peers) - {world.rank})
         host = local_endpoint(self.args, world)
-        want = data_port(self.args, world.rank)
+        want = data_port(self.args, world)
         err = ctypes.create_string_buffer(512)
         arr = (INT * len(peers))(*peers)
         self.engine = self.api.new(host.encode(), want, world.placement.token.encode(), world.rank,

@@ -304,7 +304,7 @@ class GrpcTransport(Transport):
         host = local_endpoint(self.args, world)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4 * len(peers) + 4), options=OPTIONS)
         self.server.add_generic_rpc_handlers((self._handlers(peers),))
-        want = data_port(self.args, world.rank)
+        want = data_port(self.args, world)
         try:
             port = self.server.add_insecure_port(f"{host}:{want}")
         except RuntimeError:

@@ -158,10 +158,15 @@ class MpiTransport(Transport):
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
         args = config.args
-        self.MPI = check_world_size(world.size, world.placement.launcher)
+        self.MPI = check_world_size(world.placement.size, world.placement.launcher)
         comm = self.MPI.COMM_WORLD
-        if comm.Get_rank() != world.rank:
-            raise PeerError(f"MPI rank {comm.Get_rank()} differs from the launcher's rank {world.rank}")
+        if comm.Get_rank() != world.members[world.rank]:
+            raise PeerError(f"MPI rank {comm.Get_rank()} differs from the launcher's rank {world.members[world.rank]}")
+        self.own_comm = None
+        if world.size != comm.Get_size():  # a group of the run's ranks (a pair of a cluster evaluation): its
+            group = comm.Get_group().Incl(list(world.members))  # own communicator, made by its members only
+            self.own_comm = comm = comm.Create_group(group)
+            group.Free()
         self.comm = comm
         self.objects = args.mpi_mode == "pickle"
 
@@ -221,3 +226,7 @@ class MpiTransport(Transport):
         except MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with peers: {exc}") from None
 
+    def close(self) -> None:
+        if self.own_comm is not None:
+            self.own_comm.Free()
+            self.own_comm = None

@@ -269,7 +269,7 @@ class TcpTransport(Transport):
         world, rank = self.world, self.world.rank
         peers = sorted(set(peers) - {rank})
         host = local_endpoint(self.args, world)
-        listener = bind_listener(host, data_port(self.args, rank), f"tcp transport of rank {rank}")
+        listener = bind_listener(host, data_port(self.args, world), f"tcp transport of rank {rank}")
         addrs = world.allgather_json("tcp-addr", [host, listener.getsockname()[1]])
         gate = Gate(listener, f"rank {rank}", world.placement.token)  # strangers ahead of a peer cost it nothing
         links: dict[int, Link] = {}

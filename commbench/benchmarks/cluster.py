@@ -1,0 +1,441 @@
+"""Cluster evaluation (as NVIDIA's ClusterKit, on any transport): latency and bandwidth between every
+pair of hosts, ordered and random rings, bisection bandwidth, and the findings: the slow host, the
+slow cable, the pair that failed.
+
+One rank per host is the host's endpoint (``--per-host``). Pairwise runs as a round-robin tournament
+(``N - 1`` rounds of ``N / 2`` disjoint pairs at once, the circle method) or ``--serial`` (one pair
+at a time: no cross-traffic, ``N (N - 1) / 2`` turns). Each pair is a group of two ranks of its own
+(core/collectives.py): a transport is built for it, connects the two, measures p2p-latency's
+ping-pong and p2p-bandwidth's window (the same code as those benchmarks) and closes, so a rank holds
+one data connection at a time. A ring is one group of every endpoint, each sending a window to its
+successor while receiving one from its predecessor. A bisection cut splits the endpoints into random
+halves and pairs them across the cut, every pair streaming at once.
+
+The run is tolerant: a rank that dies or stops is a finding, not the end (a row per pair it failed,
+naming it); rank 0 serves the rendezvous, and losing it ends the run. Rows are written as each round
+is measured, so a run killed at round 400 keeps rounds 1-399.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Iterator
+
+import numpy as np
+
+from commbench.benchmarks.base import WRONG, Benchmark, Context, measure_point
+from commbench.benchmarks.p2p_bandwidth import P2PBandwidth
+from commbench.benchmarks.p2p_latency import P2PLatency
+from commbench.core import outliers
+from commbench.core.argtypes import integer, number
+from commbench.core.collectives import Group
+from commbench.core.config import RunConfig
+from commbench.core.errors import PeerError, RunAborted, UsageError
+from commbench.core.harness import BANDWIDTH_LOOPS, Loops, Side, Timing
+from commbench.core.message import Message
+from commbench.core.payload import Payload
+from commbench.core.sizes import parse_size
+from commbench.core.table import Column
+from commbench.core.world import World
+
+TESTS = ("pairwise", "ring", "bisection")
+TEST = Column("test", "Test", -13)
+US, MBS = "{:.2f}", "{:.1f}"
+
+
+def tournament(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair of 0..n-1 once (the circle method); odd n: one
+    index sits each round out."""
+    idx: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
+    m = len(idx)
+    rounds = []
+    for _ in range(m - 1):
+        pairs = [(idx[i], idx[m - 1 - i]) for i in range(m // 2)]
+        rounds.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
+        idx = [idx[0], idx[-1], *idx[1:-1]]
+    return rounds
+
+
+def serial(n: int) -> list[list[tuple[int, int]]]:
+    """One pair a round: every pair of 0..n-1 in turn."""
+    return [[(a, b)] for a in range(n) for b in range(a + 1, n)]
+
+
+def endpoints(hosts: list[str], per_host: str) -> list[int]:
+    """The ranks that stand for their hosts: the first rank on each host, the K-th, or all of them;
+    ``auto``: the first where there are two hosts or more, else every rank. Raises UsageError."""
+    by_host: dict[str, list[int]] = {}
+    for r, h in enumerate(hosts):
+        by_host.setdefault(h, []).append(r)
+    if per_host == "all" or (per_host == "auto" and len(by_host) == 1):
+        chosen = list(range(len(hosts)))
+    else:
+        k = 0 if per_host in ("auto", "first") else int(per_host)
+        short = {h: len(rs) for h, rs in by_host.items() if len(rs) <= k}
+        if short:
+            h, n = next(iter(short.items()))
+            raise UsageError(f"--per-host {per_host}: host {h} runs {n} rank(s) (local index 0 to {n - 1}); pick "
+                             f"an index below {min(len(rs) for rs in by_host.values())}, or first or all")
+        chosen = [rs[k] for rs in by_host.values()]
+    if len(chosen) < 2:
+        raise UsageError(f"a cluster of one endpoint: every rank runs on host {hosts[0]}; run ranks on two hosts or "
+                         "more (srun -N, mpirun -H, --hosts N), or --per-host all to test the ranks of one host")
+    return chosen
+
+
+def labels(hosts: list[str], chosen: list[int]) -> list[str]:
+    """How findings name each endpoint: its host, or host/rank where a host has several."""
+    names = [hosts[r] for r in chosen]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{hosts[r]}/r{r}" for r in chosen]
+
+
+class Ring:
+    """A ring's step (duck-typed for measure_point): every member sends a window to its successor
+    while receiving one from its predecessor; the row has each member's receive rate."""
+
+    name = "cluster-ring"
+    loops = BANDWIDTH_LOOPS
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+    def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
+        n, me = ctx.world.size, ctx.world.rank
+        nxt, prv = ctx.links[(me + 1) % n], ctx.links[(me - 1) % n]
+        post_send, post_recv = nxt.isender(Message(payload.sizes)), prv.ireceiver(Message(payload.sizes))
+        wait_all, window = ctx.transport.waiter(), range(self.window)
+
+        def step() -> None:
+            wait_all([post_recv() for _ in window] + [post_send() for _ in window])
+        return Side(step=step)
+
+    def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        moved = payload.nbytes * self.window
+        return {"links": [moved * r["n"] / max(r["wall_ns"], 1) * 1e3 for r in reports]}
+
+
+class Cluster(Benchmark):
+    name = "cluster"
+    help = ("cluster evaluation: latency and bandwidth between every pair of hosts, rings, bisection; names the "
+            "slow host, cable or dead node (as ClusterKit)")
+    units = ("Lat = p50 one-way latency (us) of a --lat-size ping-pong; MB/s = 10^6 B/s of a --window of --bw-size "
+             "messages (osu_bw); ring: each endpoint's receive rate; bisection: the sum over the cut's pairs")
+    metric, better = "mb_s", "higher"
+    tolerant = True
+    columns = [Column("round", "Round", 5, "{:d}"), Column("a", "From", -14), Column("b", "To", -14),
+               Column("lat_us", "Lat(us)", 10, US), Column("mb_s", "MB/s", 10, MBS), WRONG, Column("note", "Note", -1)]
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("cluster")
+        g.add_argument("--tests", default=",".join(TESTS),
+                       help=f"which tests, in order: {', '.join(TESTS)} (default all)")
+        g.add_argument("--per-host", default="auto", metavar="first|K|all",
+                       help="the rank that stands for each host: first, the K-th rank on it, or all ranks "
+                            "(default: first where ranks run on two hosts or more, else all)")
+        g.add_argument("--serial", action="store_true",
+                       help="pairwise one pair at a time (no cross-traffic; N(N-1)/2 turns, not N-1 rounds)")
+        g.add_argument("--lat-size", default="8", help="latency message size (default 8)")
+        g.add_argument("--bw-size", default="1M", help="bandwidth message size (default 1M)")
+        g.add_argument("-W", "--window", type=integer(1, 1 << 16), default=16,
+                       help="bandwidth messages per window (default 16)")
+        g.add_argument("--bw-time", type=number(above=0, hi=3600, what=" (seconds)"), default=0.5,
+                       help="seconds each bandwidth measurement runs after its warm-up (default 0.5)")
+        g.add_argument("--cuts", type=integer(0, 10_000), default=5,
+                       help="random bisection cuts (default 5): the worst and the median are reported")
+        g.add_argument("--slow-pct", type=number(above=0, hi=99, what=" (percent)"), default=25.0,
+                       help="a host or link is a finding when it is this much slower than the median and "
+                            "stands out of the spread (median/MAD; default 25)")
+
+    @classmethod
+    def ranks(cls, args: argparse.Namespace) -> int:
+        tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+        bad = [t for t in tests if t not in TESTS]
+        if bad or not tests:
+            raise UsageError(f"--tests {args.tests!r}: choose from {', '.join(TESTS)} (comma-separated)")
+        ph = args.per_host
+        if ph not in ("auto", "first", "all") and not (ph.isdigit() and len(ph) < 6):
+            raise UsageError(f"--per-host {ph!r}: give first, all, or a rank's index on its host (0, 1, ...)")
+        if args.hosts == 1:
+            raise UsageError("--hosts 1: a cluster of one host has no links to test; use --hosts 2 or more")
+        n = args.np if args.np is not None else (args.hosts or 4)
+        if n < 2:
+            raise UsageError(f"cluster needs two ranks or more, not --np {n}")
+        if args.hosts and ph.isdigit():  # the local launcher puts rank r in host r mod --hosts
+            fewest = n // args.hosts
+            if int(ph) >= fewest:
+                raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {args.hosts} some host runs {fewest} "
+                                 f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
+        return n
+
+    @classmethod
+    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+        return frozenset({"call", "stream", "exchange"})
+
+    @classmethod
+    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
+        lat, bw = parse_size(args.lat_size, "--lat-size"), parse_size(args.bw_size, "--bw-size")
+        if bw == 0:
+            raise UsageError("--bw-size must be at least 1 byte")
+        return [Payload(str(lat), (lat,)), Payload(str(bw), (bw,))], None
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        args = config.args
+        self.tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+        self.lat_payload, self.bw_payload = config.points
+        self.pair_config = dataclasses.replace(config, ranks=2)
+        self.latency, self.bandwidth = P2PLatency(self.pair_config), P2PBandwidth(self.pair_config)
+        self.ring = Ring(args.window)
+        self.lat_loops = Loops(args.iterations or 1000, 100 if args.warmup is None else args.warmup)
+        self.bw_loops = Loops(time=args.bw_time, warmup_time=min(0.2, args.bw_time / 4))
+        self.chosen: list[int] = []
+        self.names: list[str] = []
+        self.lat = self.bw = np.zeros((0, 0))  # rank 0: the pairwise matrices (NaN: not measured)
+        self.failed: list[dict] = []
+        self.rings: dict[str, list[dict]] = {}
+        self.cuts: list[dict] = []
+
+    def peers(self, world: World) -> list[int]:
+        return []  # every pair connects in a group of its own
+
+    def size_column(self, meta: dict) -> Column:
+        return TEST
+
+    def header(self, meta: dict) -> list[str]:
+        o = meta["options"]
+        lines = super().header(meta)
+        lines[2] = (f"# pairwise: {'one pair at a time (--serial)' if o.get('serial') else 'round-robin tournament'}, "
+                    f"ping-pong of {o.get('lat_size')} B ({o.get('iterations') or 1000} iterations), "
+                    f"window of {o.get('window')} x {o.get('bw_size')} B for {o.get('bw_time'):g} s; "
+                    f"tests: {o.get('tests')}; endpoints: --per-host {o.get('per_host')}; "
+                    f"findings: {o.get('slow_pct'):g} % off the median (median/MAD)")
+        return lines
+
+    def progress(self, world: World) -> tuple[int, str]:
+        k = len(set(world.hosts)) if self.config.args.per_host in ("auto", "first") else world.size
+        k = world.size if k < 2 else k
+        total = (k * (k - 1) // 2 if "pairwise" in self.tests else 0) + (2 * k if "ring" in self.tests else 0) + \
+            ((k // 2 + 1) * self.config.args.cuts if "bisection" in self.tests else 0)
+        return total, "rows"
+
+    # -- the schedule ---------------------------------------------------------------------
+    def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
+        world = ctx.world
+        plan = None
+        if world.rank == 0:
+            try:
+                plan = {"chosen": endpoints(world.hosts, self.config.args.per_host)}
+            except UsageError as exc:
+                plan = {"error": str(exc)}
+        plan = world.bcast_json("cluster-plan", plan)
+        if "error" in plan:
+            if world.rank == 0:
+                raise UsageError(plan["error"])
+            raise RunAborted(plan["error"], 2)
+        self.chosen = plan["chosen"]
+        self.names = labels(world.hosts, self.chosen)
+        k = len(self.chosen)
+        self.lat, self.bw = np.full((k, k), np.nan), np.full((k, k), np.nan)
+        rng = np.random.default_rng(self.config.args.seed)
+        for test in self.tests:
+            if test == "pairwise":
+                rounds = serial(k) if self.config.args.serial else tournament(k)
+                for r, pairs in enumerate(rounds, 1):
+                    yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
+            elif test == "ring":
+                yield from self._ring(ctx, "ring-ordered", list(range(k)))
+                yield from self._ring(ctx, "ring-random", [int(i) for i in rng.permutation(k)])
+            else:
+                for c in range(1, self.config.args.cuts + 1):
+                    live = self._live(ctx)
+                    order = [live[int(i)] for i in rng.permutation(len(live))]
+                    half = len(order) // 2
+                    cut = list(zip(order[:half], order[half:2 * half], strict=True))
+                    yield from self._pairs(ctx, "bisection", c, cut, latency=False)
+
+    def _live(self, ctx: Context) -> list[int]:
+        """Rank 0's word on which endpoints (indices) are still alive, the same on every rank."""
+        world = ctx.world
+        live = [i for i, r in enumerate(self.chosen) if r == 0 or not world.gone(r)] if world.rank == 0 else None
+        return list(world.bcast_json("cluster-live", live))  # type: ignore[arg-type]
+
+    def _pairs(self, ctx: Context, test: str, rnd: int, pairs: list[tuple[int, int]],
+               latency: bool) -> Iterator[tuple[Payload, dict | None]]:
+        """One round: every pair at once, after a barrier of the ranks still alive; rank 0 then gathers
+        each pair's result (its first rank's) and yields the rows."""
+        world, chosen = ctx.world, self.chosen
+        world.barrier(f"{test}-{rnd}", patient=True, survivors=True)
+        mine = next(((a, b) for a, b in pairs if world.rank in (chosen[a], chosen[b])), None)
+        if mine is not None:
+            a, b = mine
+            group = Group(world, [chosen[a], chosen[b]], f"{test}.{rnd}.{a}.{b}")
+            got = self._measure_pair(ctx, group, latency)
+            if group.rank == 0:
+                world.store.set(f"cluster/{test}/{rnd}/{a}", json.dumps(got).encode())
+        if world.rank != 0:
+            return
+        rows = []
+        for a, b in pairs:
+            blob = world.wait_key(f"cluster/{test}/{rnd}/{a}", chosen[a], patient=True, survivors=True)
+            got = json.loads(blob) if blob is not None else {"error": world.gone(chosen[a]) or "no result"}
+            row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
+                   "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
+                   "mb_s": got.get("mb_s"), "wrong": got.get("wrong"), "note": _short(got.get("error"))}
+            if "error" in got:
+                row["error"] = got["error"]
+                self.failed.append(row)
+            elif test == "pairwise":
+                self.lat[a, b] = self.lat[b, a] = got["lat_us"]
+                self.bw[a, b] = self.bw[b, a] = got["mb_s"]
+            rows.append(row)
+        if test == "bisection":
+            rates = [r["mb_s"] for r in rows if r["mb_s"] is not None]
+            total = {"test": "bisection-cut", "round": rnd, "a": f"{len(pairs)} pairs", "b": "",
+                     "mb_s": float(sum(rates)), "min_mb_s": min(rates, default=None),
+                     "note": f"slowest pair {min(rates):.1f} MB/s" if rates else "no pair measured",
+                     "pairs": len(pairs), "failed": len(pairs) - len(rates)}
+            self.cuts.append(total)
+            rows.append(total)
+        for row in rows:
+            yield self.bw_payload, row
+
+    def _measure_pair(self, ctx: Context, group: Group, latency: bool) -> dict:
+        """This rank's part of one pair: connect, latency, bandwidth, close. A peer's fault is the result."""
+        transport = type(ctx.transport)(group, self.pair_config)
+        try:
+            links = transport.connect([1 - group.rank])
+            got: dict = {"wrong": 0}
+            if latency:
+                row = measure_point(self._context(ctx, group, transport, links, self.lat_loops), self.latency,
+                                    self.lat_payload)
+                if row is not None:
+                    got.update(lat_us=row["p50_us"], lat_p99_us=row["p99_us"], wrong=row["wrong"])
+            row = measure_point(self._context(ctx, group, transport, links, self.bw_loops), self.bandwidth,
+                                self.bw_payload)
+            if row is not None:
+                got.update(mb_s=row["mb_s"], wrong=got["wrong"] + row["wrong"])
+            group.barrier("done", patient=True)  # nothing in flight when the transport closes
+            return got
+        except PeerError as exc:
+            group.fail(str(exc))
+            return {"error": str(exc)}
+        finally:
+            transport.close()
+
+    def _context(self, ctx: Context, group, transport, links, loops: Loops) -> Context:
+        return Context(group, transport, links, self.pair_config, loops, ctx.validate, ctx.seed, ctx.corrupt_every,
+                       ctx.quiet)
+
+    def _ring(self, ctx: Context, test: str, order: list[int]) -> Iterator[tuple[Payload, dict | None]]:
+        """Every live endpoint in ``order`` (indices) sends to the next while receiving from the one before."""
+        world = ctx.world
+        live = set(self._live(ctx))
+        order = [i for i in order if i in live]
+        members = [self.chosen[i] for i in order]
+        world.barrier(test, patient=True, survivors=True)
+        got: dict = {}
+        if world.rank in members:
+            group = Group(world, members, test)
+            transport = type(ctx.transport)(group, dataclasses.replace(self.config, ranks=len(members)))
+            try:
+                n = len(members)
+                links = transport.connect({(group.rank + 1) % n, (group.rank - 1) % n})
+                got = measure_point(self._context(ctx, group, transport, links, self.bw_loops), self.ring,
+                                    self.bw_payload) or {}
+                group.barrier("done", patient=True)  # a send may be written but not yet delivered
+            except PeerError as exc:
+                group.fail(str(exc))
+                got = {"error": str(exc)}
+            finally:
+                transport.close()
+            if group.rank == 0:
+                world.store.set(f"cluster/{test}", json.dumps(got).encode())
+        if world.rank != 0:
+            return
+        blob = world.wait_key(f"cluster/{test}", members[0], patient=True, survivors=True)
+        got = json.loads(blob) if blob is not None else {"error": world.gone(members[0]) or "no result"}
+        rows = []
+        for pos, i in enumerate(order):
+            prev = order[pos - 1]
+            rate = got["links"][pos] if "links" in got else None
+            rows.append({"test": test, "round": 1, "a": self.names[prev], "b": self.names[i],
+                         "a_rank": self.chosen[prev], "b_rank": self.chosen[i], "mb_s": rate,
+                         "note": _short(got.get("error"))})
+        self.rings[test] = rows
+        for row in rows:
+            yield self.bw_payload, row
+
+    # -- findings -------------------------------------------------------------------------
+    def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
+        share = self.config.args.slow_pct / 100
+        names, found = self.names, []
+        host_bw = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.bw]
+        host_lat = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.lat]
+        slow_hosts = set(outliers.outliers(host_bw, share, low=True))
+        med_bw, _ = outliers.median_mad(host_bw)
+        for i in sorted(slow_hosts):
+            found.append({"kind": "slow-host", "a": names[i], "mb_s": host_bw[i],
+                          "note": f"{names[i]}: median bandwidth to the others {host_bw[i]:.1f} MB/s, "
+                                  f"{host_bw[i] / med_bw * 100:.0f} % of the hosts' median {med_bw:.1f}"})
+        med_lat, _ = outliers.median_mad(host_lat)
+        for i in outliers.outliers(host_lat, 2 * share, low=False):
+            found.append({"kind": "slow-host-latency", "a": names[i], "lat_us": host_lat[i],
+                          "note": f"{names[i]}: median latency to the others {host_lat[i]:.1f} us, "
+                                  f"{host_lat[i] / med_lat:.1f}x the hosts' median {med_lat:.1f}"})
+        k = len(names)
+        pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(self.bw[a, b])]
+        for j in outliers.outliers([self.bw[a, b] for a, b in pairs], share, low=True):
+            a, b = pairs[j]
+            if a in slow_hosts or b in slow_hosts:
+                continue  # explained by the host
+            expect = min(host_bw[a], host_bw[b])
+            if self.bw[a, b] < expect * (1 - share):
+                found.append({"kind": "slow-link", "a": names[a], "b": names[b], "mb_s": float(self.bw[a, b]),
+                              "note": f"{names[a]} - {names[b]}: {self.bw[a, b]:.1f} MB/s where both hosts "
+                                      f"reach {expect:.1f} MB/s with the others"})
+        for row in self.failed:
+            found.append({"kind": "failed", "a": row["a"], "b": row["b"], "note": f"{row['test']} round {row['round']}"
+                          f" {row['a']} - {row['b']}: {row['error']}"})
+        for test, rows in self.rings.items():
+            rates = [r["mb_s"] if r["mb_s"] is not None else np.nan for r in rows]
+            for j in outliers.outliers(rates, share, low=True):
+                found.append({"kind": "slow-ring-link", "a": rows[j]["a"], "b": rows[j]["b"], "mb_s": rates[j],
+                              "note": f"{test}: {rows[j]['a']} -> {rows[j]['b']} {rates[j]:.1f} MB/s, the ring's "
+                                      f"median {outliers.median_mad(rates)[0]:.1f}"})
+        lines = [f"# findings ({len(names)} endpoints; {self.config.args.slow_pct:g} % off the median and out of "
+                 f"its spread; hosts by their median over all pairs):"]
+        summary = self._summary(host_bw, host_lat)
+        lines += [f"#   {s}" for s in summary]
+        lines += [f"#   {f['kind']}: {f['note']}" for f in found] or ["#   no outliers: every host and link "
+                                                                      "within the threshold"]
+        rows = [{"test": "finding", **f} for f in found]
+        rows += [{"test": "summary", "note": s} for s in summary]
+        return lines, rows
+
+    def _summary(self, host_bw: list[float], host_lat: list[float]) -> list[str]:
+        out = []
+        if np.isfinite(self.bw).any():
+            out.append(f"pairwise: median {outliers.median_mad(host_bw)[0]:.1f} MB/s, "
+                       f"{outliers.median_mad(host_lat)[0]:.2f} us; slowest pair {np.nanmin(self.bw):.1f} MB/s")
+        for test, rows in self.rings.items():
+            rates = [r["mb_s"] for r in rows if r["mb_s"] is not None]
+            if rates:
+                out.append(f"{test}: slowest link {min(rates):.1f} MB/s, median {float(np.median(rates)):.1f}")
+        if self.cuts:
+            totals = sorted(c["mb_s"] for c in self.cuts)
+            per = [c["mb_s"] / max(c["pairs"], 1) for c in self.cuts]
+            out.append(f"bisection over {len(totals)} cuts: worst {totals[0]:.1f} MB/s, median "
+                       f"{float(np.median(totals)):.1f} ({min(per):.1f} / {float(np.median(per)):.1f} per pair)")
+        return out
+
+
+def _short(error: str | None) -> str | None:
+    """A failure's reason in one table cell."""
+    if not error:
+        return None
+    return error if len(error) <= 90 else error[:87] + "..."

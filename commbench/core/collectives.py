@@ -1,0 +1,174 @@
+"""Collectives over the rendezvous store, for the whole world and for groups of its ranks.
+
+``Collectives`` is what World and Group share: all-gather, broadcast, gather and barrier, made of
+``set`` and ``get`` on keys named by the caller's order of calls (every member calls the same
+collectives in the same order). A ``Group`` is some of the world's ranks, renumbered 0..k-1 in the
+order given, with keys of its own: a transport built on a group connects only its members, so a
+cluster evaluation can open a pair, measure it and close it while other pairs do the same.
+
+In a tolerant run (a cluster evaluation, where a dead node is a finding, not the end) a wait asks
+the store, once a second, whether the rank it waits for has died or stopped heartbeating, or whether
+a member gave up on the group's work (``Group.fail``); then it raises PeerError naming that rank
+and host (or, for ``survivors`` barriers, goes on without it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from commbench.core.errors import PeerError, PeerTimeout
+
+POLL_S = 1.0  # a tolerant wait asks whether its rank is still alive this often
+STALE_GRACE = 2.0  # as the watchdog's: a heartbeat older than timeout + this is a stopped rank
+
+
+class Collectives:
+    """Collectives over ``store`` among ``members`` (world ranks), this process being ``rank``."""
+
+    rank: int
+    size: int
+    members: tuple[int, ...]
+    timeout: float
+    tolerant: bool
+    store: object  # rendezvous.StoreClient
+    _tag = ""
+
+    def _key(self, name: str) -> str:
+        self._seq += 1
+        return f"{self._tag}{self._seq}:{name}"
+
+    def describe(self, rank: int) -> str:
+        raise NotImplementedError
+
+    def gone(self, rank: int) -> str | None:
+        """Why member ``rank`` has left the run (died, or stopped heartbeating), or None while it lives."""
+        status = self.store.status(self.timeout + STALE_GRACE)  # type: ignore[attr-defined]
+        world_rank = self.members[rank]
+        for r, why in status.get("dead", []):
+            if r == world_rank:
+                return str(why)
+        for r, host, age in status.get("stale", []):
+            if r == world_rank:
+                return f"rank {r} on host {host} stopped responding (no heartbeat for {age:g} s)"
+        return None
+
+    def failed(self) -> str | None:
+        """Why a member gave up on this group's work (Group.fail), or None."""
+        return None
+
+    def wait_key(self, key: str, rank: int, patient: bool, survivors: bool = False) -> bytes | None:
+        """The value member ``rank`` sets at key. Not ``patient``: within the run's timeout. In a tolerant
+        run a dead member raises PeerError (``survivors``: returns None)."""
+        if not self.tolerant:
+            return self._patient_get(key) if patient else self.store.get(key)  # type: ignore[attr-defined]
+        deadline = None if patient else time.monotonic() + self.timeout
+        while True:
+            try:
+                return self.store.get(key, POLL_S)  # type: ignore[attr-defined]
+            except PeerTimeout:
+                pass
+            why = self.gone(rank) or self.failed()
+            if why:
+                if survivors:
+                    return None
+                raise PeerError(why)
+            if deadline is not None and time.monotonic() > deadline:
+                raise PeerTimeout(f"no answer from {self.describe(rank)} within {self.timeout:g} s (see --timeout)")
+
+    def _patient_get(self, key: str) -> bytes:
+        """Wait for key as long as every rank lives: a rank that dies or aborts ends the wait at once
+        (the store says so), one that stops or hangs is caught by the watchdogs (stale heartbeats)."""
+        while True:
+            try:
+                return self.store.get(key)  # type: ignore[attr-defined]
+            except PeerTimeout:
+                continue
+
+    def allgather(self, name: str, value: bytes, patient: bool = False, survivors: bool = False) -> list[bytes | None]:
+        """Every member's value (None for a member gone, with ``survivors``)."""
+        key = self._key(name)
+        self.store.set(f"{key}/{self.rank}", value)  # type: ignore[attr-defined]
+        return [value if r == self.rank else self.wait_key(f"{key}/{r}", r, patient, survivors)
+                for r in range(self.size)]
+
+    def allgather_json(self, name: str, obj: object) -> list:
+        return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]  # type: ignore[arg-type]
+
+    def bcast_json(self, name: str, obj: object = None, root: int = 0, timeout: float | None = None) -> object:
+        """Root's obj on every member; ``timeout`` (default the run's) bounds the wait for it."""
+        key = self._key(name)
+        if self.rank == root:
+            self.store.set(key, json.dumps(obj).encode())  # type: ignore[attr-defined]
+            return obj
+        if self.tolerant and timeout is None:
+            return json.loads(self.wait_key(key, root, False))  # type: ignore[arg-type]
+        return json.loads(self.store.get(key, timeout))  # type: ignore[attr-defined]
+
+    def gather_json(self, name: str, obj: object, root: int = 0, patient: bool = False,
+                    survivors: bool = False) -> list | None:
+        """Every member's obj on root (None for a member gone, with ``survivors``), None elsewhere."""
+        key = self._key(name)
+        if self.rank != root:
+            self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())  # type: ignore[attr-defined]
+            return None
+        got = [None if r == root else self.wait_key(f"{key}/{r}", r, patient, survivors) for r in range(self.size)]
+        return [obj if r == root else None if b is None else json.loads(b) for r, b in enumerate(got)]
+
+    def barrier(self, name: str = "barrier", patient: bool = False, survivors: bool = False) -> None:
+        """Every member reaches this point. ``patient``: wait as long as the others live (a rank that only
+        answers waits here while another measures a long point), not the run's timeout; ``survivors``
+        (tolerant runs): every member still alive. Through the root: 2(n - 1) store requests, not n^2."""
+        key = self._key(name)
+        if self.rank != 0:
+            self.store.set(f"{key}/{self.rank}", b"")  # type: ignore[attr-defined]
+            self.wait_key(f"{key}/go", 0, patient)
+            return
+        for r in range(1, self.size):
+            self.wait_key(f"{key}/{r}", r, patient, survivors)
+        self.store.set(f"{key}/go", b"")  # type: ignore[attr-defined]
+
+    def check_alive(self) -> None:
+        """Raise PeerError if a member has died, RunAborted if one aborted: for loops waiting on a peer."""
+        self.store.check()  # type: ignore[attr-defined]
+        if self.tolerant:
+            for r in range(self.size):
+                why = r != self.rank and self.gone(r)
+                if why:
+                    raise PeerError(why)
+
+
+class Group(Collectives):
+    """Some of the world's ranks (``members``, world ranks in the group's order), renumbered from 0,
+    with collectives of their own: what a transport needs of a world to connect them."""
+
+    def __init__(self, world, members: list[int] | tuple[int, ...], tag: str) -> None:
+        if world.rank not in members:
+            raise ValueError(f"rank {world.rank} is not in group {tag} {members}")
+        self.world = world
+        self.members = tuple(members)
+        self.rank = self.members.index(world.rank)
+        self.size = len(self.members)
+        self._tag = f"g{tag}/"
+        self._seq = 0
+        self.store = world.store
+        self.timeout = world.timeout
+        self.tolerant = world.tolerant
+        self.placement = world.placement
+        self.host = world.host
+        self.bind = world.bind
+        self.hosts = [world.hosts[m] for m in self.members]
+        self.addresses = [world.addresses[m] for m in self.members]
+
+    def describe(self, rank: int) -> str:
+        return self.world.describe(self.members[rank])
+
+    def fail(self, why: str) -> None:
+        """This member gives up on the group's work (a peer's fault): members waiting for it stop too."""
+        self.store.set(f"{self._tag}failed", f"{self.world.describe(self.world.rank)} gave up: {why}".encode())
+
+    def failed(self) -> str | None:
+        try:
+            return self.store.get(f"{self._tag}failed", 0).decode(errors="replace")
+        except PeerTimeout:
+            return None
