@@ -197,8 +197,11 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     own = bench_cls.plan_points(args)
     if args.message_size is not None and (own or args.payload):
         instead = f"--payload {args.payload} sets the message" if args.payload else \
-            f"{bench_cls.name} sweeps -b/--minbytes to -e/--maxbytes"
+            f"{bench_cls.name} takes its sizes from {bench_cls.size_options}"
         raise UsageError(f"-m/--message-size {args.message_size} is not used here: {instead}; drop -m")
+    if own and args.payload:
+        raise UsageError(f"--payload {args.payload} is not used here: {bench_cls.name} takes its sizes from "
+                         f"{bench_cls.size_options}; drop --payload")
     points, spec = own or plan_points(args)
     config = RunConfig(freeze(args), ranks, poll, tuple(points), spec, loops)
     from commbench.launch.local import here_or_launch

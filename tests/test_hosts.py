@@ -4,6 +4,7 @@ the shaped rate measured by a commbench bandwidth run across them, benchmarks an
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 
@@ -34,19 +35,36 @@ def test_hosts_up_without_root():
     assert p.returncode == 2 and "needs root" in p.stderr and "sudo" in p.stderr and "Traceback" not in p.stderr
 
 
+SET = "h" + secrets.token_hex(2)[:3]  # this module's own set of hosts: nobody else's are touched
+SET_ENV = {"COMMBENCH_HOSTS_SET": SET}
+
+
+def cb(*args: str, **kw):
+    """commbench with this module's set of hosts."""
+    return commbench(*args, env=SET_ENV, **kw)
+
+
+def name(i: int) -> str:
+    return f"cbh{i}.{SET}"
+
+
+def namespaces() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
 @pytest.fixture
 def emulated():
-    yield lambda *a: commbench("hosts", "up", *a)
-    commbench("hosts", "down")
+    yield lambda *a: cb("hosts", "up", *a)
+    cb("hosts", "down")
 
 
 def bandwidth_mb_s(hosts: int, tmp_path, *extra: str) -> float:
     out = tmp_path / f"bw{hosts}.jsonl"
-    r = commbench("p2p-bandwidth", "--hosts", str(hosts), "-m", "1M:1M", "-W", "16", "-i", "8", "-x", "2",
-                  "--validate", "-o", str(out), *extra, timeout=300)
+    r = cb("p2p-bandwidth", "--hosts", str(hosts), "-m", "1M:1M", "-W", "16", "-i", "8", "-x", "2",
+           "--validate", "-o", str(out), *extra, timeout=300)
     assert r.code == 0, r.err
     (run,) = read_runs(out)
-    assert sorted(set(run.meta["hosts"])) == [f"cbh{i}" for i in range(min(hosts, 2))]
+    assert sorted(set(run.meta["hosts"])) == [name(i) for i in range(min(hosts, 2))]
     (row,) = run.rows
     assert row["wrong"] == 0
     return row["mb_s"]
@@ -59,13 +77,32 @@ def test_two_hosts_at_100mbit(emulated, tmp_path):
     r = emulated("2", "--rate", "100mbit")
     assert r.code == 0 and "2 hosts up at 100mbit" in r.out, r.err
     assert emulated("2", "--rate", "100mbit").code == 0  # idempotent: up again replaces it
-    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "cbh0" in ns and "cbh1" in ns and "cbh2" not in ns
+    ns = namespaces()
+    assert name(0) in ns and name(1) in ns and name(2) not in ns
     mb_s = bandwidth_mb_s(2, tmp_path)
     assert abs(mb_s - 12.5) / 12.5 < 0.15, mb_s  # 100 Mbit/s = 12.5 MB/s
-    down = commbench("hosts", "down")
-    assert down.code == 0 and "removed cbh0, cbh1" in down.out
-    assert "cb" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    down = cb("hosts", "down")
+    assert down.code == 0 and f"removed {name(0)}, {name(1)}" in down.out
+    assert f".{SET}" not in namespaces()
+
+
+@ROOT_ONLY
+@pytest.mark.root
+def test_two_sets_of_hosts_never_touch_each_other(emulated):
+    """A second set up and down beside the first leaves the first's hosts, links and state alone."""
+    assert emulated("2", "--rate", "1gbit").code == 0
+    other = "o" + SET[1:]
+    try:
+        r = commbench("hosts", "up", "3", "--set", other)
+        assert r.code == 0 and f"cbh2.{other}" in r.out, r.err
+        subnets = {cb("hosts", "status").out.split('"subnet": ')[1].split(",")[0],
+                   commbench("hosts", "status", "--set", other).out.split('"subnet": ')[1].split(",")[0]}
+        assert len(subnets) == 2, subnets  # each set has a subnet of its own
+    finally:
+        assert commbench("hosts", "down", "--set", other).code == 0
+    assert name(0) in namespaces() and name(1) in namespaces() and f".{other}" not in namespaces()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"cb{SET}br0" in links and f"cb{other}" not in links
 
 
 @ROOT_ONLY
@@ -76,32 +113,32 @@ def test_three_hosts_at_300mbit_carry_benchmarks_and_the_ps_emulator(emulated, t
     mb_s = bandwidth_mb_s(3, tmp_path)
     assert abs(mb_s - 37.5) / 37.5 < 0.15, mb_s
     out = tmp_path / "ps.jsonl"
-    r = commbench("ps-throughput", "--hosts", "3", "--rpc", "packed", "--workers", "2", "--ps", "1", "--payload",
+    r = cb("ps-throughput", "--hosts", "3", "--rpc", "packed", "--workers", "2", "--ps", "1", "--payload",
                   "small_cnn", "-i", "5", "--validate", "--traffic", "-o", str(out), timeout=300)
     assert r.code == 0, r.err
-    assert "cbh0, cbh1, cbh2" in r.out and table_rows(r.out)[0][-1] == "0"
+    assert f"{name(0)}, {name(1)}, {name(2)}" in r.out and table_rows(r.out)[0][-1] == "0"
     # --traffic between hosts: captured in the root namespace, where their links meet; a worker-step
     # pushes the model's gradients and pulls its variables (tcp: the bytes and a small frame each)
     traffic = {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == "ps-throughput-traffic"}
     nbytes = load("small_cnn").nbytes
     assert set(traffic) == {("worker", "ps"), ("ps", "worker")}
     assert all(nbytes <= x["bytes_step"] < 1.01 * nbytes and x["steps"] == 10 for x in traffic.values()), traffic
-    r = commbench("p2p-latency", "--hosts", "5", "-m", "8")
-    assert r.code == 2 and "--hosts 5: 3 emulated hosts are up" in r.err
+    r = cb("p2p-latency", "--hosts", "5", "-m", "8")
+    assert r.code == 2 and f"--hosts 5: 3 emulated hosts are up in set {SET}" in r.err
 
 
 @ROOT_ONLY
 @pytest.mark.root
 def test_a_failed_up_removes_what_it_made(emulated):
-    subprocess.run(["ip", "link", "add", "cbe1", "type", "bridge"], check=True)  # in the way of host 1's veth
+    subprocess.run(["ip", "link", "add", f"cb{SET}e1", "type", "bridge"], check=True)  # in host 1's veth's way
     try:
         r = emulated("3", "--rate", "1gbit")
-        assert r.code == 2 and r.err.count("\n") == 1 and "ip link add cbv1" in r.err, r.err
-        assert "cb" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert r.code == 2 and r.err.count("\n") == 1 and f"ip link add cb{SET}v1" in r.err, r.err
+        assert f".{SET}" not in namespaces()
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert "cbbr0" not in links and "cbv0" not in links  # the bridge and host 0's pair are gone too
+        assert f"cb{SET}br0" not in links and f"cb{SET}v0" not in links  # the bridge and host 0's pair are gone too
     finally:
-        subprocess.run(["ip", "link", "del", "cbe1"], check=False)
+        subprocess.run(["ip", "link", "del", f"cb{SET}e1"], check=False)
 
 
 @ROOT_ONLY
@@ -109,20 +146,20 @@ def test_a_failed_up_removes_what_it_made(emulated):
 def test_up_clears_a_pair_that_outlived_its_host(emulated):
     """A rank still inside a host when it was taken down keeps the namespace, and its veth pair, alive
     without a name; the next up must not fail on the pair's name (it did: 'File exists')."""
-    subprocess.run(["ip", "link", "add", "cbv0", "type", "veth", "peer", "name", "cbstale0"], check=True)
+    subprocess.run(["ip", "link", "add", f"cb{SET}v0", "type", "veth", "peer", "name", "cbstale0"], check=True)
     try:
         r = emulated("2")
         assert r.code == 0, r.err
-        assert commbench("hosts", "down").code == 0
+        assert cb("hosts", "down").code == 0
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert "cbv0" not in links and "cbstale0" not in links
+        assert f"cb{SET}v0" not in links and "cbstale0" not in links
     finally:
-        subprocess.run(["ip", "link", "del", "cbv0"], check=False)
+        subprocess.run(["ip", "link", "del", f"cb{SET}v0"], check=False)
 
 
 def one_mib_latency_us(tmp_path, name: str) -> float:
     out = tmp_path / f"{name}.jsonl"
-    r = commbench("p2p-latency", "--hosts", "2", "-m", "1M:1M", "-i", "20", "-x", "3", "-o", str(out), timeout=300)
+    r = cb("p2p-latency", "--hosts", "2", "-m", "1M:1M", "-i", "20", "-x", "3", "-o", str(out), timeout=300)
     assert r.code == 0, r.err
     return read_runs(out)[0].rows[0]["p50_us"]
 

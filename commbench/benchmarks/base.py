@@ -66,6 +66,7 @@ class Benchmark(ABC):
     metric: ClassVar[str]  # the row key report and compare read
     better: ClassVar[str] = "lower"  # or "higher"
     tolerant: ClassVar[bool] = False  # a rank that dies is a finding, not the end of the run (cluster)
+    size_options: ClassVar[str] = "-m or --payload"  # where its message sizes come from (plan_points' options)
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config

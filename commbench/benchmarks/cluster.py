@@ -126,6 +126,7 @@ class Cluster(Benchmark):
              "messages (osu_bw); ring: each endpoint's receive rate; bisection: the sum over the cut's pairs")
     metric, better = "mb_s", "higher"
     tolerant = True
+    size_options = "--lat-size and --bw-size"
     columns = [Column("round", "Round", 5, "{:d}"), Column("a", "From", -14), Column("b", "To", -14),
                Column("lat_us", "Lat(us)", 10, US), Column("mb_s", "MB/s", 10, MBS), WRONG, Column("note", "Note", -1)]
 

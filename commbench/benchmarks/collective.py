@@ -96,6 +96,8 @@ class Collective(Benchmark):
     def needs(cls, args: argparse.Namespace) -> frozenset[str]:
         return frozenset({f"native:{cls.op}"} if args.algorithm == "native" else {"exchange"})
 
+    size_options = "-b/--minbytes to -e/--maxbytes"
+
     @classmethod
     def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
         if args.payload:

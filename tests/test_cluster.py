@@ -1,0 +1,247 @@
+"""commbench cluster: the schedule (every pair once, disjoint rounds), the endpoints, robust outliers,
+bad input, runs on loopback, a rank killed mid-run (a finding, the run goes on), a run killed
+mid-way (its rows kept), and, as root, the planted slow host found on 8 emulated hosts over tcp,
+mpi and grpc-cpp, and a rack uplink seen by bisection but not by the pairs inside a rack."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ENV, commbench, grpc_cpp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.benchmarks.cluster import endpoints, serial, tournament
+from commbench.core.errors import UsageError
+from commbench.core.outliers import outliers
+from commbench.core.results import read_runs
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
+QUICK = ["--bw-size", "64K", "-W", "8", "--bw-time", "0.1", "-i", "200", "-x", "20", "--cuts", "2"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 80))
+def test_tournament_meets_every_pair_once_in_disjoint_rounds(n):
+    rounds = tournament(n)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    seen = [p for r in rounds for p in r]
+    assert sorted(seen) == [(a, b) for a in range(n) for b in range(a + 1, n)]
+    for r in rounds:
+        ranks = [x for p in r for x in p]
+        assert len(ranks) == len(set(ranks)) and len(r) == n // 2  # disjoint, and everyone plays (one bye if odd)
+    assert sorted(p for r in serial(n) for p in r) == sorted(seen) and all(len(r) == 1 for r in serial(n))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=12), st.sampled_from(
+    ["auto", "first", "all", "0", "1", "2"]))
+def test_endpoints_take_one_rank_per_host_or_say_why_not(hosts, per_host):
+    per = {h: [r for r, x in enumerate(hosts) if x == h] for h in dict.fromkeys(hosts)}
+    try:
+        chosen = endpoints(hosts, per_host)
+    except UsageError as exc:
+        text = str(exc)
+        assert "\n" not in text
+        assert len(per) == 1 or per_host.isdigit(), text
+        return
+    if per_host == "all" or (per_host == "auto" and len(per) == 1):
+        assert chosen == list(range(len(hosts)))
+    else:
+        k = 0 if not per_host.isdigit() else int(per_host)
+        assert chosen == [rs[k] for rs in per.values()]
+    assert len(chosen) >= 2
+
+
+def test_outliers_find_the_planted_value_and_nothing_in_noise():
+    rng = __import__("numpy").random.default_rng(5)
+    noisy = list(100 + rng.normal(0, 3, 16))
+    assert outliers(noisy, 0.25, low=True) == [] and outliers(noisy, 0.25, low=False) == []
+    planted = noisy[:5] + [30.0] + noisy[6:]
+    assert outliers(planted, 0.25, low=True) == [5]
+    assert outliers([100, 100, 100, 100, 70], 0.25, low=True) == [4]  # no spread: the gap alone decides
+    assert outliers([100, 100, 100, 80], 0.25, low=True) == []  # 20 % is within the threshold
+    assert outliers([float("nan"), 100, 100, 10], 0.25, low=True) == [3]
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--hosts", "1"], "--hosts 1"), (["--np", "4", "--hosts", "4", "--per-host", "1"], "--per-host 1"),
+    (["--per-host", "second"], "second"), (["--tests", "pairwise,mesh"], "mesh"), (["--np", "1"], "--np"),
+    (["--bw-size", "0"], "--bw-size"), (["--bw-time", "nan"], "--bw-time"), (["-m", "8"], "--lat-size"),
+    (["--payload", "resnet50"], "--payload"), (["--slow-pct", "100"], "--slow-pct"),
+])
+def test_bad_cluster_input_is_one_line(args, word):
+    r = commbench("cluster", *args, timeout=60)
+    assert r.code == 2 and r.err.count("\n") == 1 and word in r.err and "Traceback" not in r.err, r.err
+    assert r.out == ""
+
+
+def test_one_host_with_per_host_first_is_one_line():
+    """Known only once the ranks run (they report their hosts): rank 0 says it, the others end quietly."""
+    r = commbench("cluster", "--np", "3", "--per-host", "first", *QUICK, timeout=120)
+    assert r.code == 2 and r.err.count("\n") == 1 and "one endpoint" in r.err and "--per-host all" in r.err, r.err
+
+
+@pytest.mark.parametrize("hosts_args", [
+    ["hosts", "up", "8", "--rate-of", "8=100mbit"], ["hosts", "up", "8", "--rate-of", "five=1gbit"],
+    ["hosts", "up", "8", "--rate-of", "3=fast"], ["hosts", "up", "6", "--racks", "4"],
+    ["hosts", "up", "4", "--uplink", "1gbit"], ["hosts", "up", "4", "--set", "Bad-Set"],
+])
+def test_bad_hosts_input_is_one_line(hosts_args):
+    r = commbench(*hosts_args)
+    assert r.code == 2 and r.err.count("\n") == 1 and "Traceback" not in r.err, r.err
+
+
+def cluster_rows(path: Path) -> tuple[dict, list[dict]]:
+    (run,) = read_runs(path)
+    return run.meta, run.rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "mpi"], grpc_cpp()])
+def test_cluster_on_loopback_measures_every_pair_ring_and_cut(tmp_path, transport):
+    out = tmp_path / "c.jsonl"
+    r = commbench("cluster", "--np", "4", *transport, *QUICK, "-o", str(out), timeout=240)
+    assert r.code == 0, r.err
+    meta, rows = cluster_rows(out)
+    pairs = [x for x in rows if x["test"] == "pairwise"]
+    assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    assert all(x["mb_s"] > 0 and x["lat_us"] > 0 and x["wrong"] == 0 and not x.get("error") for x in pairs), pairs
+    rings = [x for x in rows if x["test"].startswith("ring")]
+    assert len(rings) == 8 and all(x["mb_s"] > 0 for x in rings), rings
+    cuts = [x for x in rows if x["test"] == "bisection-cut"]
+    assert len(cuts) == 2 and all(c["pairs"] == 2 and c["failed"] == 0 and c["mb_s"] > 0 for c in cuts)
+    assert "# findings (4 endpoints" in r.out and "#   pairwise: median" in r.out, r.out  # (loopback: no verdict)
+    assert [x for x in rows if x["test"] == "summary"]  # the findings are in the file too
+
+
+def rank_pids(launcher: int) -> dict[int, int]:
+    """The local launcher's ranks: rank -> pid (from their environment)."""
+    out = {}
+    for child in subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True).stdout.split():
+        try:
+            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for kv in env:
+            if kv.startswith(b"COMMBENCH_RANK="):
+                out[int(kv.split(b"=", 1)[1])] = int(child)
+    return out
+
+
+def wait_rows(path: Path, n: int, proc: subprocess.Popen, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.exists() and path.read_text().count('"type": "row"') >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} rows in {path} after {limit} s (rc {proc.poll()})")
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_mid_run_is_a_finding_and_the_run_goes_on(tmp_path):
+    out = tmp_path / "dies.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "cluster", "--np", "6", *QUICK, "--tests",
+                             "pairwise,ring", "--bw-time", "0.3", "--timeout", "10", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    wait_rows(out, 3, proc)  # round 1 is in
+    os.kill(rank_pids(proc.pid)[4], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 1, stderr  # the launcher reports the killed rank
+    assert "rank 4" in stderr and "Traceback" not in stderr, stderr
+    _, rows = cluster_rows(out)
+    pairs = [x for x in rows if x["test"] == "pairwise"]
+    assert len(pairs) == 15  # every pair has its row, measured or failed
+    failed = [x for x in pairs if x.get("error")]
+    assert failed and all(4 in (x["a_rank"], x["b_rank"]) for x in failed), failed
+    assert all(x["mb_s"] > 0 for x in pairs if 4 not in (x["a_rank"], x["b_rank"]))  # the others measured
+    assert all("rank 4" in x["error"] for x in failed), failed
+    ring = [x for x in rows if x["test"] == "ring-ordered"]
+    assert len(ring) == 5 and all(x["mb_s"] > 0 for x in ring), ring  # the ring of the five left alive
+    assert "failed: pairwise" in stdout
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_way_keeps_its_completed_rows(tmp_path):
+    out = tmp_path / "killed.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "cluster", "--np", "6", *QUICK, "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    wait_rows(out, 7, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank at once
+    proc.communicate(timeout=30)
+    lines = out.read_text().splitlines()
+    rows = [json.loads(x) for x in lines[1:]]  # every line whole
+    assert json.loads(lines[0])["type"] == "meta" and len(rows) >= 7
+    assert [x["round"] for x in rows[:6]] == [1, 1, 1, 2, 2, 2] and all(x["mb_s"] > 0 for x in rows[:6])
+
+
+# -- emulated clusters (root) ------------------------------------------------------------
+@pytest.fixture
+def host_set():
+    """A set of emulated hosts of this test's own: no other test's or user's hosts are touched."""
+    s = "c" + secrets.token_hex(2)[:3]
+    yield s
+    commbench("hosts", "down", "--set", s)
+
+
+def findings(rows: list[dict]) -> list[dict]:
+    return [x for x in rows if x["test"] == "finding"]
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "tcp", "--serial", "--tests", "pairwise"],
+                                       ["-t", "mpi", "--tests", "pairwise"],
+                                       grpc_cpp("--tests", "pairwise")])
+def test_the_slow_host_of_eight_is_found_and_no_other(host_set, tmp_path, transport):
+    up = commbench("hosts", "up", "8", "--rate", "1gbit", "--rate-of", "5=200mbit", "--set", host_set)
+    assert up.code == 0 and f"cbh5.{host_set} at 200mbit" in up.out, up.err
+    out = tmp_path / "c.jsonl"
+    r = commbench("cluster", "--hosts", "8", "--host-set", host_set, *transport, "-o", str(out), timeout=400)
+    assert r.code == 0, r.err
+    meta, rows = cluster_rows(out)
+    assert sorted(set(meta["hosts"])) == sorted(f"cbh{i}.{host_set}" for i in range(8))
+    slow = [x for x in findings(rows) if x["kind"].startswith("slow")]
+    assert [(x["kind"], x["a"]) for x in slow] == [("slow-host", f"cbh5.{host_set}")], (slow, r.out)
+    assert 20 < slow[0]["mb_s"] < 26, slow  # 200 Mbit/s = 25 MB/s
+    assert f"slow-host: cbh5.{host_set}" in r.out
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_rack_uplink_shows_in_bisection_not_in_the_pairs_inside_a_rack(host_set, tmp_path):
+    """2 racks of 4 hosts at 400 Mbit/s (50 MB/s), joined by 400 Mbit/s uplinks: a cut's pairs that
+    cross the racks share 50 MB/s; a pair inside a rack has its hosts' rate."""
+    up = commbench("hosts", "up", "8", "--rate", "400mbit", "--racks", "2", "--uplink", "400mbit", "--set", host_set)
+    assert up.code == 0 and "in 2 racks" in up.out, up.err
+    out = tmp_path / "racks.jsonl"
+    r = commbench("cluster", "--hosts", "8", "--host-set", host_set, "--serial", "--tests", "pairwise,bisection",
+                  "--cuts", "10", "--bw-time", "1", "-o", str(out), timeout=400)
+    assert r.code == 0, r.err
+    _, rows = cluster_rows(out)
+    rack = {f"cbh{i}.{host_set}": i // 4 for i in range(8)}
+    inside = [x["mb_s"] for x in rows if x["test"] == "pairwise" and rack[x["a"]] == rack[x["b"]]]
+    assert len(inside) == 12 and min(inside) > 0.8 * 50, inside  # serial: one pair, its hosts' rate
+    by_cut: dict[int, list[dict]] = {}
+    for x in rows:
+        if x["test"] == "bisection":
+            by_cut.setdefault(x["round"], []).append(x)
+    for cut, pairs in by_cut.items():
+        local = [x["mb_s"] for x in pairs if rack[x["a"]] == rack[x["b"]]]
+        for way in ((0, 1), (1, 0)):  # what crosses one way shares that way's uplink (50 MB/s; links are duplex)
+            cross = [x["mb_s"] for x in pairs if (rack[x["a"]], rack[x["b"]]) == way]
+            assert sum(cross) < 1.2 * 50, (cut, way, cross)
+        assert all(v > 0.75 * 50 for v in local), (cut, local)  # what stays in a rack runs at its hosts' rate
+    worst = min(x["mb_s"] for x in rows if x["test"] == "bisection-cut")
+    assert worst < 0.8 * 4 * 50, worst  # a cut sends two pairs or more one way across (P = 1 - 0.43^10): below the sum
