@@ -176,7 +176,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if poll not in transport_cls.poll_modes:
         raise UsageError(f"the {args.transport} transport waits inside its own library and has no {poll} "
                          f"mode (it has: {', '.join(transport_cls.poll_modes)}); drop --poll {poll}")
-    ranks = bench_cls.ranks(args)
+    ranks = launched_ranks(bench_cls, args)
     if args.port and args.port + ranks > 65535:
         raise UsageError(f"--port {args.port} leaves no room for the data ports of {ranks} ranks (P + 1 .. P + "
                          f"{ranks}): use a port of at most {65535 - ranks}")
@@ -212,6 +212,25 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from commbench.benchmarks.runner import run_rank
 
     return run_rank(placement, bench_cls, transport_cls, config)
+
+
+def launched_ranks(bench_cls, args: argparse.Namespace) -> int:
+    """The ranks the options ask for; under mpirun or srun without --np, the launcher's size where the
+    benchmark takes that many (an all-reduce on 16 tasks): then ``args.np`` is set to it, as if given."""
+    from commbench.core.placement import detect
+
+    ranks = bench_cls.ranks(args)
+    placed = detect(port=args.port) if args.np is None else None
+    if placed is None or placed.launcher == "local" or placed.size == ranks:
+        return ranks
+    args.np = placed.size
+    try:
+        if bench_cls.ranks(args) == placed.size:
+            return placed.size
+    except UsageError:
+        pass  # e.g. an odd size for pairs
+    args.np = None  # the launcher's size is refused below, naming both
+    return ranks
 
 
 def check_capabilities(bench_cls, args: argparse.Namespace, ranks: int, transport_cls, registry: dict) -> None:

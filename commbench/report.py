@@ -35,7 +35,7 @@ def metric_of(meta: dict) -> dict:
     return {"key": cls.metric, "better": cls.better} if cls else TRAINING
 
 
-NOT_BY_SIZE = ("ps-throughput", "train", "predict")  # every other benchmark is plotted over message size
+NOT_BY_SIZE = ("ps-throughput", "train", "predict", "cluster")  # every other one is plotted over message size
 KEYS = ("transport", "mode", "poll", "payload", "size", "workers", "ps", "algorithm", "count", "strategy", "model",
         "batch", "label")
 
@@ -185,7 +185,68 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
         made.append(("Training: predicted and measured", p, table))
     if traffic.any():
         made.append(traffic_figure(plt, df[traffic], out / "traffic.png"))
+    cl = df[df.bench == "cluster"]
+    for i, (_, g) in enumerate(cl.groupby("run_id", sort=False) if len(cl) else ()):
+        made += cluster_figures(plt, g, out, f"cluster-{i + 1}" if cl["run_id"].nunique() > 1 else "cluster")
     return made
+
+
+def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, object]]:
+    """A cluster run: latency and bandwidth between every pair of hosts as heatmaps (host x host), and
+    each host's median bandwidth to the others with the findings' hosts marked; the findings as tables."""
+    import numpy as np
+
+    pairs = cl[cl["test"] == "pairwise"]
+    notes = cl[cl["test"].isin(["finding", "summary"])]
+    findings = notes[["test", "kind", "a", "b", "note"]] if "kind" in notes else notes[["test", "note"]]
+    if not len(pairs):
+        return []  # rings and cuts alone: their rows are in the results file
+    rank_of = {name: rank for end in ("a", "b") for name, rank in zip(pairs[end], pairs[f"{end}_rank"], strict=True)}
+    names = sorted(rank_of, key=rank_of.get)  # in rank order, as the hosts were numbered
+    idx = {n: i for i, n in enumerate(names)}
+    mats = {k: np.full((len(names), len(names)), np.nan) for k in ("lat_us", "mb_s")}
+    for r in pairs.itertuples():
+        for k, m in mats.items():
+            v = getattr(r, k, None)
+            if v is not None and v == v:
+                m[idx[r.a], idx[r.b]] = m[idx[r.b], idx[r.a]] = v
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
+    for ax, (k, title, cmap) in zip(axes, (("lat_us", "latency p50 (us): red is slow", "RdYlGn_r"),
+                                           ("mb_s", "bandwidth (MB/s): red is slow", "RdYlGn")), strict=True):
+        im = ax.imshow(np.ma.masked_invalid(mats[k]), cmap=cmap)
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+        if len(names) <= 16:
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    if mats[k][i, j] == mats[k][i, j]:
+                        ax.text(j, i, f"{mats[k][i, j]:.3g}", ha="center", va="center", fontsize=6)
+    fig.suptitle("cluster: every pair of hosts")
+    fig.tight_layout()
+    heat = out / f"{stem}-pairs.png"
+    fig.savefig(heat, dpi=110)
+    plt.close(fig)
+    host_bw = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in mats["mb_s"]]
+    flagged = set(findings["a"]) if "a" in findings else set()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(names)), 4.2))
+    ax.bar(range(len(names)), host_bw, color=["C3" if n in flagged else "C0" for n in names])
+    med = float(np.nanmedian(host_bw))
+    ax.axhline(med, color="0.3", lw=0.8, label=f"median {med:.1f} MB/s")
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="median MB/s to the other hosts", title="each host (red: named in the findings)")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    hosts = out / f"{stem}-hosts.png"
+    fig.savefig(hosts, dpi=110)
+    plt.close(fig)
+    per_host = __import__("pandas").DataFrame({"host": names, "median_mb_s": host_bw,
+                                              "median_lat_us": [float(np.nanmedian(r)) if np.isfinite(r).any()
+                                                                else np.nan for r in mats["lat_us"]]})
+    return [(f"Cluster: latency and bandwidth of every pair ({stem})", heat, findings),
+            (f"Cluster: each host ({stem})", hosts, per_host)]
 
 
 def traffic_figure(plt, tr, path: Path) -> tuple[str, Path, object]:

@@ -13,7 +13,7 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BENCHMARKS = ("p2p-latency", "p2p-bandwidth", "p2p-bibw", "ps-throughput", "allreduce", "allgather", "alltoall",
-              "broadcast")
+              "broadcast", "cluster")
 # (option values, the word the one line must contain): every benchmark gets every one of these
 COMMON = [
     (["--time", "nan"], "--time"), (["--time", "inf"], "--time"), (["--time", "-1"], "--time"),

@@ -200,7 +200,7 @@ def test_watchdog_sleeps_through_timed_loops():
             pass
 
     class World:
-        rank, host, timeout = 0, "here", 10.0
+        rank, host, timeout, tolerant = 0, "here", 10.0, False
 
     wd = Watchdog.__new__(Watchdog)
     wd.world, wd.timeout, wd.client = World(), 10.0, Client()

@@ -205,5 +205,18 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
         summary = out[out.index("# commbench compare"):]
         assert table_rows(summary)[0][:2] == ["tcp", "blocking"]
         assert len(list(work.glob("commbench-compare-*/*.jsonl"))) == 2
+        # the cluster evaluation, one task per node, over tcp and mpi
+        job = subprocess.run(["sbatch", "--wait", "-N", "2", "-o", str(work / "cluster.txt"),
+                              f"--export=ALL,COMMBENCH={BIN / 'commbench'},OUT={work / 'cl'},EXTRA=--bw-size 64K "
+                              "-i 100 --bw-time 0.2 --cuts 1", str(ROOT / "slurm" / "cluster.sbatch")],
+                             capture_output=True, text=True, env=env, cwd=work, timeout=600)
+        out = (work / "cluster.txt").read_text()
+        assert job.returncode == 0, job.stderr + out
+        for t in ("tcp", "mpi"):
+            (run,) = read_runs(work / "cl" / f"cluster_{t}.jsonl")
+            pairs = [x for x in run.rows if x["test"] == "pairwise"]
+            assert [(x["a"], x["b"]) for x in pairs] == [("n1", "n2")] and pairs[0]["mb_s"] > 0, run.rows
+            assert {x["test"] for x in run.rows} >= {"ring-ordered", "ring-random", "bisection", "summary"}
+        assert (work / "cl" / "report" / "report.html").exists() and "# findings (2 endpoints" in out
     finally:
         down(d)

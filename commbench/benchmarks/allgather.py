@@ -26,6 +26,9 @@ class AllGather(Collective):
     def in_count(self, count: int, n: int) -> int:
         return count // n
 
+    def algorithm_peers(self, algorithm: str, rank: int, n: int) -> list[int]:
+        return [(rank + 1) % n, (rank - 1) % n]
+
     def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
         n, r, c = ctx.world.size, ctx.world.rank, len(inp)
         blocks = [Message.over([out[q * c:(q + 1) * c]]) for q in range(n)]

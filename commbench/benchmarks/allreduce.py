@@ -47,6 +47,9 @@ class AllReduceBench(Collective):
             cur += c
         return [*out, cur] if cur else out
 
+    def algorithm_peers(self, algorithm: str, rank: int, n: int) -> list[int]:
+        return AllReduce.peers(algorithm, rank, n)
+
     def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
         red = AllReduce(self.args.algorithm, ctx.world.rank, ctx.world.size, ctx.links, ctx.transport, inp, out)
         return red.run, red.scratch

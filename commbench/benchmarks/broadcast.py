@@ -23,17 +23,28 @@ class Broadcast(Collective):
     def bus_factor(n: int) -> float:
         return 1.0
 
-    def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
-        n, root = ctx.world.size, self.root
-        v = (ctx.world.rank - root) % n  # rank counted from the root
-        data = Message.over([inp if v == 0 else out])
+    def binomial(self, rank: int, n: int) -> tuple[int | None, list[int]]:
+        """Rank's parent (None at the root) and children in the binomial tree rooted at --root."""
+        root = self.root
+        v = (rank - root) % n  # rank counted from the root
         parent, children, mask = None, [], 1
         while mask < n:
             if v < mask and v + mask < n:
-                children.append(ctx.links[(v + mask + root) % n])
+                children.append((v + mask + root) % n)
             elif mask <= v < 2 * mask:
-                parent = ctx.links[(v - mask + root) % n]
+                parent = (v - mask + root) % n
             mask <<= 1
+        return parent, children
+
+    def algorithm_peers(self, algorithm: str, rank: int, n: int) -> list[int]:
+        parent, children = self.binomial(rank, n)
+        return children + ([] if parent is None else [parent])
+
+    def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
+        up, down = self.binomial(ctx.world.rank, ctx.world.size)
+        data = Message.over([inp if ctx.world.rank == self.root else out])
+        parent = None if up is None else ctx.links[up]
+        children = [ctx.links[c] for c in down]
         wait_all = ctx.transport.wait_all
 
         def run() -> None:

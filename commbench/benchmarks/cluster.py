@@ -271,6 +271,8 @@ class Cluster(Benchmark):
         each pair's result (its first rank's) and yields the rows."""
         world, chosen = ctx.world, self.chosen
         world.barrier(f"{test}-{rnd}", patient=True, survivors=True)
+        if world.rank == 0 and rnd > 1:  # every rank is past the last round: its groups' keys can go
+            world.store.forget(f"g{test}.{rnd - 1}.")
         mine = next(((a, b) for a, b in pairs if world.rank in (chosen[a], chosen[b])), None)
         if mine is not None:
             a, b = mine
@@ -283,6 +285,7 @@ class Cluster(Benchmark):
         rows = []
         for a, b in pairs:
             blob = world.wait_key(f"cluster/{test}/{rnd}/{a}", chosen[a], patient=True, survivors=True)
+            world.store.forget(f"cluster/{test}/{rnd}/{a}")
             got = json.loads(blob) if blob is not None else {"error": world.gone(chosen[a]) or "no result"}
             row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
                    "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
@@ -404,7 +407,10 @@ class Cluster(Benchmark):
                           f" {row['a']} - {row['b']}: {row['error']}"})
         for test, rows in self.rings.items():
             rates = [r["mb_s"] if r["mb_s"] is not None else np.nan for r in rows]
+            slow_names = {names[i] for i in slow_hosts}
             for j in outliers.outliers(rates, share, low=True):
+                if {rows[j]["a"], rows[j]["b"]} & slow_names:
+                    continue  # explained by the host
                 found.append({"kind": "slow-ring-link", "a": rows[j]["a"], "b": rows[j]["b"], "mb_s": rates[j],
                               "note": f"{test}: {rows[j]['a']} -> {rows[j]['b']} {rates[j]:.1f} MB/s, the ring's "
                                       f"median {outliers.median_mad(rates)[0]:.1f}"})

@@ -120,7 +120,15 @@ class Collective(Benchmark):
         return self.args.root if self.rooted else -1
 
     def peers(self, world: World) -> list[int]:
-        return [r for r in range(world.size) if r != world.rank]
+        """The ranks this rank's algorithm talks to (a ring: two; native: none, MPI's own business), so that
+        a rank holds only the connections it uses, not one per rank of the run."""
+        if self.args.algorithm == "native":
+            return []
+        return sorted(set(self.algorithm_peers(self.args.algorithm, world.rank, world.size)) - {world.rank})
+
+    def algorithm_peers(self, algorithm: str, rank: int, n: int) -> list[int]:
+        """Whom ``algorithm`` exchanges with on rank ``rank`` of ``n`` (default: everyone)."""
+        return list(range(n))
 
     # -- what a collective defines ------------------------------------------------------------------
     @staticmethod

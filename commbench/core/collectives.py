@@ -15,12 +15,37 @@ and host (or, for ``survivors`` barriers, goes on without it).
 from __future__ import annotations
 
 import json
+import struct
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout
 
 POLL_S = 1.0  # a tolerant wait asks whether its rank is still alive this often
 STALE_GRACE = 2.0  # as the watchdog's: a heartbeat older than timeout + this is a stopped rank
+
+
+_LEN = struct.Struct("<q")
+
+
+def pack(values: list[bytes | None]) -> bytes:
+    """A list of byte strings (None allowed) as one: each as its length (-1: None) and its bytes."""
+    return b"".join(_LEN.pack(-1) if v is None else _LEN.pack(len(v)) + v for v in values)
+
+
+def unpack(blob: bytes) -> list[bytes | None]:
+    """The inverse of pack; a malformed value is a PeerError (it came from the rendezvous)."""
+    out: list[bytes | None] = []
+    off = 0
+    while off < len(blob):
+        if off + _LEN.size > len(blob):
+            raise PeerError("malformed all-gather value from the rendezvous")
+        (n,) = _LEN.unpack_from(blob, off)
+        off += _LEN.size
+        if n > len(blob) - off:
+            raise PeerError("malformed all-gather value from the rendezvous")
+        out.append(None if n < 0 else bytes(blob[off:off + n]))
+        off += max(n, 0)
+    return out
 
 
 class Collectives:
@@ -86,11 +111,23 @@ class Collectives:
                 continue
 
     def allgather(self, name: str, value: bytes, patient: bool = False, survivors: bool = False) -> list[bytes | None]:
-        """Every member's value (None for a member gone, with ``survivors``)."""
+        """Every member's value (None for a member gone, with ``survivors``). Through the root, which
+        gathers and publishes them as one value: 2(n - 1) store requests in all, not n^2."""
         key = self._key(name)
-        self.store.set(f"{key}/{self.rank}", value)  # type: ignore[attr-defined]
-        return [value if r == self.rank else self.wait_key(f"{key}/{r}", r, patient, survivors)
-                for r in range(self.size)]
+        if self.rank != 0:
+            self.store.set(f"{key}/{self.rank}", value)  # type: ignore[attr-defined]
+            return unpack(self.wait_key(f"{key}/all", 0, patient))  # type: ignore[arg-type]
+        values = [value, *(self.wait_key(f"{key}/{r}", r, patient, survivors) for r in range(1, self.size))]
+        self.store.set(f"{key}/all", pack(values))  # type: ignore[attr-defined]
+        return values
+
+    def exchange_json(self, name: str, obj: object, peers) -> dict[int, object]:
+        """Every member publishes obj; each gets its ``peers``' only (a transport's addresses: O(peers)
+        requests per rank, not O(ranks)). Every member calls it, with its own peers."""
+        key = self._key(name)
+        self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())  # type: ignore[attr-defined]
+        return {p: json.loads(self.wait_key(f"{key}/{p}", p, False))  # type: ignore[arg-type]
+                for p in sorted(set(peers)) if p != self.rank}
 
     def allgather_json(self, name: str, obj: object) -> list:
         return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]  # type: ignore[arg-type]

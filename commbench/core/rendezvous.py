@@ -1,7 +1,8 @@
 """The run's rendezvous: a small key-value store served by rank 0 over TCP.
 
 Every rank (rank 0 included) connects as a client and proves it belongs to the run with the
-per-run token. Collectives (all-gather, broadcast, barrier) are built on blocking ``get``.
+per-run token. Rank 0 serves every connection from one thread (a selector loop), so its cost in
+threads does not grow with the ranks. Collectives (all-gather, broadcast, barrier) are built on blocking ``get``.
 The server notices a rank that disconnects without saying goodbye and fails every pending and
 later ``get`` at once, naming that rank and its host, so no rank waits for a dead peer. A tolerant
 store (a cluster evaluation, where a dead node is a finding) records the rank as dead instead and
@@ -11,22 +12,39 @@ answers ``status`` with it; the ranks that wait on it ask (core/group.py).
 from __future__ import annotations
 
 import contextlib
+import heapq
+import json
+import selectors
 import socket
 import threading
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
-from commbench.core.framing import FrameError, read_frame, send_frame
+from commbench.core.framing import HEADER, FrameError, decode_header, encode, read_frame, send_frame
 from commbench.core.gate import BUSY, Gate
 from commbench.core.gate import HELLO as GATE_HELLO
 
-HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT = range(1, 11)
+HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, FORGET = range(1, 12)
 assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello and says 'busy' in its ERR frame
 
 
+class _Member:
+    """A proven connection (a rank, or a rank's watchdog): bytes in and out, and its one pending GET."""
+
+    __slots__ = ("sock", "rank", "host", "watchdog", "inbuf", "outbuf", "pending", "clean")
+
+    def __init__(self, sock: socket.socket, rank: int, host: str, watchdog: bool) -> None:
+        self.sock, self.rank, self.host, self.watchdog = sock, rank, host, watchdog
+        self.inbuf, self.outbuf = bytearray(), bytearray()
+        self.pending: tuple[str, float, float] | None = None  # (key, deadline, timeout) of a GET waiting
+        self.clean = False  # said goodbye
+
+
 class StoreServer:
-    """Serves the store on an already listening socket: one thread reads every unproven connection
-    (core/gate.py), and each proven rank's connection gets a thread of its own (at most two per rank)."""
+    """Serves the store on an already listening socket from ONE thread: a selector loop over the
+    gate (unproven connections, core/gate.py) and every proven rank's connections, whatever the
+    number of ranks. A GET whose key is not there yet waits in a table, not in a thread; the loop
+    answers it when the key is set, the run fails or aborts, or its deadline passes."""
 
     def __init__(self, listener: socket.socket, token: str, size: int, tolerant: bool = False) -> None:
         self.listener = listener
@@ -34,15 +52,21 @@ class StoreServer:
         self.tolerant = tolerant
         self.dead: dict[int, str] = {}  # tolerant: rank -> why it left
         self.data: dict[str, bytes] = {}
-        self.cond = threading.Condition()
+        self.cond = threading.Condition()  # members' comings and goings, for wait_for_others
         self.members: dict[int, str] = {}  # rank -> host, while connected
         self.beats: dict[int, tuple[float, str]] = {}  # rank -> (last heartbeat, host), from watchdogs
         self.watching: set[int] = set()  # ranks whose watchdog is connected
         self.failed: str | None = None
         self.aborted: tuple[str, int] | None = None
         self._closing = False
+        self._conns: dict[socket.socket, _Member] = {}
+        self._waiting: dict[str, set[_Member]] = {}  # key -> members whose GET waits for it
+        self._deadlines: list[tuple[float, int, _Member]] = []  # heap of pending GETs' deadlines
+        self._seq = 0
         self.gate = Gate(listener, "rank 0", token)
-        threading.Thread(target=self._accept_loop, name="rdv-accept", daemon=True).start()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.gate.selector.fileno(), selectors.EVENT_READ, None)  # the gate's own epoll
+        threading.Thread(target=self._loop, name="rdv-loop", daemon=True).start()
 
     @property
     def port(self) -> int:
@@ -52,18 +76,34 @@ class StoreServer:
     def refused(self) -> int:
         return self.gate.refused
 
-    def _accept_loop(self) -> None:
+    # -- the loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
         try:
             while not self._closing:
-                for conn, addr, hello in self.gate.wait(0.5):
+                for key, events in self.selector.select(self._next_timeout()):
+                    if key.data is None:
+                        continue  # the gate's own selector: read below
+                    if events & selectors.EVENT_WRITE and not self._flush(key.data):
+                        continue
+                    if events & selectors.EVENT_READ:
+                        self._read(key.data)
+                for conn, addr, hello in self.gate.wait(0):  # also drops hellos that ran out of time
                     self._admit(conn, addr, hello)
-        except (OSError, ValueError):  # the listener was closed under the selector
+                self._expire()
+        except (OSError, ValueError):  # the listener was closed under the gate's selector
             pass
         finally:
+            for m in list(self._conns.values()):
+                self._drop(m)
             self.gate.close()
+            self.selector.close()
+
+    def _next_timeout(self) -> float:
+        soonest = self._deadlines[0][0] - time.monotonic() if self._deadlines else 0.5
+        return max(0.0, min(0.5, soonest))
 
     def _admit(self, conn: socket.socket, addr: tuple, hello: dict) -> None:
-        """A hello with the run's token: a rank of this run gets a thread; anything else is refused."""
+        """A hello with the run's token: a rank of this run is served by the loop; anything else is refused."""
         rank = hello.get("rank")
         if not isinstance(rank, int) or not 0 <= rank < self.size or hello.get("size") != self.size:
             return self.gate.refuse(conn, addr, f"rank {rank!r} / size {hello.get('size')!r} "
@@ -78,105 +118,156 @@ class StoreServer:
                 self.watching.add(rank)
             else:
                 self.members[rank] = host
-        target = self._serve_watchdog if watchdog else self._serve
-        try:
-            threading.Thread(target=target, args=(conn, rank, host), daemon=True).start()
-        except RuntimeError:  # no thread to be had: this rank is told so, and the run fails cleanly
-            with self.cond:
-                if watchdog:
-                    self.watching.discard(rank)
-                else:
-                    self.members.pop(rank, None)
-            self.gate.refuse(conn, addr, "no thread to serve it")
+        conn.setblocking(False)
+        m = _Member(conn, rank, host, watchdog)
+        self._conns[conn] = m
+        self.selector.register(conn, selectors.EVENT_READ, m)
+        self._send(m, OK, {"size": self.size})
 
-    def _serve(self, conn: socket.socket, rank: int, host: str) -> None:
-        conn.settimeout(None)
-        clean = False
+    def _read(self, m: _Member) -> None:
         try:
-            send_frame(conn, OK, {"size": self.size})
-            while True:
-                kind, obj, blob = read_frame(conn)
-                if kind == SET:
-                    with self.cond:
-                        self.data[str(obj["key"])] = blob
-                        self.cond.notify_all()
-                elif kind == GET:
-                    self._get(conn, str(obj["key"]), float(obj.get("timeout", 60)))
-                elif kind == ABORT:
-                    with self.cond:
-                        if self.aborted is None:
-                            self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
-                        self.cond.notify_all()
-                elif kind == STATUS:
-                    stale = obj.get("stale_after")
-                    send_frame(conn, OK, self._status(float(stale) if isinstance(stale, (int, float)) else None))
-                elif kind == BYE:
-                    clean = True
+            chunk = m.sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return self._drop(m)
+        m.inbuf += chunk
+        try:
+            while len(m.inbuf) >= HEADER.size and m.sock in self._conns:
+                kind, jlen, blen = decode_header(bytes(m.inbuf[:HEADER.size]))
+                end = HEADER.size + jlen + blen
+                if len(m.inbuf) < end:
                     return
-        except (FrameError, OSError, ConnectionError, KeyError, ValueError, TypeError):
-            pass
-        finally:
-            with self.cond:
-                del self.members[rank]
-                if not clean and not self._closing:
-                    why = f"rank {rank} on host {host} left the run (process died or lost its connection)"
+                obj = json.loads(bytes(m.inbuf[HEADER.size:HEADER.size + jlen])) if jlen else {}
+                blob = bytes(m.inbuf[HEADER.size + jlen:end])
+                del m.inbuf[:end]
+                if not isinstance(obj, dict):
+                    raise FrameError("frame JSON is not an object")
+                self._handle(m, kind, obj, blob)
+        except (FrameError, KeyError, ValueError, TypeError, UnicodeDecodeError):
+            self._drop(m)  # a member that breaks the protocol has left the run
+
+    def _handle(self, m: _Member, kind: int, obj: dict, blob: bytes) -> None:
+        if kind == BYE:
+            m.clean = True
+            if m.watchdog:
+                self.beats.pop(m.rank, None)
+            return self._drop(m)
+        if m.watchdog:
+            if kind == BEAT:
+                self.beats[m.rank] = (time.monotonic(), m.host)
+                self._send(m, OK, self._status(float(obj.get("stale_after", 60))))
+            return
+        if kind == SET:
+            key = str(obj["key"])
+            self.data[key] = blob
+            for w in self._waiting.pop(key, ()):
+                w.pending = None
+                self._send(w, VALUE, {}, blob)
+        elif kind == GET:
+            self._get(m, str(obj["key"]), float(obj.get("timeout", 60)))
+        elif kind == ABORT:
+            if self.aborted is None:
+                self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
+                self._answer_all()
+        elif kind == STATUS:
+            stale = obj.get("stale_after")
+            self._send(m, OK, self._status(float(stale) if isinstance(stale, (int, float)) else None))
+        elif kind == FORGET:
+            prefix = str(obj["prefix"])
+            for k in [k for k in self.data if k.startswith(prefix)]:
+                del self.data[k]
+
+    def _get(self, m: _Member, key: str, timeout: float) -> None:
+        if key in self.data:
+            return self._send(m, VALUE, {}, self.data[key])
+        if self.aborted or self.failed or timeout <= 0:
+            return self._answer(m, key, timeout)
+        deadline = time.monotonic() + timeout
+        m.pending = (key, deadline, timeout)
+        self._waiting.setdefault(key, set()).add(m)
+        self._seq += 1
+        heapq.heappush(self._deadlines, (deadline, self._seq, m))
+
+    def _answer(self, m: _Member, key: str, timeout: float) -> None:
+        """A GET that ends without its key: the run aborted or failed, or its time ran out."""
+        if m.pending:
+            self._waiting.get(m.pending[0], set()).discard(m)
+            m.pending = None
+        if self.aborted:
+            self._send(m, ERR, {"kind": "aborted", "message": self.aborted[0], "code": self.aborted[1]})
+        elif self.failed:
+            self._send(m, ERR, {"kind": "failed", "message": self.failed})
+        else:
+            self._send(m, ERR, {"kind": "timeout", "message": f"no answer for {key!r} within {timeout:g} s"})
+
+    def _answer_all(self) -> None:
+        """The run failed or aborted: every waiting GET hears it now."""
+        for waiters in list(self._waiting.values()):
+            for w in list(waiters):
+                if w.pending:
+                    self._answer(w, w.pending[0], 0)
+        self._waiting.clear()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, _, m = heapq.heappop(self._deadlines)
+            if m.pending and m.pending[1] == deadline:
+                self._answer(m, m.pending[0], m.pending[2])
+
+    def _send(self, m: _Member, kind: int, obj: dict, blob: bytes = b"") -> None:
+        m.outbuf += encode(kind, obj, blob)
+        if self._flush(m) and m.outbuf:
+            self.selector.modify(m.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, m)
+
+    def _flush(self, m: _Member) -> bool:
+        """Write what the socket takes; False if the member is gone."""
+        try:
+            n = m.sock.send(m.outbuf)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            self._drop(m)
+            return False
+        del m.outbuf[:n]
+        if not m.outbuf and m.sock in self._conns:
+            self.selector.modify(m.sock, selectors.EVENT_READ, m)
+        return True
+
+    def _drop(self, m: _Member) -> None:
+        """A member's connection ends: cleanly (goodbye), or the rank died (failed, or dead if tolerant)."""
+        if self._conns.pop(m.sock, None) is None:
+            return
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.selector.unregister(m.sock)
+        m.sock.close()
+        if m.pending:
+            self._waiting.get(m.pending[0], set()).discard(m)
+            m.pending = None
+        with self.cond:
+            if m.watchdog:
+                self.watching.discard(m.rank)
+            else:
+                self.members.pop(m.rank, None)
+                if not m.clean and not self._closing:
+                    why = f"rank {m.rank} on host {m.host} left the run (process died or lost its connection)"
                     if self.tolerant:
-                        self.dead.setdefault(rank, why)
+                        self.dead.setdefault(m.rank, why)
                     elif self.failed is None:
                         self.failed = why
-                self.cond.notify_all()
-            conn.close()
+            self.cond.notify_all()
+        if self.failed:
+            self._answer_all()
 
     def _status(self, stale_after: float | None = None) -> dict:
-        with self.cond:
-            now = time.monotonic()
-            stale = [[r, h, round(now - t, 1)] for r, (t, h) in sorted(self.beats.items())
-                     if stale_after is not None and now - t > stale_after]
-            return {"failed": self.failed, "aborted": self.aborted, "stale": stale,
-                    "dead": [[r, why] for r, why in sorted(self.dead.items())]}
-
-    def _serve_watchdog(self, conn: socket.socket, rank: int, host: str) -> None:
-        """A rank's watchdog: heartbeats in, run status out. Its connection is not a member's."""
-        conn.settimeout(None)
-        try:
-            send_frame(conn, OK, {"size": self.size})
-            while True:
-                kind, obj, _ = read_frame(conn)
-                if kind == BEAT:
-                    with self.cond:
-                        self.beats[rank] = (time.monotonic(), host)
-                    send_frame(conn, OK, self._status(float(obj.get("stale_after", 60))))
-                elif kind == BYE:
-                    with self.cond:
-                        self.beats.pop(rank, None)
-                    return
-        except (FrameError, OSError, ConnectionError, ValueError, TypeError):
-            pass
-        finally:
-            with self.cond:
-                self.watching.discard(rank)
-            conn.close()
-
-    def _get(self, conn: socket.socket, key: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while key not in self.data:
-                if self.aborted or self.failed:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.cond.wait(left)
-            value = self.data.get(key)
-            aborted, failed = self.aborted, self.failed
-        if value is not None:
-            send_frame(conn, VALUE, {}, value)
-        elif aborted:
-            send_frame(conn, ERR, {"kind": "aborted", "message": aborted[0], "code": aborted[1]})
-        elif failed:
-            send_frame(conn, ERR, {"kind": "failed", "message": failed})
-        else:
-            send_frame(conn, ERR, {"kind": "timeout", "message": f"no answer for {key!r} within {timeout:g} s"})
+        now = time.monotonic()
+        stale = [[r, h, round(now - t, 1)] for r, (t, h) in sorted(self.beats.items())
+                 if stale_after is not None and now - t > stale_after]
+        return {"failed": self.failed, "aborted": self.aborted, "stale": stale,
+                "dead": [[r, why] for r, why in sorted(self.dead.items())]}
 
     def wait_for_others(self, own_rank: int, timeout: float) -> None:
         """Rank 0 keeps serving until every other rank has said goodbye (or died)."""
@@ -186,10 +277,10 @@ class StoreServer:
                 self.cond.wait(0.1)
 
     def close(self) -> None:
-        """Stop accepting: the accept thread closes the listener and every unproven connection."""
+        """Stop: the loop closes the listener, every unproven connection and every member's."""
         self._closing = True
         with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the selector at once
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the gate's selector, and so the loop, at once
 
 
 def _connect_any(hosts: list[str], port: int, timeout: float) -> socket.socket:
@@ -292,6 +383,11 @@ class StoreClient:
                 return read_frame(self.sock)[1]
             except (OSError, ConnectionError, FrameError) as exc:
                 raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+
+    def forget(self, prefix: str) -> None:
+        """The store drops every key that starts with ``prefix`` (work that every rank is done with)."""
+        with self.lock:
+            self._send(FORGET, {"prefix": prefix})
 
     def abort(self, message: str, code: int) -> None:
         with contextlib.suppress(PeerError), self.lock:

@@ -35,6 +35,20 @@ class AllReduce:
         self.scratch: list[np.ndarray] = []
         self.run = getattr(self, "_plan_" + algorithm.replace("-", "_"))()
 
+    @staticmethod
+    def peers(algorithm: str, r: int, n: int) -> list[int]:
+        """The ranks ``algorithm`` exchanges with on rank r of n (what _plan_* below use of the links)."""
+        if algorithm == "ring":
+            return [(r + 1) % n, (r - 1) % n]
+        if algorithm == "recursive-doubling":
+            p = 1 << (n.bit_length() - 1)
+            if r >= p:
+                return [r - p]
+            return [r ^ (1 << k) for k in range(p.bit_length() - 1)] + ([r + p] if r + p < n else [])
+        if algorithm == "tree":
+            return [c for c in (2 * r + 1, 2 * r + 2) if c < n] + ([(r - 1) // 2] if r else [])
+        return [0] if r else list(range(1, n))  # reduce-bcast
+
     # -- ring ------------------------------------------------------------------------------------
     def _plan_ring(self):
         n, r = self.size, self.rank

@@ -173,7 +173,7 @@ class GrpcCppTransport(Transport):
         if not self.engine:
             raise UsageError(f"grpc-cpp transport of rank {world.rank}: {err.value.decode()}; "
                              "choose a free port with --port (or leave it out to pick one)")
-        addrs = world.allgather_json("grpc-cpp-addr", [host, self.api.port(self.engine)])
+        addrs = world.exchange_json("grpc-cpp-addr", [host, self.api.port(self.engine)], peers)
         for p in peers:
             target = f"{addrs[p][0]}:{addrs[p][1]}"
             if self.api.connect(self.engine, p, target.encode(), int(self.call == "stream")) != OK:

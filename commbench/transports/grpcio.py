@@ -313,7 +313,7 @@ class GrpcTransport(Transport):
             raise UsageError(f"grpc transport of rank {world.rank} cannot listen on {host}:{want} (address in use?); "
                              "choose a free port with --port (or leave it out to pick one)")
         self.server.start()
-        addrs = world.allgather_json("grpc-addr", [host, port])
+        addrs = world.exchange_json("grpc-addr", [host, port], peers)
         for p in peers:
             ch = grpc.insecure_channel(f"{addrs[p][0]}:{addrs[p][1]}", options=OPTIONS)
             try:

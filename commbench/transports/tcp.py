@@ -270,7 +270,7 @@ class TcpTransport(Transport):
         peers = sorted(set(peers) - {rank})
         host = local_endpoint(self.args, world)
         listener = bind_listener(host, data_port(self.args, world), f"tcp transport of rank {rank}")
-        addrs = world.allgather_json("tcp-addr", [host, listener.getsockname()[1]])
+        addrs = world.exchange_json("tcp-addr", [host, listener.getsockname()[1]], peers)
         gate = Gate(listener, f"rank {rank}", world.placement.token)  # strangers ahead of a peer cost it nothing
         links: dict[int, Link] = {}
         try:

@@ -941,7 +941,7 @@ class VerbsTransport(Transport):
         except self.api.Error as exc:
             raise UsageError(f"cannot set up RDMA resources on {self.dev}: {exc}") from None
         mine = {str(p): link.local.to_json() for p, link in self.links.items()}
-        everyone = world.allgather_json("verbs-qp", mine)
+        everyone = world.exchange_json("verbs-qp", mine, self.links)
         for p, link in self.links.items():
             theirs = everyone[p]
             info = QpInfo.parse(theirs.get(str(world.rank)) if isinstance(theirs, dict) else theirs, p)
