@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -61,6 +62,17 @@ def tournament(n: int) -> list[list[tuple[int, int]]]:
 def serial(n: int) -> list[list[tuple[int, int]]]:
     """One pair a round: every pair of 0..n-1 in turn."""
     return [[(a, b)] for a in range(n) for b in range(a + 1, n)]
+
+
+def random_ring(rng: np.random.Generator, n: int) -> list[int]:
+    """A random order of 0..n-1 whose ring is not the ordered one (nor it turned or reversed), where
+    n > 3 leaves another: its links are other pairs than the ordered ring's."""
+    ordered = {frozenset((i, (i + 1) % n)) for i in range(n)}
+    for _ in range(100):
+        order = [int(i) for i in rng.permutation(n)]
+        if n <= 3 or {frozenset((order[i], order[(i + 1) % n])) for i in range(n)} != ordered:
+            return order
+    return order
 
 
 def endpoints(hosts: list[str], per_host: str) -> list[int]:
@@ -200,6 +212,7 @@ class Cluster(Benchmark):
         self.failed: list[dict] = []
         self.rings: dict[str, list[dict]] = {}
         self.cuts: list[dict] = []
+        self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
 
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own
@@ -238,6 +251,7 @@ class Cluster(Benchmark):
             if world.rank == 0:
                 raise UsageError(plan["error"])
             raise RunAborted(plan["error"], 2)
+        self.start = (time.monotonic(), world.store_requests or 0)
         self.chosen = plan["chosen"]
         self.names = labels(world.hosts, self.chosen)
         k = len(self.chosen)
@@ -250,7 +264,7 @@ class Cluster(Benchmark):
                     yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
             elif test == "ring":
                 yield from self._ring(ctx, "ring-ordered", list(range(k)))
-                yield from self._ring(ctx, "ring-random", [int(i) for i in rng.permutation(k)])
+                yield from self._ring(ctx, "ring-random", random_ring(rng, k))
             else:
                 for c in range(1, self.config.args.cuts + 1):
                     live = self._live(ctx)
@@ -285,7 +299,6 @@ class Cluster(Benchmark):
         rows = []
         for a, b in pairs:
             blob = world.wait_key(f"cluster/{test}/{rnd}/{a}", chosen[a], patient=True, survivors=True)
-            world.store.forget(f"cluster/{test}/{rnd}/{a}")
             got = json.loads(blob) if blob is not None else {"error": world.gone(chosen[a]) or "no result"}
             row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
                    "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
@@ -297,6 +310,7 @@ class Cluster(Benchmark):
                 self.lat[a, b] = self.lat[b, a] = got["lat_us"]
                 self.bw[a, b] = self.bw[b, a] = got["mb_s"]
             rows.append(row)
+        world.store.forget(f"cluster/{test}/{rnd}/")  # the round's results, all read
         if test == "bisection":
             rates = [r["mb_s"] for r in rows if r["mb_s"] is not None]
             total = {"test": "bisection-cut", "round": rnd, "a": f"{len(pairs)} pairs", "b": "",
@@ -416,7 +430,7 @@ class Cluster(Benchmark):
                                       f"median {outliers.median_mad(rates)[0]:.1f}"})
         lines = [f"# findings ({len(names)} endpoints; {self.config.args.slow_pct:g} % off the median and out of "
                  f"its spread; hosts by their median over all pairs):"]
-        summary = self._summary(host_bw, host_lat)
+        summary = self._summary(host_bw, host_lat, ctx.world.store_requests or 0)
         lines += [f"#   {s}" for s in summary]
         lines += [f"#   {f['kind']}: {f['note']}" for f in found] or ["#   no outliers: every host and link "
                                                                       "within the threshold"]
@@ -424,8 +438,12 @@ class Cluster(Benchmark):
         rows += [{"test": "summary", "note": s} for s in summary]
         return lines, rows
 
-    def _summary(self, host_bw: list[float], host_lat: list[float]) -> list[str]:
-        out = []
+    def _summary(self, host_bw: list[float], host_lat: list[float], requests_now: int) -> list[str]:
+        seconds, requests = time.monotonic() - self.start[0], requests_now - self.start[1]
+        measured = int(np.isfinite(self.bw).sum() // 2) + sum(len(r) for r in self.rings.values()) + \
+            sum(c["pairs"] for c in self.cuts)
+        out = [f"{seconds:.1f} s; the rendezvous answered {requests} requests ({requests / max(seconds, 1e-9):.0f}/s, "
+               f"{requests / max(measured, 1):.0f} per pair or link measured)"]
         if np.isfinite(self.bw).any():
             out.append(f"pairwise: median {outliers.median_mad(host_bw)[0]:.1f} MB/s, "
                        f"{outliers.median_mad(host_lat)[0]:.2f} us; slowest pair {np.nanmin(self.bw):.1f} MB/s")

@@ -85,7 +85,9 @@ class Collectives:
     def wait_key(self, key: str, rank: int, patient: bool, survivors: bool = False) -> bytes | None:
         """The value member ``rank`` sets at key. Not ``patient``: within the run's timeout. In a tolerant
         run a dead member raises PeerError (``survivors``: returns None)."""
-        if not self.tolerant:
+        if not self.tolerant or (self.members[rank] == 0 and type(self).failed is Collectives.failed):
+            # rank 0 serves the store: its death or stop ends the connection itself, so a wait on it need
+            # not ask the store (at 10,000 ranks, waiting ranks' polls would outnumber everything else)
             return self._patient_get(key) if patient else self.store.get(key)  # type: ignore[attr-defined]
         deadline = None if patient else time.monotonic() + self.timeout
         while True:

@@ -63,6 +63,7 @@ class StoreServer:
         self._waiting: dict[str, set[_Member]] = {}  # key -> members whose GET waits for it
         self._deadlines: list[tuple[float, int, _Member]] = []  # heap of pending GETs' deadlines
         self._seq = 0
+        self.requests = 0  # answered so far (the loop's load, for the record)
         self.gate = Gate(listener, "rank 0", token)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.gate.selector.fileno(), selectors.EVENT_READ, None)  # the gate's own epoll
@@ -150,6 +151,7 @@ class StoreServer:
             self._drop(m)  # a member that breaks the protocol has left the run
 
     def _handle(self, m: _Member, kind: int, obj: dict, blob: bytes) -> None:
+        self.requests += 1
         if kind == BYE:
             m.clean = True
             if m.watchdog:

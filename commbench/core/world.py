@@ -122,6 +122,11 @@ class World(Collectives):
         # the address the other ranks are given (srun: the step's first node), not every interface
         return bind_listener(self.bind or _own_address(p.root_host), p.root_port, "rendezvous")
 
+    @property
+    def store_requests(self) -> int | None:
+        """Rank 0: the requests its rendezvous has answered so far (None on the other ranks)."""
+        return self._server.requests if self._server else None
+
     def describe(self, rank: int) -> str:
         """'rank 1 on host node7 (10.0.0.7)': how error messages name a peer."""
         if rank < len(getattr(self, "hosts", ())):

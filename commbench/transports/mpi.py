@@ -163,8 +163,8 @@ class MpiTransport(Transport):
         if comm.Get_rank() != world.members[world.rank]:
             raise PeerError(f"MPI rank {comm.Get_rank()} differs from the launcher's rank {world.members[world.rank]}")
         self.own_comm = None
-        if world.size != comm.Get_size():  # a group of the run's ranks (a pair of a cluster evaluation): its
-            group = comm.Get_group().Incl(list(world.members))  # own communicator, made by its members only
+        if tuple(world.members) != tuple(range(comm.Get_size())):  # a group of the run's ranks (a pair, a ring in
+            group = comm.Get_group().Incl(list(world.members))  # some order): its own communicator, by its members
             self.own_comm = comm = comm.Create_group(group)
             group.Free()
         self.comm = comm
