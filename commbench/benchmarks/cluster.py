@@ -213,6 +213,7 @@ class Cluster(Benchmark):
         self.rings: dict[str, list[dict]] = {}
         self.cuts: list[dict] = []
         self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
+        self.rechecked: dict[tuple[int, int], float] = {}  # rank 0: suspected slow links measured again alone
 
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own
@@ -262,6 +263,8 @@ class Cluster(Benchmark):
                 rounds = serial(k) if self.config.args.serial else tournament(k)
                 for r, pairs in enumerate(rounds, 1):
                     yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
+                if not self.config.args.serial:
+                    yield from self._recheck(ctx)
             elif test == "ring":
                 yield from self._ring(ctx, "ring-ordered", list(range(k)))
                 yield from self._ring(ctx, "ring-random", random_ring(rng, k))
@@ -272,6 +275,18 @@ class Cluster(Benchmark):
                     half = len(order) // 2
                     cut = list(zip(order[:half], order[half:2 * half], strict=True))
                     yield from self._pairs(ctx, "bisection", c, cut, latency=False)
+
+    def _recheck(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
+        """Measure each suspected slow link again, alone (at most one per endpoint): a tournament's
+        pairs share CPUs, switches and uplinks, and a cable is named only if it is slow by itself."""
+        suspects = None
+        if ctx.world.rank == 0:
+            suspects = [[a, b] for a, b, _ in self._slow_links(self.config.args.slow_pct / 100)][:len(self.chosen)]
+        for i, (a, b) in enumerate(ctx.world.bcast_json("cluster-suspects", suspects), 1):  # type: ignore[arg-type]
+            for payload, row in self._pairs(ctx, "recheck", i, [(a, b)], latency=False):
+                if row is not None and row.get("mb_s") is not None:
+                    self.rechecked[(a, b)] = row["mb_s"]
+                yield payload, row
 
     def _live(self, ctx: Context) -> list[int]:
         """Rank 0's word on which endpoints (indices) are still alive, the same on every rank."""
@@ -392,7 +407,7 @@ class Cluster(Benchmark):
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
         share = self.config.args.slow_pct / 100
         names, found = self.names, []
-        host_bw = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.bw]
+        host_bw = self._host_bw()
         host_lat = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.lat]
         slow_hosts = set(outliers.outliers(host_bw, share, low=True))
         med_bw, _ = outliers.median_mad(host_bw)
@@ -405,17 +420,14 @@ class Cluster(Benchmark):
             found.append({"kind": "slow-host-latency", "a": names[i], "lat_us": host_lat[i],
                           "note": f"{names[i]}: median latency to the others {host_lat[i]:.1f} us, "
                                   f"{host_lat[i] / med_lat:.1f}x the hosts' median {med_lat:.1f}"})
-        k = len(names)
-        pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(self.bw[a, b])]
-        for j in outliers.outliers([self.bw[a, b] for a, b in pairs], share, low=True):
-            a, b = pairs[j]
-            if a in slow_hosts or b in slow_hosts:
-                continue  # explained by the host
-            expect = min(host_bw[a], host_bw[b])
-            if self.bw[a, b] < expect * (1 - share):
-                found.append({"kind": "slow-link", "a": names[a], "b": names[b], "mb_s": float(self.bw[a, b]),
-                              "note": f"{names[a]} - {names[b]}: {self.bw[a, b]:.1f} MB/s where both hosts "
-                                      f"reach {expect:.1f} MB/s with the others"})
+        for a, b, expect in self._slow_links(share):
+            again = self.rechecked.get((a, b))
+            if again is not None and again >= expect * (1 - share):
+                continue  # measured again alone, it was not slow: the tournament's cross-traffic
+            seen = f"{self.bw[a, b]:.1f} MB/s" + (f" ({again:.1f} measured again alone)" if again is not None else "")
+            found.append({"kind": "slow-link", "a": names[a], "b": names[b], "mb_s": float(self.bw[a, b]),
+                          "note": f"{names[a]} - {names[b]}: {seen} where both hosts reach {expect:.1f} MB/s "
+                                  "with the others"})
         for row in self.failed:
             found.append({"kind": "failed", "a": row["a"], "b": row["b"], "note": f"{row['test']} round {row['round']}"
                           f" {row['a']} - {row['b']}: {row['error']}"})
@@ -437,6 +449,25 @@ class Cluster(Benchmark):
         rows = [{"test": "finding", **f} for f in found]
         rows += [{"test": "summary", "note": s} for s in summary]
         return lines, rows
+
+    def _host_bw(self) -> list[float]:
+        """Each endpoint's median bandwidth to the others (NaN where none was measured)."""
+        return [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.bw]
+
+    def _slow_links(self, share: float) -> list[tuple[int, int, float]]:
+        """(a, b, what both reach with the others) for pairs that stand out low among all pairs and are
+        slower by ``share`` than both their hosts, where neither host is slow itself (a bad cable)."""
+        host_bw = self._host_bw()
+        slow_hosts = set(outliers.outliers(host_bw, share, low=True))
+        k = len(self.names)
+        pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(self.bw[a, b])]
+        out = []
+        for j in outliers.outliers([self.bw[a, b] for a, b in pairs], share, low=True):
+            a, b = pairs[j]
+            expect = min(host_bw[a], host_bw[b])
+            if a not in slow_hosts and b not in slow_hosts and self.bw[a, b] < expect * (1 - share):
+                out.append((a, b, expect))
+        return out
 
     def _summary(self, host_bw: list[float], host_lat: list[float], requests_now: int) -> list[str]:
         seconds, requests = time.monotonic() - self.start[0], requests_now - self.start[1]
