@@ -67,7 +67,7 @@ def existing(s: str = "") -> list[str]:
 
 def _links_of(s: str) -> list[str]:
     """Set s's links left in the root namespace (a pair outliving its namespace, bridges, uplinks)."""
-    pat = re.compile(rf"^cb{re.escape(s)}(?:v|e|br|u|s|sp)\d+$")
+    pat = re.compile(rf"^cb{re.escape(s)}(?:v|br|u|s|sp)\d+$")  # a host's own end (e) lives in its namespace
     names = re.findall(r"^\d+: ([^:@\s]+)", _run("ip", "-o", "link", check=False).stdout, re.M)
     return [n for n in names if pat.match(n)]
 

@@ -20,7 +20,8 @@ from conftest import ENV, commbench, grpc_cpp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.benchmarks.cluster import endpoints, random_ring, serial, tournament
+from commbench.benchmarks.cluster import Cluster, endpoints, random_ring, serial, tournament
+from commbench.benchmarks.runner import RUNNER_KEYS
 from commbench.core.errors import UsageError
 from commbench.core.outliers import outliers
 from commbench.core.results import read_runs
@@ -124,6 +125,9 @@ def test_cluster_on_loopback_measures_every_pair_ring_and_cut(tmp_path, transpor
     meta, rows = cluster_rows(out)
     pairs = [x for x in rows if x["test"] == "pairwise"]
     assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    assert {c.key for c in Cluster.columns} <= set(pairs[0])  # the schema, pinned
+    assert set(pairs[0]) == set(RUNNER_KEYS) | {"test", "round", "a", "b", "a_rank", "b_rank", "lat_us", "lat_p99_us",
+                                                "mb_s", "wrong", "note"}
     assert all(x["mb_s"] > 0 and x["lat_us"] > 0 and x["wrong"] == 0 and not x.get("error") for x in pairs), pairs
     rings = [x for x in rows if x["test"].startswith("ring")]
     assert len(rings) == 8 and all(x["mb_s"] > 0 for x in rings), rings
@@ -265,6 +269,7 @@ def test_a_rack_uplink_shows_in_bisection_not_in_the_pairs_inside_a_rack(host_se
         for way in ((0, 1), (1, 0)):  # what crosses one way shares that way's uplink (50 MB/s; links are duplex)
             cross = [x["mb_s"] for x in pairs if (rack[x["a"]], rack[x["b"]]) == way]
             assert sum(cross) < 1.2 * 50, (cut, way, cross)
-        assert all(v > 0.75 * 50 for v in local), (cut, local)  # what stays in a rack runs at its hosts' rate
+        assert all(v > 0.6 * 50 for v in local), (cut, local)  # what stays in a rack: its hosts' rate, less what
+        # four pairs streaming at once on 2 busy cores take (36-41 MB/s seen in CI)
     worst = min(x["mb_s"] for x in rows if x["test"] == "bisection-cut")
     assert worst < 0.8 * 4 * 50, worst  # a cut sends two pairs or more one way across (P = 1 - 0.43^10): below the sum

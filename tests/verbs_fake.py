@@ -351,6 +351,11 @@ class FakeWorld:
         s["barrier"].wait(10)
         return [s[name][r] for r in range(self.size)]
 
+    def exchange_json(self, name: str, obj, peers) -> dict:
+        """Every rank publishes obj and reads its peers' (core/collectives.py)."""
+        everyone = self.allgather_json(name, obj)
+        return {p: everyone[p] for p in sorted(set(peers)) if p != self.rank}
+
     def barrier(self, name: str = "barrier") -> None:
         self.shared["barrier"].wait(10)
 
