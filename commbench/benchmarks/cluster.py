@@ -337,11 +337,24 @@ class Cluster(Benchmark):
         for row in rows:
             yield self.bw_payload, row
 
-    def _measure_pair(self, ctx: Context, group: Group, latency: bool) -> dict:
-        """This rank's part of one pair: connect, latency, bandwidth, close. A peer's fault is the result."""
-        transport = type(ctx.transport)(group, self.pair_config)
+    def _in_group(self, ctx: Context, group: Group, peers: set[int], work) -> dict:
+        """A transport on ``group`` connected to ``peers``, ``work(transport, links)`` done over it, and
+        closed once every member is done (a send may be written but not yet delivered). A peer's fault
+        is the result, and the group hears of it, so no member waits on this one."""
+        transport = type(ctx.transport)(group, dataclasses.replace(self.config, ranks=group.size))
         try:
-            links = transport.connect([1 - group.rank])
+            got = work(transport, transport.connect(peers))
+            group.barrier("done", patient=True)
+            return got
+        except PeerError as exc:
+            group.fail(str(exc))
+            return {"error": str(exc)}
+        finally:
+            transport.close()
+
+    def _measure_pair(self, ctx: Context, group: Group, latency: bool) -> dict:
+        """This rank's part of one pair: latency (if asked) and bandwidth."""
+        def work(transport, links) -> dict:
             got: dict = {"wrong": 0}
             if latency:
                 row = measure_point(self._context(ctx, group, transport, links, self.lat_loops), self.latency,
@@ -352,17 +365,12 @@ class Cluster(Benchmark):
                                 self.bw_payload)
             if row is not None:
                 got.update(mb_s=row["mb_s"], wrong=got["wrong"] + row["wrong"])
-            group.barrier("done", patient=True)  # nothing in flight when the transport closes
             return got
-        except PeerError as exc:
-            group.fail(str(exc))
-            return {"error": str(exc)}
-        finally:
-            transport.close()
+        return self._in_group(ctx, group, {1 - group.rank}, work)
 
     def _context(self, ctx: Context, group, transport, links, loops: Loops) -> Context:
-        return Context(group, transport, links, self.pair_config, loops, ctx.validate, ctx.seed, ctx.corrupt_every,
-                       ctx.quiet)
+        config = self.pair_config if group.size == 2 else dataclasses.replace(self.config, ranks=group.size)
+        return Context(group, transport, links, config, loops, ctx.validate, ctx.seed, ctx.corrupt_every, ctx.quiet)
 
     def _ring(self, ctx: Context, test: str, order: list[int]) -> Iterator[tuple[Payload, dict | None]]:
         """Every live endpoint in ``order`` (indices) sends to the next while receiving from the one before."""
@@ -374,18 +382,10 @@ class Cluster(Benchmark):
         got: dict = {}
         if world.rank in members:
             group = Group(world, members, test)
-            transport = type(ctx.transport)(group, dataclasses.replace(self.config, ranks=len(members)))
-            try:
-                n = len(members)
-                links = transport.connect({(group.rank + 1) % n, (group.rank - 1) % n})
-                got = measure_point(self._context(ctx, group, transport, links, self.bw_loops), self.ring,
-                                    self.bw_payload) or {}
-                group.barrier("done", patient=True)  # a send may be written but not yet delivered
-            except PeerError as exc:
-                group.fail(str(exc))
-                got = {"error": str(exc)}
-            finally:
-                transport.close()
+            n = len(members)
+            got = self._in_group(ctx, group, {(group.rank + 1) % n, (group.rank - 1) % n}, lambda transport, links:
+                                 measure_point(self._context(ctx, group, transport, links, self.bw_loops), self.ring,
+                                               self.bw_payload) or {})
             if group.rank == 0:
                 world.store.set(f"cluster/{test}", json.dumps(got).encode())
         if world.rank != 0:
