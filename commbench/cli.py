@@ -206,7 +206,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = RunConfig(freeze(args), ranks, poll, tuple(points), spec, loops)
     from commbench.launch.local import here_or_launch
 
-    placement = here_or_launch(ranks, argv, config.args, bench_cls.name)
+    placement = here_or_launch(ranks, argv, config.args, bench_cls.name, bench_cls.tolerant)
     if isinstance(placement, int):
         return placement
     from commbench.benchmarks.runner import run_rank
