@@ -291,7 +291,8 @@ class Cluster(Benchmark):
     def _live(self, ctx: Context) -> list[int]:
         """Rank 0's word on which endpoints (indices) are still alive, the same on every rank."""
         world = ctx.world
-        live = [i for i, r in enumerate(self.chosen) if r == 0 or not world.gone(r)] if world.rank == 0 else None
+        gone = world.departed() if world.rank == 0 else {}  # one request, not one per endpoint
+        live = [i for i, r in enumerate(self.chosen) if r == 0 or r not in gone] if world.rank == 0 else None
         return list(world.bcast_json("cluster-live", live))  # type: ignore[arg-type]
 
     def _pairs(self, ctx: Context, test: str, rnd: int, pairs: list[tuple[int, int]],
@@ -313,8 +314,7 @@ class Cluster(Benchmark):
             return
         rows = []
         for a, b in pairs:
-            blob = world.wait_key(f"cluster/{test}/{rnd}/{a}", chosen[a], patient=True, survivors=True)
-            got = json.loads(blob) if blob is not None else {"error": world.gone(chosen[a]) or "no result"}
+            got = _result(world, f"cluster/{test}/{rnd}/{a}", chosen[a])
             row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
                    "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
                    "mb_s": got.get("mb_s"), "wrong": got.get("wrong"), "note": _short(got.get("error"))}
@@ -390,8 +390,7 @@ class Cluster(Benchmark):
                 world.store.set(f"cluster/{test}", json.dumps(got).encode())
         if world.rank != 0:
             return
-        blob = world.wait_key(f"cluster/{test}", members[0], patient=True, survivors=True)
-        got = json.loads(blob) if blob is not None else {"error": world.gone(members[0]) or "no result"}
+        got = _result(world, f"cluster/{test}", members[0])
         rows = []
         for pos, i in enumerate(order):
             prev = order[pos - 1]
@@ -488,6 +487,12 @@ class Cluster(Benchmark):
             out.append(f"bisection over {len(totals)} cuts: worst {totals[0]:.1f} MB/s, median "
                        f"{float(np.median(totals)):.1f} ({min(per):.1f} / {float(np.median(per)):.1f} per pair)")
         return out
+
+
+def _result(world: World, key: str, rank: int) -> dict:
+    """Rank 0: the result a group's first rank published at key, or why it never will (it left the run)."""
+    blob = world.wait_key(key, rank, patient=True, survivors=True)
+    return json.loads(blob) if blob is not None else {"error": world.gone(rank) or "no result"}
 
 
 def _short(error: str | None) -> str | None:

@@ -68,15 +68,15 @@ class Collectives:
 
     def gone(self, rank: int) -> str | None:
         """Why member ``rank`` has left the run (died, or stopped heartbeating), or None while it lives."""
+        return self.departed().get(self.members[rank])
+
+    def departed(self) -> dict[int, str]:
+        """Every world rank that has left the run (died, or stopped heartbeating) and why: one request."""
         status = self.store.status(self.timeout + STALE_GRACE)  # type: ignore[attr-defined]
-        world_rank = self.members[rank]
-        for r, why in status.get("dead", []):
-            if r == world_rank:
-                return str(why)
-        for r, host, age in status.get("stale", []):
-            if r == world_rank:
-                return f"rank {r} on host {host} stopped responding (no heartbeat for {age:g} s)"
-        return None
+        out = {int(r): f"rank {r} on host {host} stopped responding (no heartbeat for {age:g} s)"
+               for r, host, age in status.get("stale", [])}
+        out.update({int(r): str(why) for r, why in status.get("dead", [])})  # a death says more than silence
+        return out
 
     def failed(self) -> str | None:
         """Why a member gave up on this group's work (Group.fail), or None."""
