@@ -79,9 +79,9 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     unusable: list[str] = []
     for label, transport, flags in configs:
         try:
-            own = {f.lstrip("-").replace("-", "_"): v for f, v in zip(flags[::2], flags[1::2], strict=True)}
-            options = {"iface": None, "bind": None, **vars(args), "transport": transport, **own}
-            args.transports[transport].check_usable(argparse.Namespace(**options))
+            from commbench.cli import build_parser, decide
+
+            decide(build_parser().parse_args(["p2p-latency", "-t", transport, *flags]))  # the run's own checks
             if transport == "mpi" and mpiexec_command(2) is None:
                 raise UsageError("no mpiexec found beside this Python or on PATH")
         except CommbenchError as exc:

@@ -90,7 +90,7 @@ def statuses() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name, cls in transports.registry().items():
         try:
-            cls.check_usable(argparse.Namespace(iface=None, bind=None, over="tcp", transport=name))
+            cls.check_usable(cls.Options())
             out[name] = None
         except CommbenchError as exc:
             out[name] = str(exc)

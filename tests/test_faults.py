@@ -1,7 +1,6 @@
 """Faults: a dead or hung peer ends the run on every rank within --timeout, naming the rank and
 host, keeping every row measured so far; stray connections are refused and the run goes on."""
 
-import argparse
 import contextlib
 import signal
 import socket
@@ -12,11 +11,12 @@ import psutil
 import pytest
 from conftest import free_port, grpc_cpp, spawn
 
-from commbench.core.config import RunConfig, freeze
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.framing import encode
 from commbench.core.placement import Placement
 from commbench.core.results import read_runs
 from commbench.core.world import World
+from commbench.transports._net import SocketOptions
 from commbench.transports.tcp import TcpTransport
 
 HOST = socket.gethostname()
@@ -138,7 +138,7 @@ def test_strays_at_a_data_port_are_refused():
     listener.listen()
     listen_fd = listener.detach()  # rank 0's World owns it from here, as under the launcher (one owner per fd)
     token = "t" * 32
-    config = RunConfig(freeze(argparse.Namespace(timeout=30.0, port=port, bind=None, iface=None)), 2)
+    config = RunConfig(CommonOptions(timeout=30.0, port=port), 2, net=SocketOptions())
     links, errors, done = {}, [], {}
 
     class SlowDial(TcpTransport):  # rank 0 dials late, so the strays are first in rank 1's accept queue

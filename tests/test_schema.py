@@ -4,11 +4,9 @@ field JSONL carries."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 from conftest import commbench
-from wire import run_ranks
+from wire import run_ranks, wire_config
 
 from commbench.benchmarks import registry
 from commbench.benchmarks.runner import RUNNER_KEYS
@@ -29,9 +27,6 @@ PINNED = {
                       "ps_mode", "rpc", "wrong"},
     "allreduce": COLLECTIVE, "allgather": COLLECTIVE, "alltoall": COLLECTIVE, "broadcast": COLLECTIVE,
 }
-DEFAULTS = dict(window=4, pairs=1, workers=2, ps=1, placement="round-robin", mode="sync", rpc="packed",
-                bucket_mb=None, ranks=None,
-                np=None, payload=None, root=0)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in registry().items() if "measure" not in vars(c)))
@@ -39,9 +34,9 @@ def test_row_keys(name):
     """Benchmarks measured point by point (a benchmark that schedules its own work, cluster, pins its
     rows in its own tests: test_cluster.py)."""
     cls = registry()[name]
-    n = cls.ranks(argparse.Namespace(**DEFAULTS, algorithm=None))
-    algorithm = getattr(cls, "algorithms", ("-",))[0]
-    row = run_ranks(cls, n, Payload("x", (4096, 8192)), Loops(3, 1), validate="every", algorithm=algorithm)
+    config = wire_config(cls, 0, Payload("x", (4096, 8192)), Loops(3, 1), np=None)
+    n = cls.ranks(config.bench, config.common)
+    row = run_ranks(cls, n, Payload("x", (4096, 8192)), Loops(3, 1), validate="every")
     assert not set(row) & set(RUNNER_KEYS), f"{name} writes the runner's keys"
     assert {c.key for c in cls.columns} <= set(row), f"{name} prints columns its row lacks"
     if name in PINNED:  # a new benchmark is held to the rules above; these are pinned key for key

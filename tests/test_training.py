@@ -370,8 +370,8 @@ def test_tf_grpc_refuses_what_it_cannot_run():
     for args, needle in ((["allreduce"], "needs what the tf-grpc transport cannot do: exchange (sending and "
                                        "receiving at once, as bibw and collectives); many-ranks"),
                          (["p2p-bibw"], "cannot do: exchange"), (["ps-throughput"], "cannot do: many-ranks"),
-                         (["p2p-bandwidth", "--validate"], "tf-grpc cannot validate"),
-                         (["p2p-latency", "--validate"], "tf-grpc cannot validate")):
+                         (["p2p-bandwidth", "--validate"], "cannot do: validate (checking every message's content"),
+                         (["p2p-latency", "--validate"], "cannot do: validate")):
         r = commbench(*args, "-t", "tf-grpc")
         assert r.code == 2 and needle in r.err and r.err.count("\n") == 1, r.err
 

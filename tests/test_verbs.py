@@ -5,7 +5,6 @@ fabric (verbs_fake) with the transport's real code. Hardware tests: test_verbs_h
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import commbench
 
-from commbench.core.config import RunConfig, freeze
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message, Pattern
 from commbench.core.payload import Payload
@@ -82,7 +81,7 @@ def test_bad_verbs_flags_are_usage_errors():
 @no_device
 def test_check_usable_with_real_pyverbs_raises_usage_error():
     with pytest.raises(UsageError, match=r"no RDMA device found \(pyverbs: Failed to get devices list\)"):
-        verbs.VerbsTransport.check_usable(argparse.Namespace(ib_dev=None, ib_port=1, gid_index=0, verbs_pool_mb=64))
+        verbs.VerbsTransport.check_usable(verbs.VerbsOptions())
 
 
 # -- queue-pair info ------------------------------------------------------------------------------
@@ -223,14 +222,11 @@ def fake(monkeypatch):
     return verbs_fake
 
 
-def args(**kw):
-    base = dict(timeout=5.0, verbs_op="send", ib_dev=None, ib_port=1, gid_index=0, verbs_pool_mb=1)
-    return argparse.Namespace(**{**base, **kw})
-
-
-def config(poll: str = "busy", largest: int = 1 << 20, **kw) -> RunConfig:
-    """A run's configuration as the CLI makes it: these options, messages up to ``largest`` bytes."""
-    return RunConfig(freeze(args(**kw)), 2, poll, (Payload(str(largest), (largest,)),))
+def config(poll: str = "busy", largest: int = 1 << 20, timeout: float = 5.0, **kw) -> RunConfig:
+    """A run's configuration as the CLI makes it: these verbs options (a 1 MB pool unless given),
+    messages up to ``largest`` bytes."""
+    return RunConfig(CommonOptions(timeout=timeout), 2, poll, (Payload(str(largest), (largest,)),),
+                     net=verbs.VerbsOptions(**{"verbs_pool_mb": 1, **kw}))
 
 
 def ranks(*fns, **kw):
@@ -761,15 +757,15 @@ def test_events_mode_takes_sigalrm_once_and_gives_it_back(fake):
 def test_port_down_and_bad_flags_are_usage_errors(fake):
     fake.FakeContext.port_state = 1
     with pytest.raises(UsageError, match="port 1 of fake_0 is DOWN"):
-        verbs.VerbsTransport.check_usable(args())
+        verbs.VerbsTransport.check_usable(verbs.VerbsOptions())
     fake.FakeContext.port_state = 4
     with pytest.raises(UsageError, match="--ib-dev mlx5_9: no such RDMA device; devices here: fake_0"):
-        verbs.VerbsTransport.check_usable(args(ib_dev="mlx5_9"))
+        verbs.VerbsTransport.check_usable(verbs.VerbsOptions(ib_dev="mlx5_9"))
     with pytest.raises(UsageError, match="--ib-port 2: fake_0 has ports 1..1"):
-        verbs.VerbsTransport.check_usable(args(ib_port=2))
+        verbs.VerbsTransport.check_usable(verbs.VerbsOptions(ib_port=2))
     with pytest.raises(UsageError, match="--gid-index 9: port 1 of fake_0 has 4 GIDs"):
-        verbs.VerbsTransport.check_usable(args(gid_index=9))
-    verbs.VerbsTransport.check_usable(args())
+        verbs.VerbsTransport.check_usable(verbs.VerbsOptions(gid_index=9))
+    verbs.VerbsTransport.check_usable(verbs.VerbsOptions())
 
 
 def test_mismatched_ops_fail_at_connect(fake):

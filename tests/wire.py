@@ -3,13 +3,13 @@ and rate, so a benchmark's numbers have known right answers (no root, no sockets
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import queue
 import threading
 import time
 
 from commbench.benchmarks.base import Context, measure_point
-from commbench.core.config import RunConfig, freeze
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.harness import Loops
 from commbench.core.message import Message
 from commbench.core.payload import Payload
@@ -96,15 +96,24 @@ class WireTransport(Transport):
             link.recv_into(msg)
 
 
+WIRE_CHOICES = {"window": 8, "rpc": "packed"}  # shorter windows; PS without a chief rank
+
+
+def wire_config(bench_cls, n: int, payload: Payload, loops: Loops, **opts) -> RunConfig:
+    """The configuration the CLI would decide for ``n`` ranks with the benchmark's own ``opts`` (the
+    rest its declared defaults, but WIRE_CHOICES) and common options ``payload``."""
+    own = bench_cls.default_options()
+    names = {f.name for f in dataclasses.fields(own)}
+    mine = {k: v for k, v in {**WIRE_CHOICES, **opts}.items() if k in names}
+    common = CommonOptions(**{"np": n, **{k: v for k, v in opts.items() if k not in names}})
+    return RunConfig(common, n, points=(payload,), loops=loops, bench=own.but(**mine))
+
+
 def run_ranks(bench_cls, n: int, payload: Payload, loops: Loops, validate: str | None = None, corrupt: int = 0,
               **opts) -> dict:
     """Every rank a thread of this process over in-process wires; returns rank 0's row. ``opts`` are
     the benchmark's options (window, pairs, workers, algorithm, ...)."""
-    args = freeze(argparse.Namespace(**{**dict(window=8, pairs=1, workers=2, ps=1, placement="round-robin", mode="sync",
-                                                rpc="packed",
-                                                algorithm="ring", bucket_mb=None, ranks=n, np=n, payload=None,
-                                                root=0), **opts}))
-    config = RunConfig(args, n, points=(payload,), loops=loops)
+    config = wire_config(bench_cls, n, payload, loops, **opts)
     shared = {"size": n, "lock": threading.Lock(), "slots": {}, "barrier": threading.Barrier(n)}
     wires = {(a, b): Wire() for a in range(n) for b in range(n) if a != b}
     rows, errors = {}, []

@@ -7,15 +7,23 @@ gradient tensor every iteration, or ``--bucket-mb`` fused buckets of them (Horov
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.benchmarks.base import Context
-from commbench.benchmarks.collective import F32, Collective, Plan
+from commbench.benchmarks.collective import F32, Collective, CollectiveOptions, Plan
 from commbench.core.argtypes import number
+from commbench.core.options import opt
 from commbench.core.payload import Payload
 from commbench.emulators.allreduce import ALGORITHMS, AllReduce
+
+
+@dataclass(frozen=True)
+class AllReduceOptions(CollectiveOptions):
+    bucket_mb: float | None = opt(None, type=number(above=0, hi=1 << 20, what=" (MB)"),
+                                  help="with --payload MODEL: fuse tensors into buckets of at most this many MB "
+                                       "(default: each tensor alone)")
 
 
 class AllReduceBench(Collective):
@@ -23,12 +31,7 @@ class AllReduceBench(Collective):
     help = "all-reduce emulator (ring, recursive doubling, tree, reduce+broadcast) or native MPI_Allreduce"
     op, redop, algorithms = "allreduce", "sum", ALGORITHMS
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument("--bucket-mb", type=number(above=0, hi=1 << 20, what=" (MB)"),
-                            help="with --payload MODEL: fuse tensors into buckets of "
-                                                            "at most this many MB (default: each tensor alone)")
+    Options = AllReduceOptions
 
     @staticmethod
     def bus_factor(n: int) -> float:
@@ -37,9 +40,9 @@ class AllReduceBench(Collective):
     def counts(self, payload: Payload) -> list[int]:
         """The payload's tensors, or fused buckets of them."""
         counts = super().counts(payload)
-        if not self.args.bucket_mb:
+        if not self.opts.bucket_mb:
             return counts
-        limit, out, cur = self.args.bucket_mb * 1e6 / 4, [], 0
+        limit, out, cur = self.opts.bucket_mb * 1e6 / 4, [], 0
         for c in counts:
             if cur and cur + c > limit:
                 out.append(cur)
@@ -51,7 +54,7 @@ class AllReduceBench(Collective):
         return AllReduce.peers(algorithm, rank, n)
 
     def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
-        red = AllReduce(self.args.algorithm, ctx.world.rank, ctx.world.size, ctx.links, ctx.transport, inp, out)
+        red = AllReduce(self.opts.algorithm, ctx.world.rank, ctx.world.size, ctx.links, ctx.transport, inp, out)
         return red.run, red.scratch
 
     def expect(self, rank: int, n: int, base: np.ndarray, k: F32, into: np.ndarray) -> bool:

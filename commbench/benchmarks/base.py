@@ -20,9 +20,10 @@ from typing import ClassVar
 import numpy as np
 
 from commbench.core import buffers
-from commbench.core.config import RunConfig
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
 from commbench.core.message import Message, Pattern
+from commbench.core.options import NoOptions, Options
 from commbench.core.payload import Payload
 from commbench.core.table import Column
 from commbench.core.world import World
@@ -68,26 +69,36 @@ class Benchmark(ABC):
     tolerant: ClassVar[bool] = False  # a rank that dies is a finding, not the end of the run (cluster)
     size_options: ClassVar[str] = "-m or --payload"  # where its message sizes come from (plan_points' options)
 
+    Options: ClassVar[type[Options]] = NoOptions  # the benchmark's own flags
+    common_defaults: ClassVar[dict[str, object]] = {}  # common options' defaults it changes (--payload skew)
+
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.args = config.args
+        self.opts = config.bench  # an instance of its Options
+        self.common = config.common
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """The benchmark's own flags."""
+        """The benchmark's own flags (its Options')."""
+        cls.Options.add_to(parser)
 
     @classmethod
-    def ranks(cls, args: argparse.Namespace) -> int:
+    def default_options(cls) -> Options:
+        """Its options as a command line without its flags gives them."""
+        return cls.Options()
+
+    @classmethod
+    def ranks(cls, opts: Options, common: CommonOptions) -> int:
         """How many ranks the options ask for (``--np`` where the benchmark takes any number)."""
         return 2
 
     @classmethod
-    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+    def needs(cls, opts: Options, common: CommonOptions) -> frozenset[str]:
         """The transport capabilities these options use (transports/base.py CAPABILITIES, native:OP)."""
         return frozenset({"call"})
 
     @classmethod
-    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
+    def plan_points(cls, opts: Options, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
         """The points to measure, if this benchmark plans its own (None: the common -m / --payload)."""
         return None
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from commbench.benchmarks.base import Context
-from commbench.benchmarks.collective import F32, Collective, Plan
+from commbench.benchmarks.collective import F32, Collective, Plan, RootedOptions
 from commbench.core.message import Message
 
 
 class Broadcast(Collective):
     name = "broadcast"
     help = "broadcast emulator (binomial tree) or native MPI_Bcast; nccl-tests' broadcast_perf"
-    op, algorithms, rooted = "broadcast", ("binomial",), True
+    op, algorithms = "broadcast", ("binomial",)
+    Options = RootedOptions
 
     @staticmethod
     def bus_factor(n: int) -> float:

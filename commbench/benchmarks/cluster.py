@@ -18,24 +18,25 @@ is measured, so a run killed at round 400 keeps rounds 1-399.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context, measure_point
-from commbench.benchmarks.p2p_bandwidth import P2PBandwidth
+from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.core import outliers
 from commbench.core.argtypes import integer, number
 from commbench.core.collectives import Group
-from commbench.core.config import RunConfig
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.errors import PeerError, RunAborted, UsageError
 from commbench.core.harness import BANDWIDTH_LOOPS, Loops, Side, Timing
 from commbench.core.message import Message
+from commbench.core.options import Options, opt
 from commbench.core.payload import Payload
 from commbench.core.sizes import parse_size
 from commbench.core.table import Column
@@ -130,6 +131,27 @@ class Ring:
         return {"links": [moved * r["n"] / max(r["wall_ns"], 1) * 1e3 for r in reports]}
 
 
+@dataclass(frozen=True)
+class ClusterOptions(Options):
+    title = "cluster"
+    tests: str = opt(",".join(TESTS), help=f"which tests, in order: {', '.join(TESTS)} (default all)")
+    per_host: str = opt("auto", metavar="first|K|all",
+                        help="the rank that stands for each host: first, the K-th rank on it, or all ranks (default: "
+                             "first where ranks run on two hosts or more, else all)")
+    serial: bool = opt(False, action="store_true",
+                       help="pairwise one pair at a time (no cross-traffic; N(N-1)/2 turns, not N-1 rounds)")
+    lat_size: str = opt("8", help="latency message size (default 8)")
+    bw_size: str = opt("1M", help="bandwidth message size (default 1M)")
+    window: int = opt(16, "-W", "--window", type=integer(1, 1 << 16), help="bandwidth messages per window (default 16)")
+    bw_time: float = opt(0.5, type=number(above=0, hi=3600, what=" (seconds)"),
+                         help="seconds each bandwidth measurement runs after its warm-up (default 0.5)")
+    cuts: int = opt(5, type=integer(0, 10_000),
+                    help="random bisection cuts (default 5): the worst and the median are reported")
+    slow_pct: float = opt(25.0, type=number(above=0, hi=99, what=" (percent)"),
+                          help="a host or link is a finding when it is this much slower than the median and stands "
+                               "out of the spread (median/MAD; default 25)")
+
+
 class Cluster(Benchmark):
     name = "cluster"
     help = ("cluster evaluation: latency and bandwidth between every pair of hosts, rings, bisection; names the "
@@ -142,70 +164,50 @@ class Cluster(Benchmark):
     columns = [Column("round", "Round", 5, "{:d}"), Column("a", "From", -14), Column("b", "To", -14),
                Column("lat_us", "Lat(us)", 10, US), Column("mb_s", "MB/s", 10, MBS), WRONG, Column("note", "Note", -1)]
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("cluster")
-        g.add_argument("--tests", default=",".join(TESTS),
-                       help=f"which tests, in order: {', '.join(TESTS)} (default all)")
-        g.add_argument("--per-host", default="auto", metavar="first|K|all",
-                       help="the rank that stands for each host: first, the K-th rank on it, or all ranks "
-                            "(default: first where ranks run on two hosts or more, else all)")
-        g.add_argument("--serial", action="store_true",
-                       help="pairwise one pair at a time (no cross-traffic; N(N-1)/2 turns, not N-1 rounds)")
-        g.add_argument("--lat-size", default="8", help="latency message size (default 8)")
-        g.add_argument("--bw-size", default="1M", help="bandwidth message size (default 1M)")
-        g.add_argument("-W", "--window", type=integer(1, 1 << 16), default=16,
-                       help="bandwidth messages per window (default 16)")
-        g.add_argument("--bw-time", type=number(above=0, hi=3600, what=" (seconds)"), default=0.5,
-                       help="seconds each bandwidth measurement runs after its warm-up (default 0.5)")
-        g.add_argument("--cuts", type=integer(0, 10_000), default=5,
-                       help="random bisection cuts (default 5): the worst and the median are reported")
-        g.add_argument("--slow-pct", type=number(above=0, hi=99, what=" (percent)"), default=25.0,
-                       help="a host or link is a finding when it is this much slower than the median and "
-                            "stands out of the spread (median/MAD; default 25)")
+    Options = ClusterOptions
 
     @classmethod
-    def ranks(cls, args: argparse.Namespace) -> int:
-        tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+    def ranks(cls, opts: ClusterOptions, common: CommonOptions) -> int:
+        tests = [t.strip() for t in opts.tests.split(",") if t.strip()]
         bad = [t for t in tests if t not in TESTS]
         if bad or not tests:
-            raise UsageError(f"--tests {args.tests!r}: choose from {', '.join(TESTS)} (comma-separated)")
-        ph = args.per_host
+            raise UsageError(f"--tests {opts.tests!r}: choose from {', '.join(TESTS)} (comma-separated)")
+        ph = opts.per_host
         if ph not in ("auto", "first", "all") and not (ph.isdigit() and len(ph) < 6):
             raise UsageError(f"--per-host {ph!r}: give first, all, or a rank's index on its host (0, 1, ...)")
-        if args.hosts == 1:
+        if common.hosts == 1:
             raise UsageError("--hosts 1: a cluster of one host has no links to test; use --hosts 2 or more")
-        n = args.np if args.np is not None else (args.hosts or 4)
+        n = common.np if common.np is not None else (common.hosts or 4)
         if n < 2:
             raise UsageError(f"cluster needs two ranks or more, not --np {n}")
-        if args.hosts and ph.isdigit():  # the local launcher puts rank r in host r mod --hosts
-            fewest = n // args.hosts
+        if common.hosts and ph.isdigit():  # the local launcher puts rank r in host r mod --hosts
+            fewest = n // common.hosts
             if int(ph) >= fewest:
-                raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {args.hosts} some host runs {fewest} "
+                raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {common.hosts} some host runs {fewest} "
                                  f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
         return n
 
     @classmethod
-    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+    def needs(cls, opts: ClusterOptions, common: CommonOptions) -> frozenset[str]:
         return frozenset({"call", "stream", "exchange"})
 
     @classmethod
-    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
-        lat, bw = parse_size(args.lat_size, "--lat-size"), parse_size(args.bw_size, "--bw-size")
+    def plan_points(cls, opts: ClusterOptions, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
+        lat, bw = parse_size(opts.lat_size, "--lat-size"), parse_size(opts.bw_size, "--bw-size")
         if bw == 0:
             raise UsageError("--bw-size must be at least 1 byte")
         return [Payload(str(lat), (lat,)), Payload(str(bw), (bw,))], None
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
-        args = config.args
-        self.tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+        o, c = self.opts, self.common
+        self.tests = [t.strip() for t in o.tests.split(",") if t.strip()]
         self.lat_payload, self.bw_payload = config.points
-        self.pair_config = dataclasses.replace(config, ranks=2)
+        self.pair_config = dataclasses.replace(config, ranks=2, bench=BandwidthOptions(window=o.window))
         self.latency, self.bandwidth = P2PLatency(self.pair_config), P2PBandwidth(self.pair_config)
-        self.ring = Ring(args.window)
-        self.lat_loops = Loops(args.iterations or 1000, 100 if args.warmup is None else args.warmup)
-        self.bw_loops = Loops(time=args.bw_time, warmup_time=min(0.2, args.bw_time / 4))
+        self.ring = Ring(o.window)
+        self.lat_loops = Loops(c.iterations or 1000, 100 if c.warmup is None else c.warmup)
+        self.bw_loops = Loops(time=o.bw_time, warmup_time=min(0.2, o.bw_time / 4))
         self.chosen: list[int] = []
         self.names: list[str] = []
         self.lat = self.bw = np.zeros((0, 0))  # rank 0: the pairwise matrices (NaN: not measured)
@@ -232,10 +234,10 @@ class Cluster(Benchmark):
         return lines
 
     def progress(self, world: World) -> tuple[int, str]:
-        k = len(set(world.hosts)) if self.config.args.per_host in ("auto", "first") else world.size
+        k = len(set(world.hosts)) if self.opts.per_host in ("auto", "first") else world.size
         k = world.size if k < 2 else k
         total = (k * (k - 1) // 2 if "pairwise" in self.tests else 0) + (2 * k if "ring" in self.tests else 0) + \
-            ((k // 2 + 1) * self.config.args.cuts if "bisection" in self.tests else 0)
+            ((k // 2 + 1) * self.opts.cuts if "bisection" in self.tests else 0)
         return total, "rows"
 
     # -- the schedule ---------------------------------------------------------------------
@@ -244,7 +246,7 @@ class Cluster(Benchmark):
         plan = None
         if world.rank == 0:
             try:
-                plan = {"chosen": endpoints(world.hosts, self.config.args.per_host)}
+                plan = {"chosen": endpoints(world.hosts, self.opts.per_host)}
             except UsageError as exc:
                 plan = {"error": str(exc)}
         plan = world.bcast_json("cluster-plan", plan)
@@ -257,19 +259,19 @@ class Cluster(Benchmark):
         self.names = labels(world.hosts, self.chosen)
         k = len(self.chosen)
         self.lat, self.bw = np.full((k, k), np.nan), np.full((k, k), np.nan)
-        rng = np.random.default_rng(self.config.args.seed)
+        rng = np.random.default_rng(self.common.seed)
         for test in self.tests:
             if test == "pairwise":
-                rounds = serial(k) if self.config.args.serial else tournament(k)
+                rounds = serial(k) if self.opts.serial else tournament(k)
                 for r, pairs in enumerate(rounds, 1):
                     yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
-                if not self.config.args.serial:
+                if not self.opts.serial:
                     yield from self._recheck(ctx)
             elif test == "ring":
                 yield from self._ring(ctx, "ring-ordered", list(range(k)))
                 yield from self._ring(ctx, "ring-random", random_ring(rng, k))
             else:
-                for c in range(1, self.config.args.cuts + 1):
+                for c in range(1, self.opts.cuts + 1):
                     live = self._live(ctx)
                     order = [live[int(i)] for i in rng.permutation(len(live))]
                     half = len(order) // 2
@@ -281,7 +283,7 @@ class Cluster(Benchmark):
         pairs share CPUs, switches and uplinks, and a cable is named only if it is slow by itself."""
         suspects = None
         if ctx.world.rank == 0:
-            suspects = [[a, b] for a, b, _ in self._slow_links(self.config.args.slow_pct / 100)][:len(self.chosen)]
+            suspects = [[a, b] for a, b, _ in self._slow_links(self.opts.slow_pct / 100)][:len(self.chosen)]
         for i, (a, b) in enumerate(ctx.world.bcast_json("cluster-suspects", suspects), 1):  # type: ignore[arg-type]
             for payload, row in self._pairs(ctx, "recheck", i, [(a, b)], latency=False):
                 if row is not None and row.get("mb_s") is not None:
@@ -404,7 +406,7 @@ class Cluster(Benchmark):
 
     # -- findings -------------------------------------------------------------------------
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
-        share = self.config.args.slow_pct / 100
+        share = self.opts.slow_pct / 100
         names, found = self.names, []
         host_bw = self._host_bw()
         host_lat = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.lat]
@@ -439,7 +441,7 @@ class Cluster(Benchmark):
                 found.append({"kind": "slow-ring-link", "a": rows[j]["a"], "b": rows[j]["b"], "mb_s": rates[j],
                               "note": f"{test}: {rows[j]['a']} -> {rows[j]['b']} {rates[j]:.1f} MB/s, the ring's "
                                       f"median {outliers.median_mad(rates)[0]:.1f}"})
-        lines = [f"# findings ({len(names)} endpoints; {self.config.args.slow_pct:g} % off the median and out of "
+        lines = [f"# findings ({len(names)} endpoints; {self.opts.slow_pct:g} % off the median and out of "
                  f"its spread; hosts by their median over all pairs):"]
         summary = self._summary(host_bw, host_lat, ctx.world.store_requests or 0)
         lines += [f"#   {s}" for s in summary]

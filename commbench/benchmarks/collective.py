@@ -27,8 +27,10 @@ import numpy as np
 from commbench.benchmarks.base import Benchmark, Context
 from commbench.core import buffers
 from commbench.core.argtypes import RANKS, integer
+from commbench.core.config import CommonOptions
 from commbench.core.errors import UsageError
 from commbench.core.harness import COLLECTIVE_LOOPS, Side, Timing, spread
+from commbench.core.options import Options, opt
 from commbench.core.payload import Payload
 from commbench.core.sizes import parse_size
 from commbench.core.table import Column
@@ -52,12 +54,25 @@ class Part:
     expected: np.ndarray | None
 
 
+@dataclass(frozen=True)
+class CollectiveOptions(Options):
+    algorithm: str = opt(None, "--algorithm", "-a")  # choices and default: the collective's (add_arguments)
+    ranks: int | None = opt(None, type=RANKS, help="ranks the local launcher starts (default 4; as --np)")
+    minbytes: str = opt("4K", "-b", "--minbytes", help="smallest output size (default 4K)")
+    maxbytes: str = opt("4M", "-e", "--maxbytes", help="largest output size (default 4M)")
+    stepfactor: int = opt(2, "-f", "--stepfactor", type=integer(2, 1024), help="size factor between points (default 2)")
+
+
+@dataclass(frozen=True)
+class RootedOptions(CollectiveOptions):
+    root: int = opt(0, type=integer(0, 4095), help="the root rank (default 0)")
+
+
 class Collective(Benchmark):
     op: ClassVar[str]  # the native operation's name (transports' native:OP capability)
     algorithms: ClassVar[tuple[str, ...]]  # emulated over links; the first is the default; "native" is added
     redop: ClassVar[str] = "none"
     blocks: ClassVar[bool] = False  # the output holds one block per rank: counts are multiples of the ranks
-    rooted: ClassVar[bool] = False  # takes --root
     loops = COLLECTIVE_LOOPS
     metric, better = "busbw", "higher"
     units = ("time in us per collective: each rank's mean, averaged over ranks (min/max: fastest and slowest rank); "
@@ -70,61 +85,61 @@ class Collective(Benchmark):
                Column("busbw", "Busbw", 9, GBS), Column("iterations", "Iters", 7, "{:d}"),
                Column("wrong", "#wrong", 7, "{:d}")]
 
+    Options = CollectiveOptions
+
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         names = (*cls.algorithms, "native")
-        parser.add_argument("--algorithm", "-a", choices=names, default=names[0],
-                            help=f"default {names[0]}; native: the transport's own {cls.op} (MPI)")
-        parser.add_argument("--ranks", type=RANKS, help="ranks the local launcher starts (default 4; as --np)")
-        parser.add_argument("-b", "--minbytes", default="4K", help="smallest output size (default 4K)")
-        parser.add_argument("-e", "--maxbytes", default="4M", help="largest output size (default 4M)")
-        parser.add_argument("-f", "--stepfactor", type=integer(2, 1024), default=2,
-                            help="size factor between points (default 2)")
-        if cls.rooted:
-            parser.add_argument("--root", type=integer(0, 4095), default=0, help="the root rank (default 0)")
+        cls.Options.add_to(parser, overrides={"algorithm": {
+            "choices": names, "default": names[0],
+            "help": f"default {names[0]}; native: the transport's own {cls.op} (MPI)"}})
 
     @classmethod
-    def ranks(cls, args: argparse.Namespace) -> int:
-        n = args.ranks or args.np or 4
+    def default_options(cls) -> CollectiveOptions:
+        return cls.Options(algorithm=cls.algorithms[0])
+
+    @classmethod
+    def ranks(cls, opts: CollectiveOptions, common: CommonOptions) -> int:
+        n = opts.ranks or common.np or 4
         if n < 2:
             raise UsageError(f"{cls.name} needs at least 2 ranks, not {n}")
-        if cls.rooted and not 0 <= args.root < n:
-            raise UsageError(f"--root must be a rank, 0 to {n - 1}, not {args.root}")
+        if isinstance(opts, RootedOptions) and not 0 <= opts.root < n:
+            raise UsageError(f"--root must be a rank, 0 to {n - 1}, not {opts.root}")
         return n
 
     @classmethod
-    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
-        return frozenset({f"native:{cls.op}"} if args.algorithm == "native" else {"exchange"})
+    def needs(cls, opts: CollectiveOptions, common: CommonOptions) -> frozenset[str]:
+        return frozenset({f"native:{cls.op}"} if opts.algorithm == "native" else {"exchange"})
 
     size_options = "-b/--minbytes to -e/--maxbytes"
 
     @classmethod
-    def plan_points(cls, args: argparse.Namespace) -> tuple[list[Payload], str | None] | None:
-        if args.payload:
+    def plan_points(cls, opts: CollectiveOptions, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
+        if common.payload:
             return None  # the common --payload handling (models, schemes)
-        lo, hi = parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e")
-        if lo < 4 or lo > hi or args.stepfactor < 2:
-            raise UsageError(f"need 4 <= -b ({lo}) <= -e ({hi}) and -f >= 2 ({args.stepfactor})")
-        unit = cls.ranks(args) if cls.blocks else 1
+        lo, hi = parse_size(opts.minbytes, "-b"), parse_size(opts.maxbytes, "-e")
+        if lo < 4 or lo > hi or opts.stepfactor < 2:
+            raise UsageError(f"need 4 <= -b ({lo}) <= -e ({hi}) and -f >= 2 ({opts.stepfactor})")
+        unit = cls.ranks(opts, common) if cls.blocks else 1
         points: list[Payload] = []
         s = lo
         while s <= hi:
             nbytes = 4 * max(unit, s // 4 // unit * unit)
             if not points or points[-1].nbytes != nbytes:
                 points.append(Payload(str(nbytes), (nbytes,)))
-            s *= args.stepfactor
+            s *= opts.stepfactor
         return points, None
 
     @property
     def root(self) -> int:
-        return self.args.root if self.rooted else -1
+        return self.opts.root if isinstance(self.opts, RootedOptions) else -1
 
     def peers(self, world: World) -> list[int]:
         """The ranks this rank's algorithm talks to (a ring: two; native: none, MPI's own business), so that
         a rank holds only the connections it uses, not one per rank of the run."""
-        if self.args.algorithm == "native":
+        if self.opts.algorithm == "native":
             return []
-        return sorted(set(self.algorithm_peers(self.args.algorithm, world.rank, world.size)) - {world.rank})
+        return sorted(set(self.algorithm_peers(self.opts.algorithm, world.rank, world.size)) - {world.rank})
 
     def algorithm_peers(self, algorithm: str, rank: int, n: int) -> list[int]:
         """Whom ``algorithm`` exchanges with on rank ``rank`` of ``n`` (default: everyone)."""
@@ -146,7 +161,7 @@ class Collective(Benchmark):
         return count
 
     def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
-        """The emulated algorithm (``self.args.algorithm``) over ``ctx.links`` and ``ctx.transport``."""
+        """The emulated algorithm (``self.opts.algorithm``) over ``ctx.links`` and ``ctx.transport``."""
         raise NotImplementedError
 
     def expect(self, rank: int, n: int, base: np.ndarray, k: F32, into: np.ndarray) -> bool:
@@ -163,7 +178,7 @@ class Collective(Benchmark):
             inp, out = buffers.array(m, F32), buffers.array(count, F32)
             base = (np.arange(m) % 7 + 1).astype(F32)
             np.multiply(base, F32(me + 1), out=inp)
-            if self.args.algorithm == "native":
+            if self.opts.algorithm == "native":
                 run, scratch = ctx.transport.native(self.op, inp, out, max(self.root, 0)), []
             else:
                 run, scratch = self.plan(ctx, inp, out)
@@ -205,5 +220,5 @@ class Collective(Benchmark):
         count = sum(self.counts(payload))
         algbw = 4 * count / (avg * 1e-6) / 1e9
         return {"iterations": timing.n, "count": count, "dtype": "float32", "redop": self.redop, "root": self.root,
-                "algorithm": self.args.algorithm, "time_us": avg, "time_min_us": lo, "time_max_us": hi,
+                "algorithm": self.opts.algorithm, "time_us": avg, "time_min_us": lo, "time_max_us": hi,
                 "algbw": algbw, "busbw": algbw * self.bus_factor(len(reports))}

@@ -9,22 +9,29 @@ all pairs' bytes over the slowest pair's time (osu_mbw_mr).
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.argtypes import integer
-from commbench.core.config import RunConfig
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.errors import UsageError
 from commbench.core.harness import BANDWIDTH_LOOPS, Side, Timing, untimed_loop
 from commbench.core.message import Message
+from commbench.core.options import Options, opt
 from commbench.core.payload import Payload
 from commbench.core.table import Column
 from commbench.core.world import World
 
 ACK_BYTES = 4  # as osu_bw
 MBS = "{:.2f}"
+
+
+@dataclass(frozen=True)
+class BandwidthOptions(Options):
+    window: int = opt(64, "-W", "--window", type=integer(1, 1 << 20), help="messages per window (default 64, as OSU)")
+    pairs: int = opt(1, type=integer(1, 2048), help="pairs of ranks, rank i with i + N (default 1)")
 
 
 class P2PBandwidth(Benchmark):
@@ -40,30 +47,25 @@ class P2PBandwidth(Benchmark):
                Column("msg_s", "Msg/s", 12, "{:.0f}"), Column("min_mb_s", "Min MB/s", 12, MBS),
                Column("max_mb_s", "Max MB/s", 12, MBS), WRONG]
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-W", "--window", type=integer(1, 1 << 20), default=64,
-                            help="messages per window (default 64, as OSU)")
-        parser.add_argument("--pairs", type=integer(1, 2048), default=1,
-                            help="pairs of ranks, rank i with i + N (default 1)")
+    Options = BandwidthOptions
 
     @classmethod
-    def ranks(cls, args: argparse.Namespace) -> int:
+    def ranks(cls, opts: BandwidthOptions, common: CommonOptions) -> int:
         """2 x --pairs, or --np (even): N pairs as osu_mbw_mr runs on 2N ranks."""
-        if args.np is not None and args.pairs == 1:
-            if args.np < 2 or args.np % 2:
-                raise UsageError(f"{cls.name} runs on pairs of ranks: --np must be even, not {args.np}")
-            return args.np
-        return 2 * args.pairs
+        if common.np is not None and opts.pairs == 1:
+            if common.np < 2 or common.np % 2:
+                raise UsageError(f"{cls.name} runs on pairs of ranks: --np must be even, not {common.np}")
+            return common.np
+        return 2 * opts.pairs
 
     @classmethod
-    def needs(cls, args: argparse.Namespace) -> frozenset[str]:
+    def needs(cls, opts: BandwidthOptions, common: CommonOptions) -> frozenset[str]:
         return frozenset({"stream"} if cls.directions == 1 else {"exchange"})
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
         self.pairs = config.ranks // 2
-        self.window = config.args.window
+        self.window = self.opts.window
 
     def peers(self, world: World) -> list[int]:
         return [world.rank + self.pairs if world.rank < self.pairs else world.rank - self.pairs]

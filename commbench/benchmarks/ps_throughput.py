@@ -11,15 +11,16 @@ are per RPC, over all workers.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.argtypes import RANKS
-from commbench.core.config import RunConfig
+from commbench.core.config import CommonOptions, RunConfig
 from commbench.core.errors import UsageError
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
+from commbench.core.options import Options, opt
 from commbench.core.payload import SCHEMES, Payload
 from commbench.core.table import Column
 from commbench.core.world import World
@@ -30,6 +31,25 @@ from commbench.profiles.store import load
 
 PS_LOOPS = LoopDefaults((100, 10), (10, 2))
 MS = "{:.2f}"
+
+
+@dataclass(frozen=True)
+class PSOptions(Options):
+    workers: int = opt(2, type=RANKS, help="worker ranks (default 2)")
+    ps: int = opt(1, type=RANKS, help="parameter-server shards (default 1)")
+    placement: str = opt("round-robin", choices=POLICIES,
+                         help="variables on shards: round-robin (TF's default, in creation order) or greedy by bytes "
+                              "(a what-if: TF's GreedyLoadBalancingStrategy, which its PS training does not use "
+                              "unless asked)")
+    rpc: str = opt("tf", choices=("tf", "packed", "per-tensor"),
+                   help="tf (default): what TensorFlow's PS training sends, measured on the wire (a chief rank "
+                        "driving each step: W + P + 1 ranks; the shards calling the workers for gradients; control "
+                        "calls and scalar reads; gradients applied on arrival); packed: one push and one pull per "
+                        "worker, shard and step (TF-gRPC-Bench's); per-tensor: every gradient pushed and every "
+                        "variable pulled as its own call")
+    mode: str | None = opt(None, choices=("sync", "async"),
+                           help="with --rpc packed or per-tensor: sync, shards average all workers' pushes each step "
+                                "(their default); async, every push applied on arrival, no barrier")
 
 
 class PSThroughput(Benchmark):
@@ -47,39 +67,22 @@ class PSThroughput(Benchmark):
                Column("push_p99_ms", "p99", 8, MS), Column("pull_p50_ms", "Pull p50", 9, MS),
                Column("pull_p99_ms", "p99", 8, MS), Column("shard_mb", "Shard MB", -16), WRONG]
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--workers", type=RANKS, default=2, help="worker ranks (default 2)")
-        parser.add_argument("--ps", type=RANKS, default=1, help="parameter-server shards (default 1)")
-        parser.add_argument("--placement", choices=POLICIES, default="round-robin",
-                            help="variables on shards: round-robin (TF's default, in creation order) or greedy "
-                                 "by bytes (a what-if: TF's GreedyLoadBalancingStrategy, which its PS training "
-                                 "does not use unless asked)")
-        parser.add_argument("--rpc", choices=("tf", "packed", "per-tensor"), default="tf",
-                            help="tf (default): what TensorFlow's PS training sends, measured on the wire (a "
-                                 "chief rank driving each step: W + P + 1 ranks; the shards calling the "
-                                 "workers for gradients; control calls and scalar reads; gradients applied on "
-                                 "arrival); packed: one push and one pull per worker, shard and step "
-                                 "(TF-gRPC-Bench's); per-tensor: every gradient pushed and every variable "
-                                 "pulled as its own call")
-        parser.add_argument("--mode", choices=("sync", "async"),
-                            help="with --rpc packed or per-tensor: sync, shards average all workers' pushes "
-                                 "each step (their default); async, every push applied on arrival, no barrier")
-        parser.set_defaults(payload="skew")
+    Options = PSOptions
+    common_defaults = {"payload": "skew"}
 
     @classmethod
-    def ranks(cls, args: argparse.Namespace) -> int:
-        if args.rpc == "tf" and args.mode:
-            raise UsageError(f"--mode {args.mode} applies to --rpc packed or per-tensor; --rpc tf (the default) "
+    def ranks(cls, opts: PSOptions, common: CommonOptions) -> int:
+        if opts.rpc == "tf" and opts.mode:
+            raise UsageError(f"--mode {opts.mode} applies to --rpc packed or per-tensor; --rpc tf (the default) "
                              "applies each gradient on arrival, as TensorFlow's PS training does: drop --mode "
                              "or add --rpc packed")
-        return args.workers + args.ps + (args.rpc == "tf")
+        return opts.workers + opts.ps + (opts.rpc == "tf")
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
-        self.nw, self.np_ = config.args.workers, config.args.ps
-        self.tf = config.args.rpc == "tf"
-        self.mode = config.args.mode or "sync"
+        self.nw, self.np_ = self.opts.workers, self.opts.ps
+        self.tf = self.opts.rpc == "tf"
+        self.mode = self.opts.mode or "sync"
         first = 1 if self.tf else 0  # tf: rank 0 is the chief
         self.workers = list(range(first, first + self.nw))
         self.shards = list(range(first + self.nw, first + self.nw + self.np_))
@@ -103,10 +106,10 @@ class PSThroughput(Benchmark):
         if self.tf:
             return self.prepare_tf(ctx, payload, checked)
         me, nw, np_ = ctx.world.rank, self.nw, self.np_
-        owners = place(payload.sizes, np_, self.args.placement)
+        owners = place(payload.sizes, np_, self.opts.placement)
         per_shard = {nw + s: [size for size, o in zip(payload.sizes, owners, strict=True) if o == s]
                      for s in range(np_)}
-        asynchronous, per_tensor = self.mode == "async", self.args.rpc == "per-tensor"
+        asynchronous, per_tensor = self.mode == "async", self.opts.rpc == "per-tensor"
         if me < nw:
             worker = Worker(me, nw, per_shard, ctx.links, checked, asynchronous, ctx.corrupt_every, per_tensor)
             return Side(step=worker.step, begin=worker.start, wrong=lambda: worker.wrong,
@@ -119,9 +122,9 @@ class PSThroughput(Benchmark):
                                     else None})
 
     def prepare_tf(self, ctx: Context, payload: Payload, checked: bool) -> Side:
-        me, variables = ctx.world.rank, tf_variables(self.args.payload, payload)
-        owners = place([v.nbytes for v in variables], self.np_, self.args.placement) \
-            if self.args.placement != "round-robin" else None
+        me, variables = ctx.world.rank, tf_variables(self.common.payload, payload)
+        owners = place([v.nbytes for v in variables], self.np_, self.opts.placement) \
+            if self.opts.placement != "round-robin" else None
         plans = dict(zip(self.shards, tf_ps.plan(variables, self.np_, owners), strict=True))
         self.tf_totals = (tf_ps.rpcs_per_worker_step(list(plans.values())), sum(v.nbytes for v in variables))
         if me == 0:
@@ -154,8 +157,8 @@ class PSThroughput(Benchmark):
             return self.row_tf(payload, timing, reports)
         nw, np_ = self.nw, self.np_
         workers, shards = reports[:nw], reports[nw:]
-        owners = place(payload.sizes, np_, self.args.placement)
-        per_step_rpcs = 2 * (len(payload.sizes) if self.args.rpc == "per-tensor" else np_)
+        owners = place(payload.sizes, np_, self.opts.placement)
+        per_step_rpcs = 2 * (len(payload.sizes) if self.opts.rpc == "per-tensor" else np_)
         per_step_bytes = 2 * payload.nbytes
         slowest = max(w["wall_ns"] for w in workers) / 1e9  # every worker starts at the same barrier
         push = np.asarray([x for w in workers for x in w["push"]], dtype=np.float64) / 1e6
@@ -170,7 +173,7 @@ class PSThroughput(Benchmark):
                 "shard_mb": "/".join(f"{b / 1e6:.1f}" for b in shard_bytes(payload.sizes, owners, np_)),
                 "shard_steps": [s["steps"] for s in shards], "final_value": shards[0]["value"],
                 "expected_value": expected_value(shards[0]["steps"], nw, self.mode == "async"),
-                "ps_mode": self.mode, "rpc": self.args.rpc}
+                "ps_mode": self.mode, "rpc": self.opts.rpc}
 
 
 def _p99(values: np.ndarray) -> float | None:

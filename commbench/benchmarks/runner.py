@@ -13,6 +13,7 @@ from commbench.core.placement import Placement
 from commbench.core.progress import Progress
 from commbench.core.session import Session
 from commbench.core.table import header_line, row_line
+from commbench.transports._net import SocketOptions
 from commbench.transports.base import Transport
 
 PACKAGES = ("numpy", "grpcio", "protobuf", "mpi4py", "tensorflow-cpu")
@@ -21,20 +22,20 @@ RUNNER_KEYS = ("bench", "run_id", "transport", "mode", "poll", "payload", "size"
 
 def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: type[Transport],
              config: RunConfig) -> int:
-    args = config.args
-    buffers.configure(args.hugepages == "on")
+    c = config.common
+    buffers.configure(c.hugepages == "on")
     buffers.steady_malloc()
     bench = bench_cls(config)
-    with Session(placement, args.timeout, getattr(args, "bind", None), config.options(), PACKAGES,
-                 bench.tolerant) as run:
+    bind = config.net.bind if isinstance(config.net, SocketOptions) else None
+    with Session(placement, c.timeout, bind, config.options(), PACKAGES, bench.tolerant, config.plan()) as run:
         world = run.world
-        capture = traffic.start(world, run.on_close, root_netns(args.host_set) if args.hosts else None) \
-            if args.traffic else None
+        capture = traffic.start(world, run.on_close, root_netns(c.host_set) if c.hosts else None) \
+            if c.traffic else None
         transport = transport_cls(world, config)
         run.on_close(transport.close)
         links = transport.connect(bench.peers(world))
-        ctx = Context(world, transport, links, config, config.loops, args.validate, args.seed, args.inject_corruption,
-                      run.watchdog.quiet, [] if args.traffic and world.rank == 0 else None)
+        ctx = Context(world, transport, links, config, config.loops, c.validate, c.seed, c.inject_corruption,
+                      run.watchdog.quiet, [] if c.traffic and world.rank == 0 else None)
         meta = run.metadata(bench.name, {"poll": config.poll, "mode": transport.mode(), "ranks": world.size,
                                          "loops": config.loops.describe(bench.loop_source),
                                          "payload_spec": config.payload_spec})
@@ -44,7 +45,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         columns = [bench.size_column(meta), *bench.columns]
         if world.rank == 0:
             print("\n".join([*bench.header(meta), header_line(columns)]), flush=True)
-        writer = run.open_results(args.output, meta, [*RUNNER_KEYS, *(c.key for c in bench.columns)])
+        writer = run.open_results(c.output, meta, [*RUNNER_KEYS, *(c.key for c in bench.columns)])
         total, unit = bench.progress(world)
         progress = Progress(bench.name, total, unit, enabled=world.rank == 0)
         run.on_close(progress.close)
@@ -73,7 +74,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
                     writer.row(row)
             if lines:
                 print("\n".join(lines), flush=True)
-        if args.traffic:  # every rank names its sockets while the run's connections are open
+        if c.traffic:  # every rank names its sockets while the run's connections are open
             owned = traffic.owners(world)
             if capture is not None:
                 show_traffic(capture.stop(), owned, bench.roles(world), ctx.traffic, writer,

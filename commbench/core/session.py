@@ -21,11 +21,15 @@ from commbench.core.watchdog import Watchdog
 from commbench.core.world import World
 
 
-def check_same_command(world: World, options: dict) -> None:
-    """Every rank must measure the same thing: compare a digest of the options once, at start."""
+def options_digest(options: dict) -> str:
+    """A digest of the plain options but the output file."""
     plain = {k: v for k, v in sorted(options.items()) if isinstance(v, (str, int, float, bool, type(None)))
              and k != "output"}
-    digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
+
+
+def check_same_command(world: World, digest: str) -> None:
+    """Every rank must measure the same thing: compare a digest of what it decided once, at start."""
     digests = world.allgather_json("options", digest)
     if len(set(digests)) > 1:
         odd = [r for r, d in enumerate(digests) if d != digests[0]]
@@ -49,13 +53,15 @@ def end_run(world: World, exc: Exception) -> None:
 
 
 class Session:
-    """``with Session(placement, timeout, bind, options, packages) as run:`` ... ``run.finish()``."""
+    """``with Session(placement, timeout, bind, options, packages) as run:`` ... ``run.finish()``; ``plan``:
+    the digest ranks compare (default: of the options)."""
 
     def __init__(self, placement: Placement, timeout: float, bind: str | None, options: dict,
-                 packages: Sequence[str], tolerant: bool = False) -> None:
+                 packages: Sequence[str], tolerant: bool = False, plan: str | None = None) -> None:
         self.world = World(placement, timeout, bind, tolerant)
         self.watchdog = Watchdog(self.world)
         self.options = options
+        self.plan = plan or options_digest(options)  # what every rank must have decided alike
         self.packages = tuple(packages)
         self.writer: ResultsWriter | None = None
         self._closers: list[Callable[[], object]] = []
@@ -67,7 +73,7 @@ class Session:
 
     def __enter__(self) -> Session:
         try:
-            check_same_command(self.world, self.options)
+            check_same_command(self.world, self.plan)
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from commbench.core.errors import say
@@ -229,15 +230,27 @@ def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "") 
         return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
 
 
-def here_or_launch(n: int, argv: Sequence[str], args, what: str, tolerant: bool = False):
+@dataclass(frozen=True)
+class How:
+    """How to start a job's ranks: what the launcher needs of its options."""
+
+    timeout: float
+    port: int = 0
+    hosts: int = 0  # emulated hosts (``hosts up``)
+    host_set: str = ""
+    output: str | None = None  # checked before any rank starts
+    mpiexec: bool = False  # the transport starts its ranks with its library's launcher (own-launcher)
+    tolerant: bool = False  # the ranks outlive a failed peer (cluster evaluations)
+
+
+def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
     """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
-    ranks here and return their exit status. ``what`` names the job in the wrong-size error;
-    ``tolerant``: the ranks outlive a failed peer (cluster evaluations)."""
+    ranks here and return their exit status. ``what`` names the job in the wrong-size error."""
     from commbench.core.errors import UsageError
     from commbench.core.placement import detect
     from commbench.core.results import check_output_path
 
-    placement = detect(port=args.port)
+    placement = detect(port=how.port)
     if placement is not None and placement.launcher == "local":
         die_with_launcher()
     if placement is None:
@@ -245,13 +258,12 @@ def here_or_launch(n: int, argv: Sequence[str], args, what: str, tolerant: bool 
         if n > limit:
             raise UsageError(f"{what} needs {n} ranks; the local launcher starts at most {limit} on this machine "
                              f"({os.cpu_count()} CPUs): start more with mpirun or srun across hosts")
-        if getattr(args, "output", None):
-            check_output_path(args.output)
-        if getattr(args, "transport", None) == "mpi":
-            return launch_mpi(n, argv, getattr(args, "hosts", 0) or 0, getattr(args, "host_set", ""))
-        return launch(n, argv, args.timeout, args.port, hosts=getattr(args, "hosts", 0) or 0, tolerant=tolerant,
-                      host_set=getattr(args, "host_set", ""))
-    if getattr(args, "hosts", 0) and placement.launcher != "local" and os.environ.get(ENV_MPI_HOSTS) != str(args.hosts):
+        if how.output:
+            check_output_path(how.output)
+        if how.mpiexec:
+            return launch_mpi(n, argv, how.hosts, how.host_set)
+        return launch(n, argv, how.timeout, how.port, hosts=how.hosts, tolerant=how.tolerant, host_set=how.host_set)
+    if how.hosts and placement.launcher != "local" and os.environ.get(ENV_MPI_HOSTS) != str(how.hosts):
         raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
                          "under mpirun or srun the launcher places them")
     if placement.size != n:

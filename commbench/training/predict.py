@@ -53,7 +53,6 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from commbench.core.argtypes import RANKS, integer, number
-from commbench.core.config import plain_options
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
 from commbench.core.table import Column, header_line, row_line
@@ -463,7 +462,7 @@ def save(args: argparse.Namespace, out: dict) -> None:
     from commbench.core.results import ResultsWriter, check_output_path, run_metadata
 
     check_output_path(args.output)
-    options = plain_options(args, lists=True)
+    options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
     keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
             "images_s", "images_lo", "images_hi", "measured_images_s", "measured_lo", "measured_hi", "measured_runs",
             "error_pct", "within", "measured_step_ms",
@@ -480,20 +479,20 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     row, meta = runs[-1] if runs else ({}, {})
     rows = repeats(runs) if runs else []
 
-    def pick(name: str, key: str | None = None):
-        v = getattr(args, name)
+    def pick(v, name: str, key: str | None = None):
         if v is None:
             v = row.get(key or name)
         if v is None:
             raise UsageError(f"predict needs --{name.replace('_', '-')} (or --train FILE with it)")
         return v
 
-    strategy, workers, batch = pick("strategy"), int(pick("workers")), int(pick("batch"))
-    ps = int(pick("ps")) if strategy == "ps" else 0
+    strategy = pick(args.strategy, "strategy")
+    workers, batch = int(pick(args.workers, "workers")), int(pick(args.batch, "batch"))
+    ps = int(pick(args.ps, "ps")) if strategy == "ps" else 0
     compute = Span.of(args.compute_ms) if args.compute_ms is not None else pooled(
         [compute_span(r, r["compute_ms"]) for r in rows if r.get("compute_ms") is not None] or
-        [compute_span(row, pick("compute_ms"))])
-    prof = store.load(pick("model"))
+        [compute_span(row, pick(args.compute_ms, "compute_ms"))])
+    prof = store.load(pick(args.model, "model"))
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)

@@ -17,16 +17,17 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from commbench.core import traffic
 from commbench.core.argtypes import PORT, SECONDS, SEED, integer, number
-from commbench.core.config import FrozenArgs, freeze, plain_options
 from commbench.core.errors import UsageError
 from commbench.core.harness import median_ci
 from commbench.core.hostset import check_set, default_set, root_netns
 from commbench.core.imports import installed
+from commbench.core.options import Options, opt
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
 from commbench.core.session import Session
@@ -43,61 +44,65 @@ COLUMNS = [Column("strategy", "Strategy", -9), Column("model", "Model", -13), Co
 PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
 
 
+@dataclass(frozen=True)
+class TrainOptions(Options):
+    strategy: str = opt("ps", choices=("ps", "mirrored"),
+                        help="ps: ParameterServerStrategy + ClusterCoordinator; mirrored: MultiWorkerMirroredStrategy "
+                             "with RING collectives (default ps)")
+    model: str = opt("small_cnn", help=f"image model, as the payload profiles name them: {', '.join(IMAGE_MODELS)} "
+                                       "(- or _ both work; default small_cnn)")
+    workers: int = opt(2, type=integer(1, 64), help="worker tasks (default 2)")
+    ps: int = opt(1, type=integer(1, 64), help="parameter-server tasks with --strategy ps (default 1)")
+    batch: int = opt(64, type=integer(1, 1 << 16), help="images per step per worker (default 64)")
+    steps: int = opt(60, type=integer(1, 1_000_000), help="measured steps (ps: across all workers) (default 60)")
+    warmup_steps: int = opt(10, type=integer(0, 1_000_000), help="steps before measuring (default 10)")
+    lr: float = opt(0.01, type=number(above=0, hi=100), help="SGD learning rate, momentum 0.9 (default 0.01)")
+    seed: int = opt(1, type=SEED)
+    timeout: float = opt(120.0, type=SECONDS, help="seconds to wait for a peer at set-up and for each step "
+                                                   "(default 120)")
+    port: int = opt(0, type=PORT, help="rendezvous port P (rank r's TF port P + 1 + r)")
+    hosts: int = opt(0, type=integer(0, 64), metavar="N",
+                     help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
+    host_set: str = opt("", type=check_set, metavar="S",
+                        help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET)")
+    traffic: bool = opt(False, action="store_true", help=traffic.HELP + "; a step as the row counts them")
+    output: str | None = opt(None, "-o", "--output", metavar="FILE",
+                             help="write the result row: FILE.jsonl or FILE.csv (an existing file is replaced)")
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="real distributed TensorFlow training on synthetic data; images/s",
                        description="Real distributed TensorFlow training (custom loops) on synthetic images.")
-    p.add_argument("--strategy", choices=("ps", "mirrored"), default="ps",
-                   help="ps: ParameterServerStrategy + ClusterCoordinator; mirrored: MultiWorkerMirroredStrategy "
-                        "with RING collectives (default ps)")
-    p.add_argument("--model", default="small_cnn",
-                   help=f"image model, as the payload profiles name them: {', '.join(IMAGE_MODELS)} "
-                        "(- or _ both work; default small_cnn)")
-    p.add_argument("--workers", type=integer(1, 64), default=2, help="worker tasks (default 2)")
-    p.add_argument("--ps", type=integer(1, 64), default=1, help="parameter-server tasks with --strategy ps (default 1)")
-    p.add_argument("--batch", type=integer(1, 1 << 16), default=64, help="images per step per worker (default 64)")
-    p.add_argument("--steps", type=integer(1, 1_000_000), default=60,
-                   help="measured steps (ps: across all workers) (default 60)")
-    p.add_argument("--warmup-steps", type=integer(0, 1_000_000), default=10, help="steps before measuring (default 10)")
-    p.add_argument("--lr", type=number(above=0, hi=100), default=0.01,
-                   help="SGD learning rate, momentum 0.9 (default 0.01)")
-    p.add_argument("--seed", type=SEED, default=1)
-    p.add_argument("--timeout", type=SECONDS, default=120.0,
-                   help="seconds to wait for a peer at set-up and for each step (default 120)")
-    p.add_argument("--port", type=PORT, default=0, help="rendezvous port P (rank r's TF port P + 1 + r)")
-    p.add_argument("--hosts", type=integer(0, 64), default=0, metavar="N",
-                   help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
-    p.add_argument("--host-set", type=check_set, default=default_set(), metavar="S",
-                   help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET)")
-    p.add_argument("--traffic", action="store_true", help=traffic.HELP + "; a step as the row counts them")
-    p.add_argument("-o", "--output", metavar="FILE", help="append the result row: FILE.jsonl or FILE.csv")
+    TrainOptions.add_to(p, overrides={"host_set": {"default": default_set()}})
     p.set_defaults(func=train)
 
 
-def check_args(args: argparse.Namespace) -> FrozenArgs:
-    """The options checked, frozen, with the model's name normalised."""
-    model = args.model.replace("-", "_")
+def check_options(args: argparse.Namespace) -> TrainOptions:
+    """The options checked, with the model's name normalised."""
+    o = TrainOptions.parse(args)
+    model = o.model.replace("-", "_")
     if model not in IMAGE_MODELS:
         raise UsageError(f"unknown model {model!r} for train; known: {', '.join(IMAGE_MODELS)}")
     if not tf_installed():
         raise UsageError("train runs TensorFlow, which is not installed here: pip install 'commbench[tf]'")
-    if args.traffic:
+    if o.traffic:
         traffic.check_usable()
-    return freeze(argparse.Namespace(**{**vars(args), "model": model}))
+    return o.but(model=model)
 
 
 def tf_installed() -> bool:
     return installed("tensorflow")
 
 
-def ranks(args: argparse.Namespace) -> int:
-    return 1 + args.workers + args.ps if args.strategy == "ps" else args.workers
+def ranks(o: TrainOptions) -> int:
+    return 1 + o.workers + o.ps if o.strategy == "ps" else o.workers
 
 
-def roles(args: argparse.Namespace) -> list[tuple[str, int]]:
+def roles(o: TrainOptions) -> list[tuple[str, int]]:
     """(TF job, task index) of every rank, in rank order."""
-    if args.strategy == "mirrored":
-        return [("worker", i) for i in range(args.workers)]
-    return [("chief", 0), *(("worker", i) for i in range(args.workers)), *(("ps", i) for i in range(args.ps))]
+    if o.strategy == "mirrored":
+        return [("worker", i) for i in range(o.workers)]
+    return [("chief", 0), *(("worker", i) for i in range(o.workers)), *(("ps", i) for i in range(o.ps))]
 
 
 def cluster_spec(addresses: Sequence[str], rs: Sequence[tuple[str, int]]) -> dict[str, list[str]]:
@@ -108,80 +113,80 @@ def cluster_spec(addresses: Sequence[str], rs: Sequence[tuple[str, int]]) -> dic
 
 
 def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    args = check_args(args)
-    n = ranks(args)
-    from commbench.launch.local import here_or_launch
+    o = check_options(args)
+    n = ranks(o)
+    from commbench.launch.local import How, here_or_launch
 
     tf_bind.preload()  # every task runs a TF server: on the run's address only (see _tf_bind)
 
-    what = f"train --strategy {args.strategy} with {args.workers} workers" + \
-        (f" and {args.ps} PS" if args.strategy == "ps" else "")
-    placement = here_or_launch(n, argv, args, what)
+    what = f"train --strategy {o.strategy} with {o.workers} workers" + \
+        (f" and {o.ps} PS" if o.strategy == "ps" else "")
+    placement = here_or_launch(n, argv, How(o.timeout, o.port, o.hosts, o.host_set, o.output), what)
     if isinstance(placement, int):
         return placement
-    return run_rank(placement, args)
+    return run_rank(placement, o)
 
 
-def _tf_port(args: argparse.Namespace, rank: int, host: str) -> int:
-    if args.port:
-        return args.port + 1 + rank
+def _tf_port(o: TrainOptions, rank: int, host: str) -> int:
+    if o.port:
+        return o.port + 1 + rank
     with socket.socket() as s:  # a free port now; TF binds it a moment later
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def run_rank(placement: Placement, args: argparse.Namespace) -> int:
-    options = plain_options(args)
-    with Session(placement, args.timeout, None, options, PACKAGES) as run:
+def run_rank(placement: Placement, o: TrainOptions) -> int:
+    options = o.plain()
+    with Session(placement, o.timeout, None, options, PACKAGES) as run:
         world = run.world
-        rs = roles(args)
+        rs = roles(o)
         job, index = rs[world.rank]
         addr = world.store.local_address
-        port = _tf_port(args, world.rank, addr)
+        port = _tf_port(o, world.rank, addr)
         tf_bind.confine(addr, port)
         endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
-        capture = traffic.start(world, run.on_close, root_netns(args.host_set) if args.hosts else None) \
-            if args.traffic else None
+        capture = traffic.start(world, run.on_close, root_netns(o.host_set) if o.hosts else None) \
+            if o.traffic else None
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
                                               "task": {"type": job, "index": index}})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         from commbench.training import tf_loops
 
         reporter = world.rank == 0
-        budget = args.timeout * (2 + (args.steps + args.warmup_steps) / max(1, args.workers))
+        budget = o.timeout * (2 + (o.steps + o.warmup_steps) / max(1, o.workers))
         row = None
 
         def compute() -> list[float]:  # one worker's steps without communication (ms)
-            return tf_loops.compute_step_ms(args.model, args.batch, args.seed)
+            return tf_loops.compute_step_ms(o.model, o.batch, o.seed)
 
         # the compute time before training and after it, every worker at once: this machine can change
         # pace during a run, and the difference is part of the compute time's uncertainty
         before = None
-        if args.strategy == "ps":  # before the workers' servers start (mirrored: after its strategy is made)
+        if o.strategy == "ps":  # before the workers' servers start (mirrored: after its strategy is made)
             before = compute() if job == "worker" else None
             world.barrier("compute-before", patient=True)
-        if args.strategy == "ps" and job != "chief":
+        if o.strategy == "ps" and job != "chief":
             _server = tf_loops.start_server(job, index)  # serves until this process ends
             world.bcast_json("train-done", timeout=budget)  # the chief says when
         else:
-            step_fn = tf_loops.run_ps if args.strategy == "ps" else tf_loops.run_mirrored
-            progress = Progress(f"train {args.strategy} {args.model}", args.steps, "steps", enabled=reporter)
+            step_fn = tf_loops.run_ps if o.strategy == "ps" else tf_loops.run_mirrored
+            progress = Progress(f"train {o.strategy} {o.model}", o.steps, "steps", enabled=reporter)
             try:
-                times = step_fn(args.model, args.workers, args.batch, args.steps, args.warmup_steps, args.seed,
-                                args.lr, progress.advance, *([] if args.strategy == "ps" else [compute]))
+                times = step_fn(o.model, o.workers, o.batch, o.steps, o.warmup_steps, o.seed,
+                                o.lr, progress.advance, *([] if o.strategy == "ps" else [compute]))
             finally:
                 progress.close()
-            row = summarize(args, times) if reporter else None
-            if args.strategy == "mirrored":
+            row = summarize(o, times) if reporter else None
+            if o.strategy == "mirrored":
                 before = times.compute_before
-            if args.strategy == "ps":
+            if o.strategy == "ps":
                 world.bcast_json("train-done", True)
-        if args.traffic:  # every rank names its sockets; the chief sums the capture by role
+        if o.traffic:  # every rank names its sockets; the chief sums the capture by role
             owned = traffic.owners(world)
             if capture is not None:
                 traffic_rows = traffic.rows(capture.stop(), owned, [job for job, _ in rs], times.window,
-                                            row["steps"], {"bench": "train-traffic", "strategy": args.strategy,
-                                                           "model": args.model, "workers": args.workers,
+                                            row["steps"], {"bench": "train-traffic", "strategy": o.strategy,
+                                                           "model": o.model, "workers": o.workers,
                                                            "ps": row["ps"]})
         # compute without communication: every worker at once, as they computed during training
         world.barrier("compute")
@@ -192,30 +197,30 @@ def run_rank(placement: Placement, args: argparse.Namespace) -> int:
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
             meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
-            step = "a round of one step per worker (W closures, then join)" if args.strategy == "ps" else \
+            step = "a round of one step per worker (W closures, then join)" if o.strategy == "ps" else \
                 "one synchronous step of every worker"
-            print(f"# commbench train: {args.strategy}, {args.model}, {args.workers} workers"
-                  f"{f' x {args.ps} PS' if args.strategy == 'ps' else ''}, batch {args.batch} per worker, "
+            print(f"# commbench train: {o.strategy}, {o.model}, {o.workers} workers"
+                  f"{f' x {o.ps} PS' if o.strategy == 'ps' else ''}, batch {o.batch} per worker, "
                   f"synthetic images; TF gRPC between tasks\n# step = {step}; images/s = batch x workers x "
                   f"measured steps / time; compute = one step of one worker without communication (all workers "
                   f"at once, as in training; median)\n" + header_line(COLUMNS), flush=True)
             print(row_line(COLUMNS, row), flush=True)
-            writer = run.open_results(args.output, meta, ["bench", *(c.key for c in COLUMNS), *CI_KEYS])
+            writer = run.open_results(o.output, meta, ["bench", *(c.key for c in COLUMNS), *CI_KEYS])
             if writer:
                 writer.row({"bench": "train", **row})
-            if args.traffic:
+            if o.traffic:
                 traffic.show(traffic_rows, writer, f"the {row['steps']} measured steps")
         run.finish("train-end")
     sys.stdout.flush()
     return 0
 
 
-def summarize(args: argparse.Namespace, times) -> dict:
+def summarize(o: TrainOptions, times) -> dict:
     ns = np.asarray(times.ns, dtype=np.float64)
-    per_step_images = args.batch * args.workers  # ps: a round is W steps; mirrored: one step of W workers
-    return {"strategy": args.strategy, "model": args.model, "workers": args.workers,
-            "ps": args.ps if args.strategy == "ps" else 0, "batch": args.batch, "steps": len(ns) *
-            (args.workers if args.strategy == "ps" else 1),
+    per_step_images = o.batch * o.workers  # ps: a round is W steps; mirrored: one step of W workers
+    return {"strategy": o.strategy, "model": o.model, "workers": o.workers,
+            "ps": o.ps if o.strategy == "ps" else 0, "batch": o.batch, "steps": len(ns) *
+            (o.workers if o.strategy == "ps" else 1),
             "images_s": per_step_images * len(ns) / (ns.sum() / 1e9),
             **with_ci("step", ns / 1e6), "step_p99_ms": float(np.percentile(ns, 99)) / 1e6,
             "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1]}

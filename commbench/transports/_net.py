@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import socket
+from dataclasses import dataclass
 
 from commbench.core.errors import UsageError
+from commbench.core.options import Options, opt
 from commbench.core.world import World
 
 
@@ -21,22 +22,44 @@ def interface_address(name: str) -> str:
     raise UsageError(f"interface {name!r} has no IPv4 address; give one with 'ip addr add' or choose another --iface")
 
 
-def check_socket_args(args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class SocketOptions(Options):
+    """Where socket transports (tcp, grpc, grpc-cpp, ipoib) listen."""
+
+    title = "socket transports (tcp, grpc, grpc-cpp, ipoib)"
+    bind: str | None = opt(None, metavar="ADDR", help="local address to listen on and advertise to peers")
+    iface: str | None = opt(None, metavar="NAME", help="use this network interface's IPv4 address")
+
+
+@dataclass(frozen=True)
+class GrpcCallOptions(SocketOptions):
+    title = "grpc transports (grpc, grpc-cpp)"
+    grpc_call: str = opt("stream", choices=("unary", "stream"),
+                         help="one RPC per message, or messages on long-lived streams (default stream, the faster)")
+
+
+@dataclass(frozen=True)
+class GrpcOptions(GrpcCallOptions):
+    grpc_mode: str = opt("raw", choices=("raw", "proto"),
+                         help="raw: non-serialized bytes (generic handlers); proto: serialized protobuf (default raw)")
+
+
+def check_socket_options(opts: SocketOptions) -> None:
     """Checked once by the launcher, before any rank starts, so the user sees one line."""
-    if getattr(args, "iface", None):
-        interface_address(args.iface)
+    if opts.iface:
+        interface_address(opts.iface)
 
 
-def local_endpoint(args: argparse.Namespace, world: World) -> str:
+def local_endpoint(opts: SocketOptions, world: World) -> str:
     """--iface wins, then --bind, else the address this rank used to reach the rendezvous."""
-    if getattr(args, "iface", None):
-        return interface_address(args.iface)
-    if getattr(args, "bind", None):
-        return args.bind
+    if opts.iface:
+        return interface_address(opts.iface)
+    if opts.bind:
+        return opts.bind
     return world.store.local_address
 
 
-def data_port(args: argparse.Namespace, world: World) -> int:
+def data_port(port: int, world: World) -> int:
     """With --port P the rendezvous is P and rank r (of the whole run, also in a group of its ranks)
     listens on P + 1 + r; else ports are picked free."""
-    return args.port + 1 + world.members[world.rank] if args.port else 0
+    return port + 1 + world.members[world.rank] if port else 0

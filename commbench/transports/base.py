@@ -15,7 +15,6 @@ benchmark ``needs``. Benchmarks never know which transport they drive.
 
 from __future__ import annotations
 
-import argparse
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
@@ -26,13 +25,15 @@ from typing import ClassVar
 from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message
+from commbench.core.options import NoOptions, Options
 from commbench.core.world import World
 
 BASIC = frozenset({"call", "stream", "exchange", "many-ranks"})
 CAPABILITIES = {"call": "request and reply, as latency and PS RPCs",
                 "stream": "a window of one-way messages, as bandwidth",
                 "exchange": "sending and receiving at once, as bibw and collectives",
-                "many-ranks": "more than two ranks"}
+                "many-ranks": "more than two ranks",
+                "validate": "checking every message's content (--validate)"}
 
 
 class Link(ABC):
@@ -113,30 +114,39 @@ def queues(pairs: Sequence[tuple[Link, Message]]) -> dict:
 
 
 class Transport(ABC):
-    """One module per transport, each with one subclass of this naming itself in ``name``."""
+    """One module per transport, each with one subclass of this naming itself in ``name``; its own
+    flags are the fields of its ``Options`` (options classes may be shared: grpc-cpp takes grpc's)."""
 
     name: ClassVar[str]
     help: ClassVar[str]
+    Options: ClassVar[type[Options]] = NoOptions
     poll_modes: ClassVar[tuple[str, ...]] = ("blocking", "busy")  # the first is the default
     capabilities: ClassVar[frozenset[str]] = BASIC  # what benchmarks may ask of it (see CAPABILITIES)
 
     def __init__(self, world: World, config: RunConfig) -> None:
         self.world = world
         self.config = config
-        self.args = config.args  # this transport's own flags
-        self.timeout: float = config.args.timeout
+        self.opts = config.net  # this transport's own options (an instance of its Options)
+        self.timeout: float = config.common.timeout
         self.busy: bool = config.poll == "busy"
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """Add this transport's own flags (in their own argument group)."""
+    def able(cls, opts: Options) -> frozenset[str]:
+        """What the transport can do with these options: ``capabilities``, ``poll:MODE`` per poll mode,
+        and ``validate`` (it can check message contents); ``own-launcher``: it starts its ranks with its
+        library's launcher (mpiexec)."""
+        return cls.capabilities | {f"poll:{m}" for m in cls.poll_modes} | {"validate"}
 
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
+    def default_poll(cls, opts: Options) -> str:
+        return cls.poll_modes[0]
+
+    @classmethod
+    def check_usable(cls, opts: Options) -> None:
         """Raise UsageError naming what is missing (a module, a device) and the fix."""
 
     @classmethod
-    def prepare_process(cls, args: argparse.Namespace) -> None:
+    def prepare_process(cls, opts: Options) -> None:
         """Called once in every process of a run before it launches or joins one (may re-execute it)."""
 
     def versions(self) -> dict[str, str]:

@@ -10,7 +10,6 @@ arrive by one copy into the receiving buffers. Method paths carry the run token,
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import time
 from collections.abc import Callable, Iterable
@@ -20,7 +19,7 @@ from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message
 from commbench.transports import _grpc_cpp
-from commbench.transports._net import check_socket_args, data_port, local_endpoint
+from commbench.transports._net import GrpcCallOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport
 
 OK, TICK = 0, 1
@@ -121,18 +120,17 @@ class GrpcCppTransport(Transport):
     help = "gRPC through its C++ API (a small extension; GIL released per call): --grpc-call unary|stream"
     poll_modes = ("blocking",)
 
+    Options = GrpcCallOptions
+
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
-        check_socket_args(args)
-        if getattr(args, "grpc_mode", "raw") == "proto":
-            raise UsageError("the grpc-cpp transport sends raw bytes (no protobuf); drop --grpc-mode proto "
-                             "or use -t grpc")
+    def check_usable(cls, opts: GrpcCallOptions) -> None:
+        check_socket_options(opts)
         _grpc_cpp.load()
 
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
         self.api = Api(_grpc_cpp.load(), world.describe)
-        self.call = config.args.grpc_call
+        self.call = self.opts.grpc_call
         self.engine: int | None = None
         self.links: dict[int, CppLink] = {}
 
@@ -164,8 +162,8 @@ class GrpcCppTransport(Transport):
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world
         peers = sorted(set(peers) - {world.rank})
-        host = local_endpoint(self.args, world)
-        want = data_port(self.args, world)
+        host = local_endpoint(self.opts, world)
+        want = data_port(self.config.common.port, world)
         err = ctypes.create_string_buffer(512)
         arr = (INT * len(peers))(*peers)
         self.engine = self.api.new(host.encode(), want, world.placement.token.encode(), world.rank,

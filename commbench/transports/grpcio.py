@@ -11,7 +11,6 @@ UNIMPLEMENTED and the run goes on. gRPC waits inside its C core, so there is no 
 
 from __future__ import annotations
 
-import argparse
 import os
 import struct
 import threading
@@ -29,7 +28,7 @@ import grpc  # noqa: E402
 from commbench.core.config import RunConfig  # noqa: E402
 from commbench.core.errors import PeerError, UsageError  # noqa: E402
 from commbench.core.message import Message  # noqa: E402
-from commbench.transports._net import check_socket_args, data_port, local_endpoint  # noqa: E402
+from commbench.transports._net import GrpcOptions, check_socket_options, data_port, local_endpoint  # noqa: E402
 from commbench.transports.base import Link, Transport  # noqa: E402
 
 SEQ = struct.Struct("<Q")
@@ -267,20 +266,12 @@ class GrpcTransport(Transport):
     help = "gRPC via grpcio: --grpc-mode raw|proto, --grpc-call unary|stream"
     poll_modes = ("blocking",)
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("grpc transport")
-        g.add_argument("--grpc-mode", choices=("raw", "proto"), default="raw",
-                       help="raw: non-serialized bytes (generic handlers); proto: serialized protobuf (default raw)")
-        g.add_argument("--grpc-call", choices=("unary", "stream"), default="stream",
-                       help="one RPC per message, or messages on long-lived streams (default stream, the faster); "
-                            "grpc and grpc-cpp")
+    Options = GrpcOptions
 
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
-        args = config.args
-        self.codec = ProtoCodec() if args.grpc_mode == "proto" else RawCodec()
-        self.call = args.grpc_call
+        self.codec = ProtoCodec() if self.opts.grpc_mode == "proto" else RawCodec()
+        self.call = self.opts.grpc_call
         self.service = f"cb{world.placement.token}"
         self.links: dict[int, GrpcLink] = {}
         self.server: grpc.Server | None = None
@@ -289,8 +280,8 @@ class GrpcTransport(Transport):
         _hush_grpc_threads(self)
 
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
-        check_socket_args(args)
+    def check_usable(cls, opts: GrpcOptions) -> None:
+        check_socket_options(opts)
 
     def mode(self) -> str:
         return f"{self.codec.name}/{self.call}"
@@ -301,10 +292,10 @@ class GrpcTransport(Transport):
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world
         peers = sorted(set(peers) - {world.rank})
-        host = local_endpoint(self.args, world)
+        host = local_endpoint(self.opts, world)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4 * len(peers) + 4), options=OPTIONS)
         self.server.add_generic_rpc_handlers((self._handlers(peers),))
-        want = data_port(self.args, world)
+        want = data_port(self.config.common.port, world)
         try:
             port = self.server.add_insecure_port(f"{host}:{want}")
         except RuntimeError:

@@ -7,15 +7,17 @@ is a parameter so that discovery can be tested against a fake tree.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from commbench.core.config import RunConfig, freeze
+from commbench.core.config import RunConfig
 from commbench.core.errors import Unavailable, UsageError
 from commbench.core.message import Message
+from commbench.core.options import opt
+from commbench.transports._net import GrpcOptions
 from commbench.transports.base import Link, Transport
 
 ARPHRD = {1: "ether", 32: "infiniband", 772: "loopback", 768: "ipip", 776: "sit", 65534: "none"}
@@ -66,18 +68,19 @@ def choose(iface: str | None, sysfs: str | Path | None = None) -> str:
     return found[0]
 
 
+@dataclass(frozen=True)
+class IpoibOptions(GrpcOptions):
+    over: str = opt("tcp", group="ipoib transport", choices=("tcp", "grpc"), help="data path over IPoIB (default tcp)")
+
+
 class IpoibTransport(Transport):
     name = "ipoib"
     help = "tcp or grpc over an IPoIB interface (--over tcp|grpc, --iface ib0)"
+    Options = IpoibOptions
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("ipoib transport")
-        g.add_argument("--over", choices=("tcp", "grpc"), default="tcp", help="data path over IPoIB (default tcp)")
-
-    @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
-        choose(getattr(args, "iface", None))
+    def check_usable(cls, opts: IpoibOptions) -> None:
+        choose(opts.iface)
 
     @classmethod
     def inner_class(cls, over: str) -> type[Transport]:
@@ -86,14 +89,22 @@ class IpoibTransport(Transport):
 
         return GrpcTransport if over == "grpc" else TcpTransport
 
+    @classmethod
+    def able(cls, opts: IpoibOptions) -> frozenset[str]:
+        return cls.inner_class(opts.over).able(opts)  # --over grpc: grpc's (no busy-poll)
+
+    @classmethod
+    def default_poll(cls, opts: IpoibOptions) -> str:
+        return cls.inner_class(opts.over).default_poll(opts)
+
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
-        self.iface = choose(getattr(config.args, "iface", None))
-        inner = argparse.Namespace(**{**vars(config.args), "iface": self.iface})
-        self.inner = self.inner_class(config.args.over)(world, dataclasses.replace(config, args=freeze(inner)))
+        self.iface = choose(self.opts.iface)
+        inner = dataclasses.replace(config, net=self.opts.but(iface=self.iface))
+        self.inner = self.inner_class(self.opts.over)(world, inner)
 
     def mode(self) -> str:
-        return f"{self.args.over} over {self.iface}, {self.inner.mode()}"
+        return f"{self.opts.over} over {self.iface}, {self.inner.mode()}"
 
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         return self.inner.connect(peers)

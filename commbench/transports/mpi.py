@@ -12,14 +12,15 @@ spins (Open MPI and MPICH default), so this transport reports busy polling.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError
 from commbench.core.message import Message
 from commbench.core.mpi_env import check_world_size, mpi
+from commbench.core.options import Options, opt
 from commbench.transports.base import BASIC, Link, Transport
 
 TAG = 77
@@ -134,21 +135,28 @@ class MpiLink(Link):
             raise PeerError(f"{self.name} sent buffers that do not fit the {msg.nbytes} B expected")
 
 
+@dataclass(frozen=True)
+class MpiOptions(Options):
+    title = "mpi transport"
+    mpi_mode: str = opt("buffer", choices=("buffer", "pickle"),
+                        help="buffer: Send/Recv on the buffers (default); pickle: the lower-case object API "
+                             "(serialized, as OMB-Py --pickle; framed codec, never unpickles)")
+
+
 class MpiTransport(Transport):
     name = "mpi"
     help = "MPI via mpi4py (--mpi-mode buffer|pickle); install with pip install 'commbench[mpi]'"
     poll_modes = ("busy",)
     capabilities = BASIC | {f"native:{op}" for op in ("allreduce", "allgather", "alltoall", "broadcast")}
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("mpi transport")
-        g.add_argument("--mpi-mode", choices=("buffer", "pickle"), default="buffer",
-                       help="buffer: Send/Recv on the buffers (default); pickle: the lower-case object API "
-                            "(serialized, as OMB-Py --pickle; framed codec, never unpickles)")
+    Options = MpiOptions
 
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
+    def able(cls, opts: Options) -> frozenset[str]:
+        return super().able(opts) | {"own-launcher"}
+
+    @classmethod
+    def check_usable(cls, opts: MpiOptions) -> None:
         import importlib.util
 
         if importlib.util.find_spec("mpi4py") is None:  # look, do not import: that would start MPI here
@@ -157,7 +165,6 @@ class MpiTransport(Transport):
 
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
-        args = config.args
         self.MPI = check_world_size(world.placement.size, world.placement.launcher)
         comm = self.MPI.COMM_WORLD
         if comm.Get_rank() != world.members[world.rank]:
@@ -168,7 +175,7 @@ class MpiTransport(Transport):
             self.own_comm = comm = comm.Create_group(group)
             group.Free()
         self.comm = comm
-        self.objects = args.mpi_mode == "pickle"
+        self.objects = self.opts.mpi_mode == "pickle"
 
     def mode(self) -> str:
         return f"{'pickle' if self.objects else 'buffer'}, MPI progress (busy-poll)"

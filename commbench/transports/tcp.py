@@ -11,7 +11,6 @@ mode spins on MSG_DONTWAIT, as perftest does, trading a core for no wake-up late
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import select
 import socket
@@ -25,7 +24,7 @@ from commbench.core.framing import FrameError, read_frame, send_frame
 from commbench.core.gate import HELLO, Gate
 from commbench.core.message import Message
 from commbench.core.sockets import bind_listener
-from commbench.transports._net import check_socket_args, data_port, local_endpoint
+from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport, queues
 
 HDR = struct.Struct("<QI")
@@ -252,15 +251,11 @@ class TcpTransport(Transport):
     name = "tcp"
     help = "raw TCP sockets (vectored sendmsg / recvmsg_into)"
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("socket transports (tcp, grpc)")
-        g.add_argument("--bind", metavar="ADDR", help="local address to listen on and advertise to peers")
-        g.add_argument("--iface", metavar="NAME", help="use this network interface's IPv4 address")
+    Options = SocketOptions
 
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
-        check_socket_args(args)
+    def check_usable(cls, opts: SocketOptions) -> None:
+        check_socket_options(opts)
 
     def mode(self) -> str:
         return "busy-poll" if self.busy else "blocking"
@@ -268,8 +263,8 @@ class TcpTransport(Transport):
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world, rank = self.world, self.world.rank
         peers = sorted(set(peers) - {rank})
-        host = local_endpoint(self.args, world)
-        listener = bind_listener(host, data_port(self.args, world), f"tcp transport of rank {rank}")
+        host = local_endpoint(self.opts, world)
+        listener = bind_listener(host, data_port(self.config.common.port, world), f"tcp transport of rank {rank}")
         addrs = world.exchange_json("tcp-addr", [host, listener.getsockname()[1]], peers)
         gate = Gate(listener, f"rank {rank}", world.placement.token)  # strangers ahead of a peer cost it nothing
         links: dict[int, Link] = {}

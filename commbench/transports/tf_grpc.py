@@ -17,7 +17,6 @@ is refused.
 
 from __future__ import annotations
 
-import argparse
 import socket
 from collections.abc import Iterable
 from functools import partial
@@ -27,6 +26,7 @@ import numpy as np
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.imports import import_tensorflow, installed
 from commbench.core.message import Message
+from commbench.core.options import Options
 from commbench.transports import _tf_bind as tf_bind
 from commbench.transports.base import Link, Transport
 
@@ -142,15 +142,18 @@ class TfGrpcTransport(Transport):
     capabilities = frozenset({"call", "stream"})  # rank 0 drives two TF tasks; rank 1 is a bare server
 
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
-        if not installed("tensorflow"):
-            _tf()
-        if getattr(args, "validate", None):
-            raise UsageError("tf-grpc cannot validate: it sends each message's tensors as they were at the first "
-                             "send (TF constants) and rank 1 is a bare TF server; drop --validate")
+    def able(cls, opts: Options) -> frozenset[str]:
+        """No ``validate``: it sends each message's tensors as they were at the first send (TF constants)
+        and rank 1 is a bare TF server."""
+        return super().able(opts) - {"validate"}
 
     @classmethod
-    def prepare_process(cls, args: argparse.Namespace) -> None:
+    def check_usable(cls, opts: Options) -> None:
+        if not installed("tensorflow"):
+            _tf()
+
+    @classmethod
+    def prepare_process(cls, opts: Options) -> None:
         tf_bind.preload()  # TF's servers listen on every interface unless the bind() shim confines them
 
     def mode(self) -> str:

@@ -33,7 +33,6 @@ place (``make_cq``): no pyverbs object is made per completion.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import errno
 import itertools
@@ -43,6 +42,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
 
@@ -52,6 +52,7 @@ from commbench.core.argtypes import integer, number
 from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, Unavailable, UsageError
 from commbench.core.message import Message
+from commbench.core.options import Options, opt
 from commbench.transports._verbs_plan import (
     ADVERT,
     DIRECT_FROM,
@@ -866,47 +867,47 @@ class VerbsLink(Link):
         self.state.advance(Conn.CLOSED)
 
 
+@dataclass(frozen=True)
+class VerbsOptions(Options):
+    title = "verbs transport"
+    ib_dev: str | None = opt(None, metavar="NAME", help="RDMA device (default: the first; see `commbench devices`)")
+    ib_port: int = opt(1, type=integer(1, 255), metavar="N", help="device port (default 1)")
+    gid_index: int = opt(0, type=integer(0, 255), metavar="N",
+                         help="GID table index (RoCE needs a populated one, often 1 or 3 for RoCE v2; default 0)")
+    verbs_op: str = opt("send", choices=("send", "write"),
+                        help="SEND/RECV into pre-posted receives, or RDMA WRITE with immediate (default send)")
+    verbs_direct: str = opt("on", choices=("on", "off"),
+                            help=f"messages of {DIRECT_FROM >> 10} KiB and more go straight into the buffers their "
+                                 "waiting receiver advertised, without a copy (default on)")
+    verbs_pool_mb: float = opt(64, type=number(above=0, hi=1 << 20, what=" (MB)"), metavar="MB",
+                               help="receive pool per peer; slots are the largest message, at most 64 (default 64)")
+
+
 class VerbsTransport(Transport):
     name = "verbs"
     help = "RDMA verbs (pyverbs): RC queue pairs, SEND/RECV or RDMA WRITE with immediate (--verbs-op)"
     poll_modes = ("busy", "blocking")  # blocking = completion events
 
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("verbs transport")
-        g.add_argument("--ib-dev", metavar="NAME", help="RDMA device (default: the first; see `commbench devices`)")
-        g.add_argument("--ib-port", type=integer(1, 255), default=1, metavar="N", help="device port (default 1)")
-        g.add_argument("--gid-index", type=integer(0, 255), default=0, metavar="N",
-                       help="GID table index (RoCE needs a populated one, often 1 or 3 for RoCE v2; default 0)")
-        g.add_argument("--verbs-op", choices=("send", "write"), default="send",
-                       help="SEND/RECV into pre-posted receives, or RDMA WRITE with immediate (default send)")
-        g.add_argument("--verbs-direct", choices=("on", "off"), default="on",
-                       help=f"messages of {DIRECT_FROM >> 10} KiB and more go straight into the buffers their "
-                            "waiting receiver advertised, without a copy (default on)")
-        g.add_argument("--verbs-pool-mb", type=number(above=0, hi=1 << 20, what=" (MB)"), default=64, metavar="MB",
-                       help="receive pool per peer; slots are the largest message, at most 64 (default 64)")
+    Options = VerbsOptions
 
     @classmethod
-    def check_usable(cls, args: argparse.Namespace) -> None:
-        if getattr(args, "verbs_pool_mb", 64) <= 0:
-            raise UsageError(f"--verbs-pool-mb must be positive, not {args.verbs_pool_mb:g}")
+    def check_usable(cls, opts: VerbsOptions) -> None:
         api = load_api()
-        ctx = open_port(api, getattr(args, "ib_dev", None), getattr(args, "ib_port", 1),
-                        getattr(args, "gid_index", 0))[0]
+        ctx = open_port(api, opts.ib_dev, opts.ib_port, opts.gid_index)[0]
         ctx.close()
 
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
-        args = config.args
+        o = self.opts
         self.api = load_api()
         self.events = config.poll == "blocking"
-        self.op, self.port, self.gid_index = args.verbs_op, args.ib_port, args.gid_index
-        self.direct = getattr(args, "verbs_direct", "on") == "on"
-        self.ctx, self.dev, self.port_attr, self.gid, dattr = open_port(self.api, args.ib_dev, self.port,
+        self.op, self.port, self.gid_index = o.verbs_op, o.ib_port, o.gid_index
+        self.direct = o.verbs_direct == "on"
+        self.ctx, self.dev, self.port_attr, self.gid, dattr = open_port(self.api, o.ib_dev, self.port,
                                                                         self.gid_index)
         self.max_sge = max(1, min(int(dattr.max_sge), 30))
         largest = config.largest_message or DEFAULT_LARGEST
-        self.plan = plan_pool(largest, self.op, int(args.verbs_pool_mb * (1 << 20)),
+        self.plan = plan_pool(largest, self.op, int(o.verbs_pool_mb * (1 << 20)),
                               max_mr_size=int(dattr.max_mr_size), max_qp_wr=int(dattr.max_qp_wr))
         self.largest = largest
         self.pd = self.api.pd.PD(self.ctx)

@@ -1,0 +1,98 @@
+"""Options declared once: a frozen dataclass whose fields carry their flags, type, default, bounds and
+help; argparse is generated from it and the parsed values come back as an instance of it.
+
+    @dataclass(frozen=True)
+    class BandwidthOptions(Options):
+        window: int = opt(64, "-W", "--window", type=integer(1, 1 << 20), help="messages per window")
+
+A field's flag defaults to ``--`` plus its name with dashes. ``group`` names the help section
+(default: the class's ``title``). Nothing reads options by name from a namespace but ``parse`` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar, Self
+
+_ARGPARSE = ("type", "choices", "metavar", "action", "nargs", "const", "help")
+
+
+def opt(default: Any = None, *flags: str, group: str | None = None, **argparse_kw: Any) -> Any:
+    """A declared option: its default, its flags (default ``--field-name``) and argparse's keywords."""
+    unknown = set(argparse_kw) - set(_ARGPARSE)
+    if unknown:
+        raise TypeError(f"opt() got unknown keywords {sorted(unknown)}")
+    return field(default=default, metadata={"flags": flags, "group": group, "argparse": argparse_kw})
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of every options class (a frozen dataclass of ``opt`` fields)."""
+
+    title: ClassVar[str | None] = None  # the help section of fields without their own group
+
+    @classmethod
+    def declared(cls) -> Iterator[tuple[Field, type[Options]]]:
+        """Every field with the class that declares it (a subclass's help section is its own)."""
+        for f in fields(cls):
+            owner = next(k for k in reversed(cls.__mro__) if f.name in getattr(k, "__annotations__", {}))
+            yield f, owner
+
+    @classmethod
+    def add_to(cls, parser: argparse.ArgumentParser, skip: set[str] | None = None,
+               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """Add every field's flag to ``parser`` (those named in ``skip`` are there already; they are
+        added to it). ``overrides`` changes a field's argparse keywords for this parser (e.g. choices)."""
+        groups: dict[str, argparse._ArgumentGroup] = {}
+        for f, owner in cls.declared():
+            if skip is not None:
+                if f.name in skip:
+                    continue
+                skip.add(f.name)
+            kw = {**f.metadata.get("argparse", {}), **(overrides or {}).get(f.name, {})}
+            title = f.metadata.get("group") or owner.title
+            target: Any = parser
+            if title:
+                target = groups.get(title) or next((g for g in parser._action_groups if g.title == title), None) \
+                    or parser.add_argument_group(title)
+                groups[title] = target
+            flags = f.metadata.get("flags") or ("--" + f.name.replace("_", "-"),)
+            target.add_argument(*flags, dest=f.name, default=kw.pop("default", cls.default_of(f)), **kw)
+
+    @staticmethod
+    def default_of(f: Field) -> Any:
+        return None if f.default is MISSING else f.default
+
+    @classmethod
+    def parse(cls, ns: argparse.Namespace) -> Self:
+        """The options from a parsed namespace (the parser had ``add_to``)."""
+        values = vars(ns)
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    @classmethod
+    def defaults(cls, **changes: Any) -> Self:
+        """The options as the command line would give them with no flags (and ``changes``)."""
+        return cls(**changes)
+
+    def plain(self) -> dict[str, Any]:
+        """The values as results keep them."""
+        return asdict(self)
+
+    def but(self, **changes: Any) -> Self:
+        """A copy with ``changes``."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class NoOptions(Options):
+    """For what has no options of its own."""
+
+
+def flag_of(cls: type[Options], name: str) -> str:
+    """The long flag of field ``name``, for messages."""
+    f = next(f for f in fields(cls) if f.name == name)
+    flags = f.metadata.get("flags") or ("--" + name.replace("_", "-"),)
+    return max(flags, key=len)
+
