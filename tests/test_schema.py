@@ -1,47 +1,88 @@
-"""The results schema, pinned: every benchmark's row keys (one point on the in-process wire), no
-benchmark writing the runner's keys, every printed column in the row, and CSV carrying every
-field JSONL carries."""
+"""The results schema: every benchmark's rows hold only declared keys (one point on the in-process
+wire), every key it always writes, no runner's key of its own, every printed column; the generated
+reference pages match the declarations; a CSV's header is known when it opens and the file is never
+rewritten; CSV carries every field JSONL carries."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+from pathlib import Path
+
 import pytest
-from conftest import commbench
+from conftest import BIN, commbench
 from wire import run_ranks, wire_config
 
+from commbench import reference
 from commbench.benchmarks import registry
-from commbench.benchmarks.runner import RUNNER_KEYS
+from commbench.benchmarks.p2p_latency import P2PLatency
+from commbench.benchmarks.runner import RUNNER_KEYS, schema
 from commbench.core.harness import Loops
 from commbench.core.payload import Payload
-from commbench.core.results import read_runs
+from commbench.core.results import ResultsWriter, read_runs
+from commbench.transports.tcp import TcpTransport
 
-HARNESS = {"huge_kb"}  # measure_point's: the page backing of rank 0 while the point's buffers exist
-COLLECTIVE = {"iterations", "count", "dtype", "redop", "root", "algorithm", "time_us", "time_min_us", "time_max_us",
-              "algbw", "busbw", "wrong"}
-BANDWIDTH = {"iterations", "window", "pairs", "mb_s", "msg_s", "min_mb_s", "max_mb_s", "wrong"}
-PINNED = {
-    "p2p-latency": {"iterations", "avg_us", "min_us", "p50_us", "p50_ci_pct", "p50_ci_lo_us", "p50_ci_hi_us",
-                    "p99_us", "p999_us", "max_us", "stdev_us", "wrong"},
-    "p2p-bandwidth": BANDWIDTH, "p2p-bibw": BANDWIDTH,
-    "ps-throughput": {"workers", "ps", "iterations", "steps_s", "rpc_s", "mb_s", "push_p50_ms", "push_p99_ms",
-                      "pull_p50_ms", "pull_p99_ms", "shard_mb", "shard_steps", "final_value", "expected_value",
-                      "ps_mode", "rpc", "wrong"},
-    "allreduce": COLLECTIVE, "allgather": COLLECTIVE, "alltoall": COLLECTIVE, "broadcast": COLLECTIVE,
-}
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "reference"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in registry().items() if "measure" not in vars(c)))
 def test_row_keys(name):
-    """Benchmarks measured point by point (a benchmark that schedules its own work, cluster, pins its
-    rows in its own tests: test_cluster.py)."""
+    """Benchmarks measured point by point (a benchmark that schedules its own work, cluster, checks
+    its rows against its declaration in its own tests: test_cluster.py)."""
     cls = registry()[name]
     config = wire_config(cls, 0, Payload("x", (4096, 8192)), Loops(3, 1), np=None)
     n = cls.ranks(config.bench, config.common)
     row = run_ranks(cls, n, Payload("x", (4096, 8192)), Loops(3, 1), validate="every")
+    declared = cls.row_keys()
     assert not set(row) & set(RUNNER_KEYS), f"{name} writes the runner's keys"
+    assert set(row) <= set(declared), f"{name} writes undeclared keys {sorted(set(row) - set(declared))}"
+    always = {k for k, c in declared.items() if not c.optional}
+    assert always <= set(row), f"{name} declares keys its rows lack: {sorted(always - set(row))}"
     assert {c.key for c in cls.columns} <= set(row), f"{name} prints columns its row lacks"
-    if name in PINNED:  # a new benchmark is held to the rules above; these are pinned key for key
-        assert set(row) == PINNED[name] | HARNESS, sorted(set(row) ^ (PINNED[name] | HARNESS))
+    assert all(c.doc for c in declared.values()), f"{name} declares keys without a meaning"
     assert row["wrong"] == 0
+
+
+@pytest.mark.parametrize("page", sorted(reference.PAGES))
+def test_reference_pages_are_generated_from_the_declarations(page):
+    """docs/reference/*.md are what `python -m commbench.reference PAGE` prints (regenerate on a change)."""
+    text = (DOCS / f"{page}.md").read_text()
+    assert text == reference.PAGES[page](), f"docs/reference/{page}.md is stale: python -m commbench.reference " \
+                                           f"{page} > docs/reference/{page}.md"
+
+
+def test_a_row_with_an_undeclared_key_is_refused(tmp_path):
+    for suffix in (".jsonl", ".csv"):
+        w = ResultsWriter(tmp_path / f"r{suffix}", {"type": "meta", "bench": "x", "options": {}}, ["a", "b"])
+        w.row({"a": 1})
+        with pytest.raises(ValueError, match=r"row keys \['c'\] are not in the run's declared schema"):
+            w.row({"a": 2, "c": 3})
+        w.close()
+        (run,) = read_runs(tmp_path / f"r{suffix}")
+        assert [r["a"] for r in run.rows] == [1]
+
+
+def test_a_csv_run_never_rewrites_its_file(tmp_path):
+    """The header is the declared schema, written at open; the file keeps its inode while rows arrive
+    (a rewrite would replace it) and every row lands under the first header."""
+    out = tmp_path / "r.csv"
+    p = subprocess.Popen([str(BIN / "commbench"), "p2p-latency", "-m", "0:64K", "-i", "300", "-x", "10", "-o",
+                          str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    inodes, sizes = set(), []
+    while p.poll() is None:
+        if out.exists():
+            st = out.stat()
+            inodes.add(st.st_ino)
+            sizes.append(st.st_size)
+        time.sleep(0.005)
+    assert p.returncode == 0, p.stderr.read()
+    inodes.add(out.stat().st_ino)
+    assert len(inodes) == 1 and sizes == sorted(sizes) and len(set(sizes)) > 3, (inodes, sorted(set(sizes)))
+    lines = out.read_text().splitlines()
+    assert lines[1].split(",") == schema(P2PLatency, TcpTransport, False)
+    assert sum(1 for line in lines if line.startswith("bench,")) == 1
+    (run,) = read_runs(out)
+    assert len(run.rows) == 18 and all(r["wrong"] == 0 for r in run.rows)
 
 
 @pytest.mark.parametrize("args", [["p2p-latency", "-m", "8,1K"], ["allreduce", "--ranks", "2", "-b", "4K", "-e", "8K"]])
@@ -52,8 +93,9 @@ def test_csv_carries_what_jsonl_carries(tmp_path, args):
         r = commbench(*args, "-i", "5", "-x", "1", "-o", str(out))
         assert r.code == 0, r.err
         (runs[suffix],) = read_runs(out)
-    rows_j, rows_c = runs[".jsonl"].rows, runs[".csv"].rows
-    assert [set(r) for r in rows_j] == [set(r) for r in rows_c]
+    rows_j, rows_c = runs[".jsonl"].rows, runs[".csv"].rows  # a CSV row has a cell for every declared key:
+    assert [set(r) for r in rows_j] == [{k for k, v in r.items() if v is not None or k in j}  # empty where
+                                        for r, j in zip(rows_c, rows_j, strict=True)]  # the row had none
     assert set(RUNNER_KEYS) <= set(rows_j[0]) and runs[".jsonl"].meta["metric"] == runs[".csv"].meta["metric"]
 
 

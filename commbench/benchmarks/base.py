@@ -25,13 +25,18 @@ from commbench.core.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Syn
 from commbench.core.message import Message, Pattern
 from commbench.core.options import NoOptions, Options
 from commbench.core.payload import Payload
-from commbench.core.table import Column
+from commbench.core.table import Column, declared, key
 from commbench.core.world import World
 from commbench.transports.base import Link, Transport
 
-SIZE = Column("size", "Size", -14)
-PAYLOAD = Column("payload", "Payload", -30)
-WRONG = Column("wrong", "#wrong", 7, "{:d}")
+SIZE = Column("size", "Size", -14, unit="B", doc="bytes of one message, all its buffers")
+PAYLOAD = Column("payload", "Payload", -30, doc="the message: its size, or the scheme or model and its buffers")
+WRONG = Column("wrong", "#wrong", 7, "{:d}", "count", "messages (collectives: output elements) that arrived "
+               "different from what was sent; counted with --validate, else 0")
+POINT_KEYS = [key("huge_kb", "KiB", "rank 0's memory backed by transparent huge pages while the point's buffers "
+                                    "existed (AnonHugePages)"),
+              key("stop", doc="why the timed loop ended when it was not the count: time (--time), precision or "
+                              "max-time (--precision), cap (--point-cap)", optional=True)]
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Benchmark(ABC):
     better: ClassVar[str] = "lower"  # or "higher"
     tolerant: ClassVar[bool] = False  # a rank that dies is a finding, not the end of the run (cluster)
     size_options: ClassVar[str] = "-m or --payload"  # where its message sizes come from (plan_points' options)
+    keys: ClassVar[list[Column]] = []  # row keys it writes but does not print (columns: those it prints)
 
     Options: ClassVar[type[Options]] = NoOptions  # the benchmark's own flags
     common_defaults: ClassVar[dict[str, object]] = {}  # common options' defaults it changes (--payload skew)
@@ -81,6 +87,11 @@ class Benchmark(ABC):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """The benchmark's own flags (its Options')."""
         cls.Options.add_to(parser)
+
+    @classmethod
+    def row_keys(cls) -> dict[str, Column]:
+        """Every key its rows (and conclude's) may hold beyond the runner's, declared."""
+        return declared(cls.columns, cls.keys, [WRONG], POINT_KEYS)
 
     @classmethod
     def default_options(cls) -> Options:
@@ -137,17 +148,18 @@ class Benchmark(ABC):
         """What --traffic divides by: the timed iterations (a benchmark may count its own steps)."""
         return max(1, timing.n)
 
-    def header(self, meta: dict) -> list[str]:
+    @classmethod
+    def header(cls, meta: dict) -> list[str]:
         """The '#' lines above the table, built from the run's metadata only (so `show` can redo them)."""
         o = meta["options"]
         check = {None: "off", False: "off", True: "every message (timings include checking)",
                  "every": "every message (timings include checking)",
                  "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}
-        lines = [f"# commbench {self.name} v{meta['versions']['commbench']}: {self.help}",
+        lines = [f"# commbench {cls.name} v{meta['versions']['commbench']}: {cls.help}",
                  f"# transport: {o['transport']} ({o['mode']})   ranks: {o['ranks']}   "
                  f"hosts: {', '.join(sorted(set(meta['hosts'])))}",
                  f"# loops: {o['loops']}   validate: {check.get(o.get('validate'), o.get('validate'))}",
-                 f"# units: {self.units}"]
+                 f"# units: {cls.units}"]
         mem = meta.get("memory")
         if mem:
             lines.insert(3, f"# buffers: touched before each point; huge pages {mem['hugepages']} "
@@ -159,7 +171,8 @@ class Benchmark(ABC):
                             f"-m {m}:{m}")
         return lines
 
-    def size_column(self, meta: dict) -> Column:
+    @classmethod
+    def size_column(cls, meta: dict) -> Column:
         return PAYLOAD if meta["options"].get("payload_spec") else SIZE
 
 

@@ -39,11 +39,12 @@ from commbench.core.message import Message
 from commbench.core.options import Options, opt
 from commbench.core.payload import Payload
 from commbench.core.sizes import parse_size
-from commbench.core.table import Column
+from commbench.core.table import Column, key
 from commbench.core.world import World
 
 TESTS = ("pairwise", "ring", "bisection")
-TEST = Column("test", "Test", -13)
+TEST = Column("test", "Test", -13, doc="pairwise, ring-ordered, ring-random, bisection, bisection-cut (a cut's "
+              "total), finding or summary")
 US, MBS = "{:.2f}", "{:.1f}"
 
 
@@ -161,8 +162,23 @@ class Cluster(Benchmark):
     metric, better = "mb_s", "higher"
     tolerant = True
     size_options = "--lat-size and --bw-size"
-    columns = [Column("round", "Round", 5, "{:d}"), Column("a", "From", -14), Column("b", "To", -14),
-               Column("lat_us", "Lat(us)", 10, US), Column("mb_s", "MB/s", 10, MBS), WRONG, Column("note", "Note", -1)]
+    columns = [Column("round", "Round", 5, "{:d}", "count", "the round (tournament round, cut number; rings: 1)",
+                      optional=True),
+               Column("a", "From", -14, doc="the first endpoint's host (a ring: the sender)", optional=True),
+               Column("b", "To", -14, doc="the second endpoint's host (a ring: the receiver)", optional=True),
+               Column("lat_us", "Lat(us)", 10, US, "us", "median one-way latency of the pair", optional=True),
+               Column("mb_s", "MB/s", 10, MBS, "MB/s", "the pair's or link's bandwidth; a cut: the sum of its pairs'",
+                      optional=True), WRONG,
+               Column("note", "Note", -1, doc="what went wrong, or a finding's or summary's text", optional=True)]
+    keys = [TEST, key("a_rank", doc="rank standing for host a", optional=True),
+            key("b_rank", doc="rank standing for host b", optional=True),
+            key("lat_p99_us", "us", "99th percentile one-way latency of the pair", optional=True),
+            key("error", doc="the pair's fault in full (a rank that died or stopped)", optional=True),
+            key("min_mb_s", "MB/s", "a cut's slowest pair", optional=True),
+            key("pairs", "count", "pairs in a cut", optional=True),
+            key("failed", "count", "pairs of a cut that failed", optional=True),
+            key("kind", doc="a finding's kind: slow-host, slow-host-latency, slow-link, slow-ring-link, failed",
+                optional=True)]
 
     Options = ClusterOptions
 
@@ -220,10 +236,12 @@ class Cluster(Benchmark):
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own
 
-    def size_column(self, meta: dict) -> Column:
+    @classmethod
+    def size_column(cls, meta: dict) -> Column:
         return TEST
 
-    def header(self, meta: dict) -> list[str]:
+    @classmethod
+    def header(cls, meta: dict) -> list[str]:
         o = meta["options"]
         lines = super().header(meta)
         lines[2] = (f"# pairwise: {'one pair at a time (--serial)' if o.get('serial') else 'round-robin tournament'}, "

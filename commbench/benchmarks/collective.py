@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from commbench.benchmarks.base import Benchmark, Context
+from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core import buffers
 from commbench.core.argtypes import RANKS, integer
 from commbench.core.config import CommonOptions
@@ -78,12 +78,17 @@ class Collective(Benchmark):
     units = ("time in us per collective: each rank's mean, averaged over ranks (min/max: fastest and slowest rank); "
              "count = float32 elements of the output; algbw and busbw in GB/s = 10^9 B/s from the average, "
              "as nccl-tests")
-    columns = [Column("count", "Count", 11, "{:d}"), Column("dtype", "Type", 7), Column("redop", "Op", 4),
-               Column("root", "Root", 5, "{:d}"), Column("algorithm", "Algorithm", 19),
-               Column("time_us", "Time(us)", 11, US), Column("time_min_us", "Min", 10, US),
-               Column("time_max_us", "Max", 10, US), Column("algbw", "Algbw", 9, GBS),
-               Column("busbw", "Busbw", 9, GBS), Column("iterations", "Iters", 7, "{:d}"),
-               Column("wrong", "#wrong", 7, "{:d}")]
+    columns = [Column("count", "Count", 11, "{:d}", "count", "float32 elements of the output"),
+               Column("dtype", "Type", 7, doc="element type (float32)"),
+               Column("redop", "Op", 4, doc="reduction (sum; none where nothing is reduced)"),
+               Column("root", "Root", 5, "{:d}", doc="the root rank (-1: none)"),
+               Column("algorithm", "Algorithm", 19, doc="the emulated algorithm, or native (the library's)"),
+               Column("time_us", "Time(us)", 11, US, "us", "time per collective: each rank's mean, averaged"),
+               Column("time_min_us", "Min", 10, US, "us", "the fastest rank's mean"),
+               Column("time_max_us", "Max", 10, US, "us", "the slowest rank's mean"),
+               Column("algbw", "Algbw", 9, GBS, "GB/s", "output bytes / time (10^9 B/s)"),
+               Column("busbw", "Busbw", 9, GBS, "GB/s", "algbw x the bus factor (nccl-tests)"),
+               Column("iterations", "Iters", 7, "{:d}", "count", "timed collectives"), WRONG]
 
     Options = CollectiveOptions
 

@@ -42,10 +42,14 @@ class P2PBandwidth(Benchmark):
     loops = BANDWIDTH_LOOPS
     metric, better = "mb_s", "higher"
     directions = 1
-    columns = [Column("iterations", "Iters", 7, "{:d}"), Column("window", "Window", 7, "{:d}"),
-               Column("pairs", "Pairs", 6, "{:d}"), Column("mb_s", "MB/s", 12, MBS),
-               Column("msg_s", "Msg/s", 12, "{:.0f}"), Column("min_mb_s", "Min MB/s", 12, MBS),
-               Column("max_mb_s", "Max MB/s", 12, MBS), WRONG]
+    columns = [Column("iterations", "Iters", 7, "{:d}", "count", "timed windows"),
+               Column("window", "Window", 7, "{:d}", "count", "messages per window (-W)"),
+               Column("pairs", "Pairs", 6, "{:d}", "count", "pairs of ranks streaming at once"),
+               Column("mb_s", "MB/s", 12, MBS, "MB/s", "all pairs' bytes over the slowest pair's time (10^6 B/s; "
+                      "bibw: both directions)"),
+               Column("msg_s", "Msg/s", 12, "{:.0f}", "1/s", "messages per second, all pairs"),
+               Column("min_mb_s", "Min MB/s", 12, MBS, "MB/s", "slowest window of pair 0"),
+               Column("max_mb_s", "Max MB/s", 12, MBS, "MB/s", "fastest window of pair 0"), WRONG]
 
     Options = BandwidthOptions
 

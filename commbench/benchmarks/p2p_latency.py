@@ -10,7 +10,7 @@ from commbench.benchmarks.base import WRONG, Benchmark, Context
 from commbench.core.harness import LATENCY_LOOPS, Side, Summary, Timing
 from commbench.core.message import Message
 from commbench.core.payload import Payload
-from commbench.core.table import Column
+from commbench.core.table import Column, key
 from commbench.core.world import World
 
 US = "{:.2f}"
@@ -23,11 +23,18 @@ class P2PLatency(Benchmark):
              "samples, p99.9 from 1000; CI95 = half-width of the median's 95 % confidence interval")
     loops = LATENCY_LOOPS
     metric, better = "p50_us", "lower"
-    columns = [Column("iterations", "Iters", 8, "{:d}"), Column("avg_us", "Avg(us)", 10, US),
-               Column("min_us", "Min", 9, US), Column("p50_us", "p50", 9, US),
-               Column("p50_ci_pct", "CI95", 7, "±{:.1f}%"), Column("p99_us", "p99", 9, US),
-               Column("p999_us", "p99.9", 9, US), Column("max_us", "Max", 10, US),
-               Column("stdev_us", "Stdev", 9, US), WRONG]
+    columns = [Column("iterations", "Iters", 8, "{:d}", "count", "timed round trips"),
+               Column("avg_us", "Avg(us)", 10, US, "us", "mean one-way latency (round trip / 2)"),
+               Column("min_us", "Min", 9, US, "us", "fastest round trip / 2"),
+               Column("p50_us", "p50", 9, US, "us", "median round trip / 2"),
+               Column("p50_ci_pct", "CI95", 7, "±{:.1f}%", "%", "half-width of the median's 95 % confidence "
+                      "interval, in percent of the median (empty under 20 samples)"),
+               Column("p99_us", "p99", 9, US, "us", "99th percentile (empty under 100 samples)"),
+               Column("p999_us", "p99.9", 9, US, "us", "99.9th percentile (empty under 1000 samples)"),
+               Column("max_us", "Max", 10, US, "us", "slowest round trip / 2"),
+               Column("stdev_us", "Stdev", 9, US, "us", "standard deviation of the one-way times"), WRONG]
+    keys = [key("p50_ci_lo_us", "us", "lower end of the median's 95 % confidence interval"),
+            key("p50_ci_hi_us", "us", "upper end of the median's 95 % confidence interval")]
 
     def peers(self, world: World) -> list[int]:
         return [1 - world.rank]

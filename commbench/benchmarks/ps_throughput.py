@@ -22,7 +22,7 @@ from commbench.core.errors import UsageError
 from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
 from commbench.core.options import Options, opt
 from commbench.core.payload import SCHEMES, Payload
-from commbench.core.table import Column
+from commbench.core.table import Column, key
 from commbench.core.world import World
 from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
@@ -60,12 +60,23 @@ class PSThroughput(Benchmark):
     loop_source = "commbench's PS"  # 100 steps / 10 warm-up up to 8 KiB, 10 / 2 above
     units = ("steps/s per worker, averaged; RPC/s and MB/s (10^6 B/s): all workers' over the slowest worker's "
              "time; push/pull latency in ms per RPC (p99 from 100 RPCs); Shard MB = bytes each shard holds")
-    columns = [Column("workers", "W", 3, "{:d}"), Column("ps", "P", 3, "{:d}"),
-               Column("iterations", "Steps", 6, "{:d}"),
-               Column("steps_s", "Steps/s", 9, MS), Column("rpc_s", "RPC/s", 9, "{:.1f}"),
-               Column("mb_s", "MB/s", 10, MS), Column("push_p50_ms", "Push p50", 9, MS),
-               Column("push_p99_ms", "p99", 8, MS), Column("pull_p50_ms", "Pull p50", 9, MS),
-               Column("pull_p99_ms", "p99", 8, MS), Column("shard_mb", "Shard MB", -16), WRONG]
+    columns = [Column("workers", "W", 3, "{:d}", "count", "worker ranks"),
+               Column("ps", "P", 3, "{:d}", "count", "parameter-server shards"),
+               Column("iterations", "Steps", 6, "{:d}", "count", "timed steps per worker"),
+               Column("steps_s", "Steps/s", 9, MS, "1/s", "steps per second per worker, averaged"),
+               Column("rpc_s", "RPC/s", 9, "{:.1f}", "1/s", "all workers' RPCs over the slowest worker's time"),
+               Column("mb_s", "MB/s", 10, MS, "MB/s", "all workers' pushed and pulled bytes over the slowest "
+                      "worker's time"),
+               Column("push_p50_ms", "Push p50", 9, MS, "ms", "median gradient push RPC"),
+               Column("push_p99_ms", "p99", 8, MS, "ms", "99th percentile push (empty under 100 RPCs)"),
+               Column("pull_p50_ms", "Pull p50", 9, MS, "ms", "median variable pull RPC"),
+               Column("pull_p99_ms", "p99", 8, MS, "ms", "99th percentile pull (empty under 100 RPCs)"),
+               Column("shard_mb", "Shard MB", -16, unit="MB", doc="bytes each shard holds, '/'-separated"), WRONG]
+    keys = [key("shard_steps", "count", "steps each shard applied (a list)"),
+            key("final_value", doc="shard 0's first variable element after the run (validation)"),
+            key("expected_value", doc="what final_value must be after shard 0's steps"),
+            key("ps_mode", doc="sync, async or tf: how shards apply pushes"),
+            key("rpc", doc="--rpc: tf, packed or per-tensor")]
 
     Options = PSOptions
     common_defaults = {"payload": "skew"}

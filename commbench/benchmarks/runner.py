@@ -3,7 +3,7 @@ results streamed to a file as they are measured."""
 
 from __future__ import annotations
 
-from commbench.benchmarks.base import Benchmark, Context
+from commbench.benchmarks.base import PAYLOAD, SIZE, Benchmark, Context
 from commbench.core import buffers, traffic
 from commbench.core.config import RunConfig
 from commbench.core.errors import say
@@ -12,12 +12,23 @@ from commbench.core.hostset import root_netns
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
 from commbench.core.session import Session
-from commbench.core.table import header_line, row_line
+from commbench.core.table import declared, header_line, key, row_line
 from commbench.transports._net import SocketOptions
 from commbench.transports.base import Transport
 
 PACKAGES = ("numpy", "grpcio", "protobuf", "mpi4py", "tensorflow-cpu")
-RUNNER_KEYS = ("bench", "run_id", "transport", "mode", "poll", "payload", "size", "buffers")
+RUNNER = [key("bench", doc="the benchmark (NAME-traffic: --traffic rows)"),
+          key("run_id", doc="the run's id, as in its metadata row"),
+          key("transport", doc="the transport (-t)"), key("mode", doc="the transport's mode, e.g. raw/stream"),
+          key("poll", doc="blocking or busy"), PAYLOAD, SIZE,
+          key("buffers", "count", "buffers in the message (iovec entries)")]
+RUNNER_KEYS = tuple(c.key for c in RUNNER)
+
+
+def schema(bench_cls: type[Benchmark], transport_cls: type[Transport], with_traffic: bool) -> list[str]:
+    """Every key a run's rows may hold, in the order of a CSV's columns: known before the first row."""
+    return list(declared(RUNNER, bench_cls.row_keys().values(), transport_cls.counter_keys,
+                         traffic.KEYS if with_traffic else []))
 
 
 def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: type[Transport],
@@ -45,7 +56,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         columns = [bench.size_column(meta), *bench.columns]
         if world.rank == 0:
             print("\n".join([*bench.header(meta), header_line(columns)]), flush=True)
-        writer = run.open_results(c.output, meta, [*RUNNER_KEYS, *(c.key for c in bench.columns)])
+        writer = run.open_results(c.output, meta, schema(bench_cls, transport_cls, c.traffic))
         total, unit = bench.progress(world)
         progress = Progress(bench.name, total, unit, enabled=world.rank == 0)
         run.on_close(progress.close)

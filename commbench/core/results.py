@@ -1,7 +1,8 @@
 """Results files: a metadata row, then one row per measured point, each flushed as it is measured.
 
 - ``.jsonl``: one JSON object per line; ``{"type": "meta", ...}`` starts each run (runs append).
-- ``.csv``: a ``# commbench-meta {...}`` comment line, a header, then rows (the file is rewritten).
+- ``.csv``: a ``# commbench-meta {...}`` comment line, the header (the run's declared keys), then
+  rows (an existing file is replaced).
 
 Load into pandas: ``pd.read_json(path, lines=True).query("type == 'row'")`` or
 ``pd.read_csv(path, comment="#")``.
@@ -84,24 +85,23 @@ def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequ
 class ResultsWriter:
     """Appends rows as they are measured; a killed run keeps every completed row.
 
-    Every line goes to the file in whole (one write per line, flushed); a write that fails (a full
-    disk) is cut back to the last whole line and ends the run with ResultsError naming the file.
-    CSV carries every field JSONL does: a row with a field the header lacks rewrites the file with
-    the wider header (lists and dicts as JSON text), into a new file that replaces the old one.
+    ``columns`` is the run's declared schema: every key a row may hold, known before the first row,
+    so a CSV's header is written once with the metadata and never rewritten (lists and dicts as JSON
+    text). A row with an undeclared key is a bug (ValueError), in either format. Every line goes to the
+    file in whole (one write per line, flushed); a write that fails (a full disk) is cut back to the
+    last whole line and ends the run with ResultsError naming the file.
     """
 
     def __init__(self, path: str | os.PathLike, meta: dict, columns: Sequence[str]) -> None:
         self.path = Path(path)
         self.csv = self.path.suffix == ".csv"
-        self.columns = list(columns)
-        self.meta = meta
-        self.rows: list[dict] = []  # CSV: kept for a rewrite with a wider header
+        self.columns = list(dict.fromkeys(columns))
+        self.known = set(self.columns)
         self.written = 0
-        self.fd = -1
+        self.fd = self._open(self.path, os.O_TRUNC if self.csv else os.O_APPEND)
         if self.csv:
-            self._rewrite()
+            self._append((META_PREFIX + json.dumps(meta) + "\n").encode() + self._csv_lines([], True))
         else:
-            self.fd = self._open(self.path, os.O_APPEND)
             self._append((json.dumps(meta) + "\n").encode())
 
     def _open(self, path: Path, mode: int) -> int:
@@ -110,17 +110,16 @@ class ResultsWriter:
         except OSError as exc:
             raise ResultsError(f"cannot write results to {path}: {exc.strerror}") from None
 
-    def _append(self, data: bytes, fd: int | None = None, path: Path | None = None) -> None:
-        fd = self.fd if fd is None else fd
-        start = os.lseek(fd, 0, os.SEEK_END)
+    def _append(self, data: bytes) -> None:
+        start = os.lseek(self.fd, 0, os.SEEK_END)
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(self.fd, view):]
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)  # no torn line
-            raise ResultsError(f"cannot write results to {path or self.path}: {exc.strerror}; the "
+                os.ftruncate(self.fd, start)  # no torn line
+            raise ResultsError(f"cannot write results to {self.path}: {exc.strerror}; the "
                                f"{self.written} rows measured before are kept") from None
 
     def _csv_lines(self, rows: Sequence[dict], header: bool) -> bytes:
@@ -131,38 +130,15 @@ class ResultsWriter:
         writer.writerows(rows)
         return out.getvalue().encode()
 
-    def _rewrite(self) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = self._open(tmp, os.O_TRUNC)
-        try:
-            self._append((META_PREFIX + json.dumps(self.meta) + "\n").encode() + self._csv_lines(self.rows, True),
-                         fd, self.path)
-            os.replace(tmp, self.path)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        if self.fd >= 0:
-            os.close(self.fd)
-        self.fd = fd
-
     def row(self, row: dict) -> None:
         if "type" in row:
             raise ValueError("'type' marks JSONL records; name the column something else")
+        undeclared = [k for k in row if k not in self.known]
+        if undeclared:
+            raise ValueError(f"row keys {undeclared} are not in the run's declared schema (declare them where the "
+                             "row is made: a benchmark's columns or keys)")
         if self.csv:
-            flat = {k: _csv_value(v) for k, v in row.items()}
-            new = [k for k in flat if k not in self.columns]
-            self.rows.append(flat)
-            if new:
-                self.columns += new
-                self._rewrite()
-            else:
-                try:
-                    self._append(self._csv_lines([flat], False))
-                except ResultsError:
-                    self.rows.pop()
-                    raise
+            self._append(self._csv_lines([{k: _csv_value(v) for k, v in row.items()}], False))
         else:
             self._append((json.dumps({"type": "row", **row}) + "\n").encode())
         self.written += 1

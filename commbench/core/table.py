@@ -1,5 +1,9 @@
 """OSU-style terminal tables: '#' header lines naming test, transport, mode, payload and units,
-then fixed-width rows printed one by one as they are measured (so widths cannot depend on data)."""
+then fixed-width rows printed one by one as they are measured (so widths cannot depend on data).
+
+A ``Column`` is also a results key's declaration (its unit and meaning): what a benchmark writes is
+its columns and its ``key``s (width 0: in the file, not on the terminal); docs/reference/results.md
+is generated from them."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ class Column:
     header: str
     width: int
     fmt: str = "{}"  # applied to numbers; strings are printed as they are
+    unit: str = ""  # of the value in the results file ("us", "MB/s", "B", ...; "" for none)
+    doc: str = ""  # what it is, for the results reference
+    optional: bool = False  # rows may lack it (e.g. only with some transports or options)
 
     def cell(self, value: object) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -20,6 +27,20 @@ class Column:
         else:
             text = "-" if value is None else str(value)
         return text.rjust(self.width) if self.width > 0 else text.ljust(-self.width)
+
+
+def key(name: str, unit: str = "", doc: str = "", optional: bool = False) -> Column:
+    """A results key that is not printed."""
+    return Column(name, "", 0, unit=unit, doc=doc, optional=optional)
+
+
+def declared(*groups: Sequence[Column]) -> dict[str, Column]:
+    """Keys by name, in order, the first declaration of a name winning."""
+    out: dict[str, Column] = {}
+    for group in groups:
+        for c in group:
+            out.setdefault(c.key, c)
+    return out
 
 
 def header_line(columns: Sequence[Column]) -> str:

@@ -23,15 +23,20 @@ from pathlib import Path
 from commbench.core.capture import Capture, Traffic, own_endpoints
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
-from commbench.core.table import Column, header_line, row_line
+from commbench.core.table import Column, header_line, key, row_line
 
 __all__ = ["check_usable", "start", "own_endpoints", "rows", "show", "HELP"]
 
 HELP = ("measure what crosses the wire between the ranks over the measured steps: bytes, segments and RPCs "
         "(by method) per step, by role pair (a packet capture: root, every rank on this machine)")
-COLUMNS = [Column("from", "From", -7), Column("to", "To", -7), Column("bytes_step", "Bytes/step", 12, "{:.0f}"),
-           Column("segments_step", "Segs/step", 10, "{:.1f}"), Column("rpcs_step", "RPCs/step", 10, "{:.2f}"),
-           Column("methods", "RPCs per step by method (mean request/response B)", -50)]
+COLUMNS = [Column("from", "From", -7, doc="--traffic: the sending role (rank0, chief, worker, ps, ...)"),
+           Column("to", "To", -7, doc="--traffic: the receiving role"),
+           Column("bytes_step", "Bytes/step", 12, "{:.0f}", "B", "--traffic: TCP payload bytes per step, from -> to"),
+           Column("segments_step", "Segs/step", 10, "{:.1f}", "count", "--traffic: TCP segments with payload per step"),
+           Column("rpcs_step", "RPCs/step", 10, "{:.2f}", "count", "--traffic: gRPC calls from -> to per step"),
+           Column("methods", "RPCs per step by method (mean request/response B)", -50,
+                  doc="--traffic: per gRPC method, {rpcs_step, request_b, response_b} (an object)")]
+KEYS = [*COLUMNS, key("steps", "count", "--traffic: the steps the bytes are divided by")]
 
 
 def check_usable() -> None:

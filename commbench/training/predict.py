@@ -55,7 +55,7 @@ import numpy as np
 from commbench.core.argtypes import RANKS, integer, number
 from commbench.core.errors import UsageError
 from commbench.core.results import read_runs
-from commbench.core.table import Column, header_line, row_line
+from commbench.core.table import Column, declared, header_line, key, row_line
 from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
 from commbench.profiles import store
@@ -322,13 +322,33 @@ def fit_runtime(runs: Sequence[Calibrated]) -> Span:
 
 
 # -- the command ----------------------------------------------------------------------------------
-COLUMNS = [Column("strategy", "Strategy", -9), Column("workers", "W", 4), Column("ps", "P", 3),
-           Column("compute_ms", "Compute(ms)", 12, "{:.2f}"), Column("comm_ms", "Comm(ms)", 9, "{:.2f}"),
-           Column("step_ms", "Step(ms)", 9, "{:.2f}"), Column("images_s", "Pred img/s", 11, "{:.1f}"),
-           Column("images_lo", "Low", 9, "{:.1f}"), Column("images_hi", "High", 9, "{:.1f}"),
-           Column("measured_images_s", "Meas img/s", 11, "{:.1f}"), Column("measured_lo", "Low", 9, "{:.1f}"),
-           Column("measured_hi", "High", 9, "{:.1f}"), Column("error_pct", "Error %", 8, "{:+.1f}"),
-           Column("measured_step_ms", "Meas step p50", 14, "{:.2f}")]
+COLUMNS = [Column("strategy", "Strategy", -9, doc="ps or mirrored"),
+           Column("workers", "W", 4, unit="count", doc="workers"),
+           Column("ps", "P", 3, unit="count", doc="parameter servers (mirrored: 0)"),
+           Column("compute_ms", "Compute(ms)", 12, "{:.2f}", "ms", "a worker's compute step (measured, given)"),
+           Column("comm_ms", "Comm(ms)", 9, "{:.2f}", "ms", "modelled (or --measured) communication per step"),
+           Column("step_ms", "Step(ms)", 9, "{:.2f}", "ms", "predicted step: compute + comm + TF's runtime"),
+           Column("images_s", "Pred img/s", 11, "{:.1f}", "1/s", "predicted images per second"),
+           Column("images_lo", "Low", 9, "{:.1f}", "1/s", "prediction with every input at its slow end"),
+           Column("images_hi", "High", 9, "{:.1f}", "1/s", "prediction with every input at its fast end"),
+           Column("measured_images_s", "Meas img/s", 11, "{:.1f}", "1/s", "--train: the measured images/s "
+                  "(mean over repeats)", optional=True),
+           Column("measured_lo", "Low", 9, "{:.1f}", "1/s", "--train: lowest end of the repeats' 95 % intervals",
+                  optional=True),
+           Column("measured_hi", "High", 9, "{:.1f}", "1/s", "--train: highest end", optional=True),
+           Column("error_pct", "Error %", 8, "{:+.1f}", "%", "prediction / measured - 1", optional=True),
+           Column("measured_step_ms", "Meas step p50", 14, "{:.2f}", "ms", "--train: its median step",
+                  optional=True)]
+KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the prediction is for"),
+        key("model", doc="the model profile"), key("batch", "count", "images per step per worker"),
+        key("measured_runs", "count", "--train: repeats of this shape", optional=True),
+        key("within", doc="--train: whether the predicted and measured intervals overlap", optional=True),
+        key("overhead_ms", "ms", "TF's runtime cost per step, from the calibration (--overhead)"),
+        key("min_beta_mb_s", "MB/s", "the smallest link bandwidth at which W workers beat one"),
+        key("min_beta_lo_mb_s", "MB/s", "the same with every input at its favourable end"),
+        key("min_beta_hi_mb_s", "MB/s", "the same with every input at its unfavourable end"),
+        key("pays_off", doc="true, false or empty (undecided): whether W workers beat one at this link"),
+        key("shared_host", doc="whether every transfer was modelled as sharing one host's path")]
 
 
 def add_parser(sub) -> None:
@@ -463,14 +483,16 @@ def save(args: argparse.Namespace, out: dict) -> None:
 
     check_output_path(args.output)
     options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
-    keys = ["bench", "label", "strategy", "model", "workers", "ps", "batch", "compute_ms", "comm_ms", "step_ms",
-            "images_s", "images_lo", "images_hi", "measured_images_s", "measured_lo", "measured_hi", "measured_runs",
-            "error_pct", "within", "measured_step_ms",
-            "overhead_ms", "min_beta_mb_s", "min_beta_lo_mb_s", "min_beta_hi_mb_s", "pays_off", "shared_host"]
+    keys = list(schema())
     meta = {**run_metadata("predict", options, [], ("numpy",)), "metric": {"key": "images_s", "better": "higher"}}
     w = ResultsWriter(args.output, meta, keys)
     w.row({"bench": "predict", **{k: out[k] for k in keys[1:]}})
     w.close()
+
+
+def schema() -> dict[str, Column]:
+    """Every key predict's row holds."""
+    return declared(KEYS[:2], COLUMNS, KEYS[2:])
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -31,16 +31,36 @@ from commbench.core.options import Options, opt
 from commbench.core.placement import Placement
 from commbench.core.progress import Progress
 from commbench.core.session import Session
-from commbench.core.table import Column, header_line, row_line
+from commbench.core.table import Column, declared, header_line, key, row_line
 from commbench.transports import _tf_bind as tf_bind
 
 IMAGE_MODELS = ("small_cnn", "resnet50", "resnet152", "inception_v3", "inception_resnet_v2", "vgg16",
                 "mobilenet_v2")
-COLUMNS = [Column("strategy", "Strategy", -9), Column("model", "Model", -13), Column("workers", "W", 3),
-           Column("ps", "P", 3), Column("batch", "Batch", 6), Column("steps", "Steps", 6),
-           Column("images_s", "Images/s", 10, "{:.1f}"), Column("step_p50_ms", "Step p50(ms)", 13, "{:.2f}"),
-           Column("step_p99_ms", "p99", 9, "{:.2f}"), Column("compute_ms", "Compute(ms)", 12, "{:.2f}"),
-           Column("loss_first", "Loss first", 11, "{:.4f}"), Column("loss_last", "last", 8, "{:.4f}")]
+COLUMNS = [Column("strategy", "Strategy", -9, doc="ps or mirrored"),
+           Column("model", "Model", -13, doc="the image model trained"),
+           Column("workers", "W", 3, unit="count", doc="worker tasks"),
+           Column("ps", "P", 3, unit="count", doc="parameter-server tasks (mirrored: 0)"),
+           Column("batch", "Batch", 6, unit="count", doc="images per step per worker"),
+           Column("steps", "Steps", 6, unit="count", doc="measured steps (ps: across all workers)"),
+           Column("images_s", "Images/s", 10, "{:.1f}", "1/s", "batch x workers x measured steps / time"),
+           Column("step_p50_ms", "Step p50(ms)", 13, "{:.2f}", "ms", "median step (ps: a round of one step per "
+                  "worker)"),
+           Column("step_p99_ms", "p99", 9, "{:.2f}", "ms", "99th percentile step"),
+           Column("compute_ms", "Compute(ms)", 12, "{:.2f}", "ms", "median step of one worker without "
+                  "communication, all workers at once, before and after training"),
+           Column("loss_first", "Loss first", 11, "{:.4f}", doc="loss of the first measured step"),
+           Column("loss_last", "last", 8, "{:.4f}", doc="loss of the last measured step")]
+CI_KEYS = [key("step_ci_lo_ms", "ms", "lower end of the median step's 95 % confidence interval"),
+           key("step_ci_hi_ms", "ms", "upper end of the median step's 95 % confidence interval"),
+           key("compute_ci_lo_ms", "ms", "lower end of compute_ms's interval (both measurements' intervals)"),
+           key("compute_ci_hi_ms", "ms", "upper end of compute_ms's interval"),
+           key("compute_before_ms", "ms", "median compute step measured before training"),
+           key("compute_after_ms", "ms", "median compute step measured after training"),
+           key("slowest_p50_ms", "ms", "median over steps of the slowest worker's compute step (what a "
+                                       "synchronous step waits for)"),
+           key("slowest_ci_lo_ms", "ms", "lower end of slowest_p50_ms's interval"),
+           key("slowest_ci_hi_ms", "ms", "upper end of slowest_p50_ms's interval")]
+BENCH = key("bench", doc="train (train-traffic: --traffic rows)")
 PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
 
 
@@ -205,7 +225,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
                   f"measured steps / time; compute = one step of one worker without communication (all workers "
                   f"at once, as in training; median)\n" + header_line(COLUMNS), flush=True)
             print(row_line(COLUMNS, row), flush=True)
-            writer = run.open_results(o.output, meta, ["bench", *(c.key for c in COLUMNS), *CI_KEYS])
+            writer = run.open_results(o.output, meta, list(schema(o.traffic)))
             if writer:
                 writer.row({"bench": "train", **row})
             if o.traffic:
@@ -226,8 +246,9 @@ def summarize(o: TrainOptions, times) -> dict:
             "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1]}
 
 
-CI_KEYS = ("step_ci_lo_ms", "step_ci_hi_ms", "compute_ci_lo_ms", "compute_ci_hi_ms", "compute_before_ms",
-           "compute_after_ms", "slowest_p50_ms", "slowest_ci_lo_ms", "slowest_ci_hi_ms")
+def schema(with_traffic: bool) -> dict[str, Column]:
+    """Every key train's rows may hold."""
+    return declared([BENCH], COLUMNS, CI_KEYS, traffic.KEYS if with_traffic else [])
 
 
 def with_ci(name: str, ms) -> dict:

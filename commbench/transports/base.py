@@ -26,6 +26,7 @@ from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.message import Message
 from commbench.core.options import NoOptions, Options
+from commbench.core.table import Column
 from commbench.core.world import World
 
 BASIC = frozenset({"call", "stream", "exchange", "many-ranks"})
@@ -122,6 +123,7 @@ class Transport(ABC):
     Options: ClassVar[type[Options]] = NoOptions
     poll_modes: ClassVar[tuple[str, ...]] = ("blocking", "busy")  # the first is the default
     capabilities: ClassVar[frozenset[str]] = BASIC  # what benchmarks may ask of it (see CAPABILITIES)
+    counter_keys: ClassVar[list[Column]] = []  # the row keys its counters() add (summed over ranks, per point)
 
     def __init__(self, world: World, config: RunConfig) -> None:
         self.world = world

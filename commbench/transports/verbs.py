@@ -53,6 +53,7 @@ from commbench.core.config import RunConfig
 from commbench.core.errors import PeerError, Unavailable, UsageError
 from commbench.core.message import Message
 from commbench.core.options import Options, opt
+from commbench.core.table import key
 from commbench.transports._verbs_plan import (
     ADVERT,
     DIRECT_FROM,
@@ -889,6 +890,9 @@ class VerbsTransport(Transport):
     poll_modes = ("busy", "blocking")  # blocking = completion events
 
     Options = VerbsOptions
+    counter_keys = [key("received", "count", "messages the verbs transport received (all ranks, warm-up included)"),
+                    key("received_direct", "count", "of those, placed straight into the receiver's buffers "
+                                                    "(--verbs-direct)")]
 
     @classmethod
     def check_usable(cls, opts: VerbsOptions) -> None:
