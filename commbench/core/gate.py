@@ -37,6 +37,14 @@ class _Unproven:
         self.need = HEADER.size  # bytes still to read: the header first, then its JSON
 
 
+def where(addr: object) -> str:
+    """A peer's address for messages: host:port, or a Unix socket's name (abstract: @name)."""
+    if isinstance(addr, (tuple, list)) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    text = addr.decode(errors="replace") if isinstance(addr, bytes) else str(addr)
+    return "@" + text[1:] if text.startswith("\0") else (text or "a local socket")
+
+
 class Gate:
     """Accepts on ``listener`` and reads hellos until a connection has shown one whole frame."""
 
@@ -132,7 +140,7 @@ class Gate:
         self.refused += 1
         n = self.refused
         if not quiet or n <= 10 or n % 100 == 0:
-            say(f"{self.who}: refused a connection from {addr[0]}:{addr[1]} ({why}; {n} refused so far)")
+            say(f"{self.who}: refused a connection from {where(addr)} ({why}; {n} refused so far)")
         conn.close()
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
 from commbench.core.framing import FrameError, read_frame, send_frame
-from commbench.core.gate import HELLO, Gate
+from commbench.core.gate import HELLO, Gate, where
 from commbench.core.message import Message
 from commbench.core.sockets import bind_listener
 from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
@@ -53,7 +53,8 @@ class TcpLink(Link):
         self.sock = sock
         self.timeout = timeout
         self.busy = busy
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)
         tv = struct.pack("ll", int(timeout), int((timeout % 1) * 1e6))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
@@ -263,9 +264,8 @@ class TcpTransport(Transport):
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world, rank = self.world, self.world.rank
         peers = sorted(set(peers) - {rank})
-        host = local_endpoint(self.opts, world)
-        listener = bind_listener(host, data_port(self.config.common.port, world), f"tcp transport of rank {rank}")
-        addrs = world.exchange_json("tcp-addr", [host, listener.getsockname()[1]], peers)
+        listener, mine = self.listen()
+        addrs = world.exchange_json(f"{self.name}-addr", mine, peers)
         gate = Gate(listener, f"rank {rank}", world.placement.token)  # strangers ahead of a peer cost it nothing
         links: dict[int, Link] = {}
         try:
@@ -291,12 +291,23 @@ class TcpTransport(Transport):
         self.links = links
         return links
 
+    def listen(self) -> tuple[socket.socket, list]:
+        """This rank's listening socket, and its address as peers are told it (JSON)."""
+        host = local_endpoint(self.opts, self.world)
+        listener = bind_listener(host, data_port(self.config.common.port, self.world),
+                                 f"{self.name} transport of rank {self.world.rank}")
+        return listener, [host, listener.getsockname()[1]]
+
+    def open(self, addr: list, timeout: float) -> socket.socket:
+        """A connection to a peer's address as ``listen`` gave it."""
+        return socket.create_connection((addr[0], addr[1]), timeout=timeout)
+
     def _dial(self, addr: list, peer: int, deadline: float) -> socket.socket:
         """Connect to a peer's data port and show the token; again while it is busy or not listening yet."""
         hello = {"token": self.world.placement.token, "rank": self.world.rank}
         while True:
             try:
-                sock = socket.create_connection((addr[0], addr[1]), timeout=max(0.1, deadline - time.monotonic()))
+                sock = self.open(addr, max(0.1, deadline - time.monotonic()))
                 try:
                     send_frame(sock, HELLO, hello)
                     if read_frame(sock, 4096, 0, deadline)[0] == OK:
@@ -308,8 +319,7 @@ class TcpTransport(Transport):
             except OSError as exc:
                 why = exc.strerror or str(exc)
             if time.monotonic() > deadline:
-                raise PeerError(f"cannot connect to {self.world.describe(peer)} at {addr[0]}:{addr[1]}: {why}") \
-                    from None
+                raise PeerError(f"cannot connect to {self.world.describe(peer)} at {where(addr)}: {why}") from None
             time.sleep(0.05)
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
