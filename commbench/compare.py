@@ -1,6 +1,7 @@
 """``commbench compare``: the main job. A short latency and bandwidth run of every transport
 configuration usable here, one after another with the local launcher, each table printed and
-saved, then one summary table (ratios against tcp in blocking mode, the sockperf-like baseline).
+saved, then one summary table (ratios against the baseline transport's first preset: tcp blocking, the
+sockperf-like floor). The configurations are what each transport declares (`presets`, `label`).
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ import argparse
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from commbench.core.argtypes import MAX_ITERATIONS, SECONDS, integer
+from commbench.core.config import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.placement import detect
 from commbench.core.results import read_runs
@@ -19,33 +22,43 @@ from commbench.core.table import Column, header_line, row_line
 from commbench.launch.local import launch, launch_mpi, mpiexec_command
 from commbench.report import metric_of
 
-# (label, transport, extra flags): what a user weighs when choosing a transport.
-CONFIGS = [
-    ("tcp blocking", "tcp", ["--poll", "blocking"]),
-    ("tcp busy-poll", "tcp", ["--poll", "busy"]),
-    ("grpc raw/unary", "grpc", ["--grpc-mode", "raw", "--grpc-call", "unary"]),
-    ("grpc raw/stream", "grpc", ["--grpc-mode", "raw", "--grpc-call", "stream"]),
-    ("grpc proto/unary", "grpc", ["--grpc-mode", "proto", "--grpc-call", "unary"]),
-    ("grpc proto/stream", "grpc", ["--grpc-mode", "proto", "--grpc-call", "stream"]),
-    ("grpc-cpp raw/unary", "grpc-cpp", ["--grpc-call", "unary"]),
-    ("grpc-cpp raw/stream", "grpc-cpp", ["--grpc-call", "stream"]),
-    ("mpi buffer", "mpi", ["--mpi-mode", "buffer"]),
-    ("mpi pickle", "mpi", ["--mpi-mode", "pickle"]),
-    ("ipoib tcp", "ipoib", ["--over", "tcp"]),
-    ("ipoib grpc", "ipoib", ["--over", "grpc"]),
-    ("verbs send", "verbs", ["--verbs-op", "send"]),
-    ("verbs write", "verbs", ["--verbs-op", "write"]),
-]
 LAT_SIZES = ["8", "1K", "64K", "1M"]
 BW_SIZES = ["64K", "1M", "4M"]
 SUMMARY = [Column("config", "Transport (mode)", -20), Column("lat8", "Lat 8B(us)", 11, "{:.2f}"),
            Column("lat1m", "Lat 1M(us)", 11, "{:.1f}"), Column("bw4m", "BW 4M(MB/s)", 12, "{:.1f}"),
-           Column("lat_ratio", "Lat/tcp", 8, "{:.2f}"), Column("bw_ratio", "BW/tcp", 8, "{:.2f}")]
+           Column("lat_ratio", "Lat/base", 9, "{:.2f}"), Column("bw_ratio", "BW/base", 8, "{:.2f}")]
+
+
+def configurations() -> list[tuple[str, str, list[str]]]:
+    """(label, transport, flags) of every preset every transport declares, the baseline's first."""
+    from commbench import transports
+    from commbench.cli import build_parser
+
+    parser, out = build_parser(), []
+    for name, cls in sorted(transports.registry().items(), key=lambda kv: not kv[1].baseline):
+        for flags in cls.presets:
+            args = parser.parse_args(["p2p-latency", "-t", name, *flags])
+            net = cls.Options.parse(args)
+            out.append((cls.label(net, CommonOptions.parse(args).poll or cls.default_poll(net)), name, list(flags)))
+    return out
+
+
+def label_of(meta: dict) -> str:
+    """A run's configuration label, from its transport's declaration and the options it recorded."""
+    from commbench import transports
+
+    o = meta["options"]
+    cls = transports.get(str(o.get("transport")))
+    net = cls.Options(**{f.name: o[f.name] for f in fields(cls.Options) if f.name in o})
+    return cls.label(net, o.get("poll") or cls.default_poll(net))
 
 
 def launch_config(transport: str, argv: list[str], timeout: float) -> int:
-    """Two ranks: the local launcher, or mpiexec for the mpi transport."""
-    return launch_mpi(2, argv) if transport == "mpi" else launch(2, argv, timeout)
+    """Two ranks: the local launcher, or the transport's own (mpiexec)."""
+    from commbench import transports
+
+    cls = transports.get(transport)
+    return launch_mpi(2, argv) if "own-launcher" in cls.able(cls.Options()) else launch(2, argv, timeout)
 
 
 def add_parser(sub, transports: dict) -> None:
@@ -66,9 +79,10 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if detect() is not None:
         raise UsageError("compare starts its own ranks on this machine; under mpirun or srun run the benchmarks "
                          "themselves (see slurm/)")
-    configs = [c for c in CONFIGS if not args.only or any(o in c[0] for o in args.only)]
+    every = configurations()
+    configs = [c for c in every if not args.only or any(o in c[0] for o in args.only)]
     if not configs:
-        raise UsageError(f"--only {' '.join(args.only)} matches none of: {', '.join(c[0] for c in CONFIGS)}")
+        raise UsageError(f"--only {' '.join(args.only)} matches none of: {', '.join(c[0] for c in every)}")
     outdir = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
     try:
         outdir.mkdir(parents=True, exist_ok=True)
@@ -81,9 +95,9 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             from commbench.cli import build_parser, decide
 
-            decide(build_parser().parse_args(["p2p-latency", "-t", transport, *flags]))  # the run's own checks
-            if transport == "mpi" and mpiexec_command(2) is None:
-                raise UsageError("no mpiexec found beside this Python or on PATH")
+            _, cls, config = decide(build_parser().parse_args(["p2p-latency", "-t", transport, *flags]))
+            if "own-launcher" in cls.able(config.net) and mpiexec_command(2) is None:  # the run's own checks, and
+                raise UsageError("no mpiexec found beside this Python or on PATH")  # its launcher's
         except CommbenchError as exc:
             print(f"# {label}: not usable here: {exc}\n", flush=True)
             unusable.append(f"{label}: {exc}")
@@ -116,22 +130,12 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def config_label(meta: dict) -> str:
-    o = meta["options"]
-    mode = o.get("mode", "")
-    if o["transport"] == "tcp":
-        return f"tcp {'busy-poll' if o.get('poll') == 'busy' else 'blocking'}"
-    if o["transport"] == "mpi":
-        return f"mpi {o.get('mpi_mode', 'buffer')}"
-    return f"{o['transport']} {mode}".strip()
-
-
 def print_summary(paths: Sequence[Path | str]) -> None:
     """One row per transport configuration: latency at 8 B and 1 MiB, bandwidth at 4 MiB, ratios to tcp."""
     rows: dict[str, dict] = {}
     for path in paths:
         for run in read_runs(path, need_rows=True):
-            label = config_label(run.meta)
+            label = label_of(run.meta)
             row = rows.setdefault(label, {"config": label})
             by_size = {r["size"]: r for r in run.rows}
             metric = metric_of(run.meta)["key"]  # as the benchmark declared it: p50_us, mb_s
@@ -141,14 +145,15 @@ def print_summary(paths: Sequence[Path | str]) -> None:
                         row[key] = by_size[size].get(metric)
             elif run.meta["bench"] == "p2p-bandwidth" and (4 << 20) in by_size:
                 row["bw4m"] = by_size[4 << 20].get(metric)
-    base = rows.get("tcp blocking", {})
+    baseline = next((label for label, name, _ in configurations()), "")
+    base = rows.get(baseline, {})
     for row in rows.values():
         if "lat8" in row and "lat8" in base:
             row["lat_ratio"] = row["lat8"] / base["lat8"]
         if "bw4m" in row and "bw4m" in base:
             row["bw_ratio"] = row["bw4m"] / base["bw4m"]
     print("# commbench compare: one-way latency (median, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
-    print("# ratios against tcp blocking: Lat/tcp at 8 B (lower is better), BW/tcp at 4 MiB (higher is better)")
+    print(f"# ratios against {baseline}: Lat/base at 8 B (lower is better), BW/base at 4 MiB (higher is better)")
     print(header_line(SUMMARY))
     for row in rows.values():
         print(row_line(SUMMARY, row))

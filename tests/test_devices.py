@@ -91,7 +91,8 @@ def test_compare_includes_ipoib_where_usable(tmp_path):
     r = commbench("compare", "--only", "ipoib", "-i", "50", env={"COMMBENCH_SYSFS": str(root)})
     assert r.code == 0, r.err
     summary = r.out[r.out.index("# commbench compare"):]
-    assert "ipoib tcp over lo" in summary and "ipoib grpc over lo" in summary, summary
+    assert "\nipoib tcp " in summary and "\nipoib grpc " in summary, summary
+    assert "# transport: ipoib (tcp over lo" in r.out and "# transport: ipoib (grpc over lo" in r.out, r.out
 
 
 def test_compare_of_unusable_transports_is_one_line():

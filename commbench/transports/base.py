@@ -124,6 +124,8 @@ class Transport(ABC):
     poll_modes: ClassVar[tuple[str, ...]] = ("blocking", "busy")  # the first is the default
     capabilities: ClassVar[frozenset[str]] = BASIC  # what benchmarks may ask of it (see CAPABILITIES)
     counter_keys: ClassVar[list[Column]] = []  # the row keys its counters() add (summed over ranks, per point)
+    presets: ClassVar[tuple[tuple[str, ...], ...]] = ()  # the flag sets `compare` runs, one configuration each
+    baseline: ClassVar[bool] = False  # its first preset is what `compare` gives ratios against
 
     def __init__(self, world: World, config: RunConfig) -> None:
         self.world = world
@@ -142,6 +144,11 @@ class Transport(ABC):
     @classmethod
     def default_poll(cls, opts: Options) -> str:
         return cls.poll_modes[0]
+
+    @classmethod
+    def label(cls, opts: Options, poll: str) -> str:
+        """A configuration's short name in comparisons, e.g. 'grpc raw/stream', 'tcp busy-poll'."""
+        return cls.name
 
     @classmethod
     def check_usable(cls, opts: Options) -> None:

@@ -121,6 +121,11 @@ class GrpcCppTransport(Transport):
     poll_modes = ("blocking",)
 
     Options = GrpcCallOptions
+    presets = (("--grpc-call", "unary"), ("--grpc-call", "stream"))
+
+    @classmethod
+    def label(cls, opts: GrpcCallOptions, poll: str) -> str:
+        return f"{cls.name} raw/{opts.grpc_call}"
 
     @classmethod
     def check_usable(cls, opts: GrpcCallOptions) -> None:

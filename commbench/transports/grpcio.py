@@ -267,6 +267,11 @@ class GrpcTransport(Transport):
     poll_modes = ("blocking",)
 
     Options = GrpcOptions
+    presets = tuple(("--grpc-mode", m, "--grpc-call", c) for m in ("raw", "proto") for c in ("unary", "stream"))
+
+    @classmethod
+    def label(cls, opts: GrpcOptions, poll: str) -> str:
+        return f"{cls.name} {opts.grpc_mode}/{opts.grpc_call}"
 
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)

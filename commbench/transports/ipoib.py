@@ -77,6 +77,11 @@ class IpoibTransport(Transport):
     name = "ipoib"
     help = "tcp or grpc over an IPoIB interface (--over tcp|grpc, --iface ib0)"
     Options = IpoibOptions
+    presets = (("--over", "tcp"), ("--over", "grpc"))
+
+    @classmethod
+    def label(cls, opts: IpoibOptions, poll: str) -> str:
+        return f"{cls.name} {opts.over}"
 
     @classmethod
     def check_usable(cls, opts: IpoibOptions) -> None:

@@ -150,6 +150,11 @@ class MpiTransport(Transport):
     capabilities = BASIC | {f"native:{op}" for op in ("allreduce", "allgather", "alltoall", "broadcast")}
 
     Options = MpiOptions
+    presets = (("--mpi-mode", "buffer"), ("--mpi-mode", "pickle"))
+
+    @classmethod
+    def label(cls, opts: MpiOptions, poll: str) -> str:
+        return f"{cls.name} {opts.mpi_mode}"
 
     @classmethod
     def able(cls, opts: Options) -> frozenset[str]:

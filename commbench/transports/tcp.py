@@ -253,6 +253,12 @@ class TcpTransport(Transport):
     help = "raw TCP sockets (vectored sendmsg / recvmsg_into)"
 
     Options = SocketOptions
+    presets = (("--poll", "blocking"), ("--poll", "busy"))
+    baseline = True  # the sockperf-like floor every other configuration is compared with
+
+    @classmethod
+    def label(cls, opts: SocketOptions, poll: str) -> str:
+        return f"{cls.name} {'busy-poll' if poll == 'busy' else 'blocking'}"
 
     @classmethod
     def check_usable(cls, opts: SocketOptions) -> None:

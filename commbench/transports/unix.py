@@ -21,6 +21,7 @@ class UnixTransport(TcpTransport):
     name = "unix"
     help = "AF_UNIX stream sockets between ranks on one host (the local floor beside tcp loopback)"
     Options = NoOptions
+    baseline = False
 
     @classmethod
     def check_usable(cls, opts: NoOptions) -> None:

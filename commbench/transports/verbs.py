@@ -890,9 +890,14 @@ class VerbsTransport(Transport):
     poll_modes = ("busy", "blocking")  # blocking = completion events
 
     Options = VerbsOptions
+    presets = (("--verbs-op", "send"), ("--verbs-op", "write"))
     counter_keys = [key("received", "count", "messages the verbs transport received (all ranks, warm-up included)"),
                     key("received_direct", "count", "of those, placed straight into the receiver's buffers "
                                                     "(--verbs-direct)")]
+
+    @classmethod
+    def label(cls, opts: VerbsOptions, poll: str) -> str:
+        return f"{cls.name} {opts.verbs_op}"
 
     @classmethod
     def check_usable(cls, opts: VerbsOptions) -> None:
