@@ -94,7 +94,7 @@ def one(n: int, command: str, source: str | None) -> dict:
 
 def _hammer(port: int, rank: int, size: int, seconds: float, out) -> None:
     """A client that asks the store for its status as fast as it can (a heartbeat is the same request)."""
-    from commbench.core.rendezvous import StoreClient
+    from commbench.core.run.rendezvous import StoreClient
 
     c = StoreClient("127.0.0.1", port, "scale", rank, size, f"h{rank}", 30)
     n, end = 0, time.monotonic() + seconds
@@ -110,7 +110,7 @@ def store_rate(clients: int = 4, seconds: float = 5.0) -> float:
     import multiprocessing as mp
     import socket
 
-    from commbench.core.rendezvous import StoreServer
+    from commbench.core.run.rendezvous import StoreServer
 
     srv = StoreServer(socket.create_server(("127.0.0.1", 0)), "scale", clients)
     q = mp.Queue()

@@ -16,7 +16,7 @@ whoever receives into the caller's buffers, as commbench's transports and Tensor
 (TensorResponse::ParseTensorSubmessage copies the tensor content out of gRPC's byte buffer), pays that
 copy; the ratio to the reference that keeps gRPC's slices is printed too. commbench grpc <= 1.1x the
 plain script of the same call type. The references run with the allocator settings commbench's ranks
-set for themselves (GLIBC_TUNABLES = commbench.core.buffers.MALLOC_TUNABLES).
+set for themselves (GLIBC_TUNABLES = commbench.core.measure.buffers.MALLOC_TUNABLES).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from commbench.core.buffers import MALLOC_TUNABLES
+from commbench.core.measure.buffers import MALLOC_TUNABLES
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from vs_grpc_cpp import build, pingpong  # the C++ gRPC reference ping-pong (bench/ is on sys.path)
 
-from commbench.core.message import Message
+from commbench.core.measure.message import Message
 from commbench.transports.tf_grpc import rounds_per_function
 
 CPP = "C++ gRPC unary"

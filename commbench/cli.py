@@ -12,13 +12,13 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from commbench import __version__
-from commbench.core import traffic
-from commbench.core.config import DEFAULT_SIZES, CommonOptions, RunConfig
+from commbench.core.capture import traffic
+from commbench.core.config.options import Options, flag_of
+from commbench.core.config.run import DEFAULT_SIZES, CommonOptions, RunConfig
 from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
-from commbench.core.hostset import default_set
-from commbench.core.options import Options, flag_of
-from commbench.core.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
-from commbench.core.sizes import parse_range, parse_size
+from commbench.core.measure.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
+from commbench.core.measure.sizes import parse_range, parse_size
+from commbench.core.run.hostset import default_set
 
 if TYPE_CHECKING:
     from commbench.benchmarks.base import Benchmark
@@ -177,7 +177,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def launched_ranks(bench_cls: type[Benchmark], own: Options, common: CommonOptions) -> tuple[CommonOptions, int]:
     """The ranks the options ask for; under mpirun or srun without --np, the launcher's size where the
     benchmark takes that many (an all-reduce on 16 tasks): then ``np`` is set to it, as if given."""
-    from commbench.core.placement import detect
+    from commbench.core.run.placement import detect
 
     ranks = bench_cls.ranks(own, common)
     placed = detect(port=common.port) if common.np is None else None

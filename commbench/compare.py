@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from commbench.core.argtypes import MAX_ITERATIONS, SECONDS, integer
-from commbench.core.config import CommonOptions
+from commbench.core.config.argtypes import MAX_ITERATIONS, SECONDS, integer
+from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
-from commbench.core.placement import detect
-from commbench.core.results import read_runs
-from commbench.core.table import Column, header_line, row_line
+from commbench.core.output.results import read_runs
+from commbench.core.output.table import Column, header_line, row_line
+from commbench.core.run.placement import detect
 from commbench.launch.local import launch, launch_mpi, mpiexec_command
 from commbench.report import metric_of
 

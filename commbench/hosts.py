@@ -10,7 +10,7 @@ puts the hosts under K bridges (``cbbrK``, host I in rack I // (N / K)) joined t
 (``cbsp0``, which carries 10.77.0.254) by uplinks shaped at ``--uplink``: cross-rack traffic shares
 them, as in a fat tree with a tapered spine. The root namespace is named ``cbroot`` too, so that
 ``--traffic``'s capture can enter it. ``--set S`` makes a set of hosts of its own (names in
-core/hostset.py), which no other set's ``up`` or ``down`` touches. Benchmarks and ``train`` run
+core/run/hostset.py), which no other set's ``up`` or ``down`` touches. Benchmarks and ``train`` run
 across them with ``--hosts N [--host-set S]`` (rank r in host r mod N). ``up`` replaces what the same
 set's ``up`` made before (idempotent) and removes what it made if a step fails. Needs root.
 """
@@ -24,10 +24,10 @@ import re
 import subprocess
 from collections.abc import Sequence
 
-from commbench.core import hostset
-from commbench.core.argtypes import integer
+from commbench.core.config.argtypes import integer
 from commbench.core.errors import UsageError
-from commbench.core.hostset import host_name, link_name, root_netns, state_path
+from commbench.core.run import hostset
+from commbench.core.run.hostset import host_name, link_name, root_netns, state_path
 
 MAX_HOSTS = 64
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.I)

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from commbench.core.table import Column, header_line, row_line
+from commbench.core.output.table import Column, header_line, row_line
 from commbench.profiles import store
 
 LIST = [Column("name", "Profile", -20), Column("tensors", "Tensors", 8, "{:d}"), Column("mb", "MB", 9, "{:.2f}"),

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from commbench.core.errors import UsageError
-from commbench.core.results import Run, read_runs
+from commbench.core.output.results import Run, read_runs
 
 TRAINING = {"key": "images_s", "better": "higher"}  # train and predict rows
 

@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Sequence
 
 from commbench.core.errors import UsageError
-from commbench.core.results import read_runs
-from commbench.core.table import Column, header_line, row_line
+from commbench.core.output.results import read_runs
+from commbench.core.output.table import Column, header_line, row_line
 
 
 def add_parser(sub) -> None:

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from commbench.benchmarks.cluster import Cluster, endpoints, random_ring, serial, tournament
 from commbench.benchmarks.runner import RUNNER_KEYS
 from commbench.core.errors import UsageError
-from commbench.core.outliers import outliers
-from commbench.core.results import read_runs
+from commbench.core.measure.outliers import outliers
+from commbench.core.output.results import read_runs
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 QUICK = ["--bw-size", "64K", "-W", "8", "--bw-time", "0.1", "-i", "200", "-x", "20", "--cuts", "2"]

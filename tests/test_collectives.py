@@ -14,9 +14,9 @@ from commbench.benchmarks.allgather import AllGather
 from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.benchmarks.alltoall import AllToAll
 from commbench.benchmarks.broadcast import Broadcast
-from commbench.core.harness import Loops
-from commbench.core.payload import Payload
-from commbench.core.results import read_runs
+from commbench.core.measure.harness import Loops
+from commbench.core.measure.payload import Payload
+from commbench.core.output.results import read_runs
 
 SWEEP = ["-b", "4", "-e", "300K", "-f", "9", "-i", "4", "-x", "1", "--validate"]  # counts 1, 9, ..., 59049
 EXACT = [  # (benchmark, algorithm, ranks, extra flags)

@@ -11,11 +11,11 @@ import psutil
 import pytest
 from conftest import free_port, grpc_cpp, spawn
 
-from commbench.core.config import CommonOptions, RunConfig
-from commbench.core.framing import encode
-from commbench.core.placement import Placement
-from commbench.core.results import read_runs
-from commbench.core.world import World
+from commbench.core.config.run import CommonOptions, RunConfig
+from commbench.core.output.results import read_runs
+from commbench.core.run.framing import encode
+from commbench.core.run.placement import Placement
+from commbench.core.run.world import World
 from commbench.transports._net import SocketOptions
 from commbench.transports.tcp import TcpTransport
 
@@ -129,8 +129,8 @@ def test_strays_at_the_rendezvous_are_refused():
 def test_strays_at_a_data_port_are_refused():
     """Two ranks in threads of this process; before rank 0 dials rank 1's tcp port, 20 strangers connect
     to it and trickle half a header or nothing, and one shows a wrong token: the listener reads them
-    all at once (core/gate.py), so rank 0's connection is taken at once, not after 21 x HELLO_TIMEOUT."""
-    from commbench.core.gate import HELLO_TIMEOUT
+    all at once (core/run/gate.py), so rank 0's connection is taken at once, not after 21 x HELLO_TIMEOUT."""
+    from commbench.core.run.gate import HELLO_TIMEOUT
 
     port = free_port()
     listener = socket.socket()
@@ -178,7 +178,7 @@ def test_strays_at_a_data_port_are_refused():
     assert not errors, errors
     assert done[1] - started < HELLO_TIMEOUT, done[1] - started  # not held up by the silent ones
     assert stray.recv(1) == b""  # the stray was closed
-    from commbench.core.message import Message
+    from commbench.core.measure.message import Message
 
     a, b = Message((5, 1000)), Message((5, 1000))
     a.arrays[1][:] = 7
@@ -253,7 +253,7 @@ def test_rendezvous_bounds_strangers_before_the_token():
     are told 'busy' and closed) and starts no thread for it (one selector reads them all): during a
     live run, 20 frames claiming 2 GiB, 50 slowloris connections and 1,000 idle ones leave the run
     unharmed, rank 0 under RSS_BOUND and THREAD_BOUND threads."""
-    from commbench.core.gate import HELLO_MAX_JSON, HELLO_TIMEOUT, MAX_UNPROVEN
+    from commbench.core.run.gate import HELLO_MAX_JSON, HELLO_TIMEOUT, MAX_UNPROVEN
 
     rss_bound, thread_bound = 300 << 20, 24
     port = _port_below_ephemeral(3)  # our stranger sockets take ephemeral source ports: keep P + 1 + r off them

@@ -16,10 +16,10 @@ from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.benchmarks.p2p_bandwidth import P2PBandwidth, P2PBibw
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.benchmarks.ps_throughput import PSThroughput
-from commbench.core import buffers
-from commbench.core.harness import Loops, Side, Summary, Sync, Timing, median_ci
-from commbench.core.message import Message
-from commbench.core.payload import Payload
+from commbench.core.measure import buffers
+from commbench.core.measure.harness import Loops, Side, Summary, Sync, Timing, median_ci
+from commbench.core.measure.message import Message
+from commbench.core.measure.payload import Payload
 from commbench.emulators.ps import Shard, Worker, expected_value
 
 
@@ -187,7 +187,7 @@ def test_touched_buffers_are_not_zero_pages():
 
 def test_watchdog_sleeps_through_timed_loops():
     """No heartbeat while a timed loop runs (the timing rank stays quiet); beats resume after it."""
-    from commbench.core.watchdog import INTERVAL, Watchdog
+    from commbench.core.run.watchdog import INTERVAL, Watchdog
 
     beats: list[float] = []
 
@@ -230,7 +230,7 @@ def test_page_backing_is_what_was_asked(tmp_path):
     buffers exist); off: none."""
     from conftest import commbench
 
-    from commbench.core.results import read_runs
+    from commbench.core.output.results import read_runs
 
     for mode in ("on", "off"):
         out = tmp_path / f"{mode}.jsonl"

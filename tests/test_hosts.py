@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ENV, commbench, table_rows
 
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 from commbench.hosts import parse_rate
 from commbench.profiles.store import load
 

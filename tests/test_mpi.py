@@ -8,7 +8,7 @@ import pytest
 from conftest import BIN, mpi_env, mpiexec, table_rows
 
 from commbench import cli
-from commbench.core.mpi_env import decode_buffers, encode_buffers
+from commbench.core.run.mpi_env import decode_buffers, encode_buffers
 
 pytest.importorskip("mpi4py")
 
@@ -66,7 +66,7 @@ def test_codec_never_unpickles():
 
 def test_mpi_without_mpi4py(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "mpi4py", None)
-    import commbench.core.mpi_env as me
+    import commbench.core.run.mpi_env as me
 
     monkeypatch.setattr(me, "_MPI", None)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)

@@ -8,7 +8,7 @@ import pytest
 from conftest import commbench, table_rows
 
 from commbench.core.errors import UsageError
-from commbench.core.payload import SchemeSpec, category_of
+from commbench.core.measure.payload import SchemeSpec, category_of
 from commbench.profiles import store
 
 # ../shared/reference/environment.md, measured independently (Keras 3.15, weights=None)

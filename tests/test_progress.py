@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ENV, commbench, table_rows
 
-from commbench.core import progress
+from commbench.core.output import progress
 
 
 def test_plain_lines_are_throttled(monkeypatch, capsys):

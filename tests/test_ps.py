@@ -6,7 +6,7 @@ import pytest
 from conftest import commbench, grpc_cpp, table_rows
 
 from commbench.core.errors import UsageError
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 from commbench.emulators.placement import place, shard_bytes
 from commbench.profiles import store
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.core.collectives import pack, unpack
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
-from commbench.core.framing import encode, read_frame, send_frame
-from commbench.core.rendezvous import GET, HELLO, OK, VALUE, StoreClient, StoreServer
+from commbench.core.run.collectives import pack, unpack
+from commbench.core.run.framing import encode, read_frame, send_frame
+from commbench.core.run.rendezvous import GET, HELLO, OK, VALUE, StoreClient, StoreServer
 
 TOKEN = "t0ken"
 

@@ -17,9 +17,9 @@ from commbench import reference
 from commbench.benchmarks import registry
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.benchmarks.runner import RUNNER_KEYS, schema
-from commbench.core.harness import Loops
-from commbench.core.payload import Payload
-from commbench.core.results import ResultsWriter, read_runs
+from commbench.core.measure.harness import Loops
+from commbench.core.measure.payload import Payload
+from commbench.core.output.results import ResultsWriter, read_runs
 from commbench.transports.tcp import TcpTransport
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reference"

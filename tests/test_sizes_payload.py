@@ -6,8 +6,8 @@ import pytest
 from conftest import commbench, table_rows
 
 from commbench.core.errors import UsageError
-from commbench.core.payload import CATEGORIES, LARGE, MEDIUM, SMALL, SchemeSpec, category_of, sweep_payloads
-from commbench.core.sizes import format_size, parse_range, parse_size, sweep
+from commbench.core.measure.payload import CATEGORIES, LARGE, MEDIUM, SMALL, SchemeSpec, category_of, sweep_payloads
+from commbench.core.measure.sizes import format_size, parse_range, parse_size, sweep
 
 
 @pytest.mark.parametrize("text,expected", [("0", 0), ("64", 64), ("4K", 4096), ("4k", 4096), ("1M", 1 << 20),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ENV, table_rows
 
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -12,9 +12,9 @@ import hpack
 import pytest
 from conftest import commbench
 
-from commbench.core.capture import NO_PEER, PREFACE, Capturer, Traffic, own_endpoints
+from commbench.core.capture.packets import NO_PEER, PREFACE, Capturer, Traffic, own_endpoints
 from commbench.core.errors import CommbenchError, UsageError
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 
 CLIENT, SERVER = ("127.0.0.1", 40000), ("127.0.0.1", 50051)
 ENDS = {(CLIENT, SERVER): "worker", (SERVER, CLIENT): "ps"}  # who holds each end: (end, peer) -> role
@@ -148,7 +148,7 @@ def test_own_endpoints_names_this_processes_sockets():
 
 
 def test_traffic_needs_root(monkeypatch):
-    from commbench.core import traffic
+    from commbench.core.capture import traffic
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(UsageError, match="needs root"):
@@ -196,7 +196,7 @@ def test_the_capture_stops_promptly_while_packets_keep_coming(tmp_path):
     import threading
     import time
 
-    from commbench.core.capture import Capture
+    from commbench.core.capture.packets import Capture
 
     cap = Capture(tmp_path / "c.json", [])
     with socket.socket() as srv:
@@ -231,7 +231,7 @@ def test_the_capture_keeps_what_came_before_it_was_stopped(tmp_path):
     import subprocess
     import sys
 
-    from commbench.core.capture import Capture
+    from commbench.core.capture.packets import Capture
 
     total = 512 << 20
     cap = Capture(tmp_path / "c.json", [])

@@ -13,7 +13,7 @@ from conftest import BIN, ENV, commbench, table_rows
 
 from commbench.core.errors import UsageError
 from commbench.core.imports import TF_NOISE
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 from commbench.emulators import tf_ps
 from commbench.profiles import store
 from commbench.training import predict as pr

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from conftest import commbench
 
-from commbench.core.config import CommonOptions, RunConfig
+from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import UsageError
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 from commbench.transports.unix import UnixTransport
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import commbench
 
-from commbench.core.config import CommonOptions, RunConfig
+from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import PeerError, UsageError
-from commbench.core.message import Message, Pattern
-from commbench.core.payload import Payload
+from commbench.core.measure.message import Message, Pattern
+from commbench.core.measure.payload import Payload
 from commbench.emulators.ps import run_threads
 from commbench.transports import _verbs_plan as vp
 from commbench.transports import verbs

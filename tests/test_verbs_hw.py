@@ -21,7 +21,7 @@ import psutil
 import pytest
 from conftest import ENV, commbench, spawn, table_rows
 
-from commbench.core.results import read_runs
+from commbench.core.output.results import read_runs
 
 
 def _no_device_reason() -> str | None:

@@ -352,7 +352,7 @@ class FakeWorld:
         return [s[name][r] for r in range(self.size)]
 
     def exchange_json(self, name: str, obj, peers) -> dict:
-        """Every rank publishes obj and reads its peers' (core/collectives.py)."""
+        """Every rank publishes obj and reads its peers' (core/run/collectives.py)."""
         everyone = self.allgather_json(name, obj)
         return {p: everyone[p] for p in sorted(set(peers)) if p != self.rank}
 

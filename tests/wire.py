@@ -9,10 +9,10 @@ import threading
 import time
 
 from commbench.benchmarks.base import Context, measure_point
-from commbench.core.config import CommonOptions, RunConfig
-from commbench.core.harness import Loops
-from commbench.core.message import Message
-from commbench.core.payload import Payload
+from commbench.core.config.run import CommonOptions, RunConfig
+from commbench.core.measure.harness import Loops
+from commbench.core.measure.message import Message
+from commbench.core.measure.payload import Payload
 from commbench.transports.base import Link, Transport
 
 DELAY = 0.002  # s per message

@@ -11,7 +11,7 @@ import numpy as np
 
 from commbench.benchmarks.base import Context
 from commbench.benchmarks.collective import F32, Collective, Plan
-from commbench.core.message import Message
+from commbench.core.measure.message import Message
 
 
 class AllGather(Collective):

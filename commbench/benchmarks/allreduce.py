@@ -13,9 +13,9 @@ import numpy as np
 
 from commbench.benchmarks.base import Context
 from commbench.benchmarks.collective import F32, Collective, CollectiveOptions, Plan
-from commbench.core.argtypes import number
-from commbench.core.options import opt
-from commbench.core.payload import Payload
+from commbench.core.config.argtypes import number
+from commbench.core.config.options import opt
+from commbench.core.measure.payload import Payload
 from commbench.emulators.allreduce import ALGORITHMS, AllReduce
 
 

@@ -4,7 +4,7 @@ to whom, how one rank prepares a point (``prepare`` -> ``Side``), and how rank 0
 report into the row (``row``). Collectives declare less still (collective.py).
 
 The runner (runner.py) owns the session, the transport, the table and the results file; the harness
-(core/harness.py) owns warm-up, barriers, timing and statistics; ``measure_point`` here owns
+(core/measure/harness.py) owns warm-up, barriers, timing and statistics; ``measure_point`` here owns
 validation and the gathering of every rank's report. A benchmark file is short.
 """
 
@@ -19,14 +19,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from commbench.core import buffers
-from commbench.core.config import CommonOptions, RunConfig
-from commbench.core.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
-from commbench.core.message import Message, Pattern
-from commbench.core.options import NoOptions, Options
-from commbench.core.payload import Payload
-from commbench.core.table import Column, declared, key
-from commbench.core.world import World
+from commbench.core.config.options import NoOptions, Options
+from commbench.core.config.run import CommonOptions, RunConfig
+from commbench.core.measure import buffers
+from commbench.core.measure.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
+from commbench.core.measure.message import Message, Pattern
+from commbench.core.measure.payload import Payload
+from commbench.core.output.table import Column, declared, key
+from commbench.core.run.world import World
 from commbench.transports.base import Link, Transport
 
 SIZE = Column("size", "Size", -14, unit="B", doc="bytes of one message, all its buffers")

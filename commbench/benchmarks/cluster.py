@@ -5,7 +5,7 @@ slow cable, the pair that failed.
 One rank per host is the host's endpoint (``--per-host``). Pairwise runs as a round-robin tournament
 (``N - 1`` rounds of ``N / 2`` disjoint pairs at once, the circle method) or ``--serial`` (one pair
 at a time: no cross-traffic, ``N (N - 1) / 2`` turns). Each pair is a group of two ranks of its own
-(core/collectives.py): a transport is built for it, connects the two, measures p2p-latency's
+(core/run/collectives.py): a transport is built for it, connects the two, measures p2p-latency's
 ping-pong and p2p-bandwidth's window (the same code as those benchmarks) and closes, so a rank holds
 one data connection at a time. A ring is one group of every endpoint, each sending a window to its
 successor while receiving one from its predecessor. A bisection cut splits the endpoints into random
@@ -29,18 +29,18 @@ import numpy as np
 from commbench.benchmarks.base import WRONG, Benchmark, Context, measure_point
 from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
-from commbench.core import outliers
-from commbench.core.argtypes import integer, number
-from commbench.core.collectives import Group
-from commbench.core.config import CommonOptions, RunConfig
+from commbench.core.config.argtypes import integer, number
+from commbench.core.config.options import Options, opt
+from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import PeerError, RunAborted, UsageError
-from commbench.core.harness import BANDWIDTH_LOOPS, Loops, Side, Timing
-from commbench.core.message import Message
-from commbench.core.options import Options, opt
-from commbench.core.payload import Payload
-from commbench.core.sizes import parse_size
-from commbench.core.table import Column, key
-from commbench.core.world import World
+from commbench.core.measure import outliers
+from commbench.core.measure.harness import BANDWIDTH_LOOPS, Loops, Side, Timing
+from commbench.core.measure.message import Message
+from commbench.core.measure.payload import Payload
+from commbench.core.measure.sizes import parse_size
+from commbench.core.output.table import Column, key
+from commbench.core.run.collectives import Group
+from commbench.core.run.world import World
 
 TESTS = ("pairwise", "ring", "bisection")
 TEST = Column("test", "Test", -13, doc="pairwise, ring-ordered, ring-random, bisection, bisection-cut (a cut's "

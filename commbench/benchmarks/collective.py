@@ -4,7 +4,7 @@ what each rank's output must hold. This base owns the rest, once for every colle
 
 - points: ``-b`` to ``-e`` by factor ``-f`` (bytes of float32 output), or ``--payload`` (one
   collective per tensor); counts rounded to whole blocks where the output has one per rank;
-- buffers: touched, from core/buffers.py; ``native`` is the transport's own collective (MPI);
+- buffers: touched, from core/measure/buffers.py; ``native`` is the transport's own collective (MPI);
 - validation: rank r's input at iteration i is ``base x (r + 1) + i mod 64`` (base = 1..7 repeating,
   so every sum is exact in float32); output and scratch are set to NaN before each checked round;
   #wrong counts output elements that differ from ``expect``;
@@ -25,16 +25,16 @@ from typing import ClassVar
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
-from commbench.core import buffers
-from commbench.core.argtypes import RANKS, integer
-from commbench.core.config import CommonOptions
+from commbench.core.config.argtypes import RANKS, integer
+from commbench.core.config.options import Options, opt
+from commbench.core.config.run import CommonOptions
 from commbench.core.errors import UsageError
-from commbench.core.harness import COLLECTIVE_LOOPS, Side, Timing, spread
-from commbench.core.options import Options, opt
-from commbench.core.payload import Payload
-from commbench.core.sizes import parse_size
-from commbench.core.table import Column
-from commbench.core.world import World
+from commbench.core.measure import buffers
+from commbench.core.measure.harness import COLLECTIVE_LOOPS, Side, Timing, spread
+from commbench.core.measure.payload import Payload
+from commbench.core.measure.sizes import parse_size
+from commbench.core.output.table import Column
+from commbench.core.run.world import World
 
 GBS = "{:.3f}"
 US = "{:.2f}"

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
-from commbench.core.argtypes import integer
-from commbench.core.config import CommonOptions, RunConfig
+from commbench.core.config.argtypes import integer
+from commbench.core.config.options import Options, opt
+from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import UsageError
-from commbench.core.harness import BANDWIDTH_LOOPS, Side, Timing, untimed_loop
-from commbench.core.message import Message
-from commbench.core.options import Options, opt
-from commbench.core.payload import Payload
-from commbench.core.table import Column
-from commbench.core.world import World
+from commbench.core.measure.harness import BANDWIDTH_LOOPS, Side, Timing, untimed_loop
+from commbench.core.measure.message import Message
+from commbench.core.measure.payload import Payload
+from commbench.core.output.table import Column
+from commbench.core.run.world import World
 
 ACK_BYTES = 4  # as osu_bw
 MBS = "{:.2f}"

@@ -7,11 +7,11 @@ osu_latency). Each round trip is timed, so percentiles and a confidence interval
 from __future__ import annotations
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
-from commbench.core.harness import LATENCY_LOOPS, Side, Summary, Timing
-from commbench.core.message import Message
-from commbench.core.payload import Payload
-from commbench.core.table import Column, key
-from commbench.core.world import World
+from commbench.core.measure.harness import LATENCY_LOOPS, Side, Summary, Timing
+from commbench.core.measure.message import Message
+from commbench.core.measure.payload import Payload
+from commbench.core.output.table import Column, key
+from commbench.core.run.world import World
 
 US = "{:.2f}"
 

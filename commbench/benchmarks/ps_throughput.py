@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context
-from commbench.core.argtypes import RANKS
-from commbench.core.config import CommonOptions, RunConfig
+from commbench.core.config.argtypes import RANKS
+from commbench.core.config.options import Options, opt
+from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import UsageError
-from commbench.core.harness import LoopDefaults, Side, Timing, untimed_loop
-from commbench.core.options import Options, opt
-from commbench.core.payload import SCHEMES, Payload
-from commbench.core.table import Column, key
-from commbench.core.world import World
+from commbench.core.measure.harness import LoopDefaults, Side, Timing, untimed_loop
+from commbench.core.measure.payload import SCHEMES, Payload
+from commbench.core.output.table import Column, key
+from commbench.core.run.world import World
 from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
 from commbench.emulators.ps import Shard, Worker, expected_value

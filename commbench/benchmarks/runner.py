@@ -4,15 +4,16 @@ results streamed to a file as they are measured."""
 from __future__ import annotations
 
 from commbench.benchmarks.base import PAYLOAD, SIZE, Benchmark, Context
-from commbench.core import buffers, traffic
-from commbench.core.config import RunConfig
+from commbench.core.capture import traffic
+from commbench.core.config.run import RunConfig
 from commbench.core.errors import say
-from commbench.core.harness import harness_overhead_ns
-from commbench.core.hostset import root_netns
-from commbench.core.placement import Placement
-from commbench.core.progress import Progress
-from commbench.core.session import Session
-from commbench.core.table import declared, header_line, key, row_line
+from commbench.core.measure import buffers
+from commbench.core.measure.harness import harness_overhead_ns
+from commbench.core.output.progress import Progress
+from commbench.core.output.table import declared, header_line, key, row_line
+from commbench.core.run.hostset import root_netns
+from commbench.core.run.placement import Placement
+from commbench.core.run.session import Session
 from commbench.transports._net import SocketOptions
 from commbench.transports.base import Transport
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from commbench.core import buffers
 from commbench.core.errors import UsageError
-from commbench.core.message import Message
+from commbench.core.measure import buffers
+from commbench.core.measure.message import Message
 from commbench.transports.base import Link, Transport
 
 ALGORITHMS = ("ring", "recursive-doubling", "tree", "reduce-bcast")

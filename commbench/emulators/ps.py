@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from commbench.core import buffers
-from commbench.core.message import Message
+from commbench.core.measure import buffers
+from commbench.core.measure.message import Message
 from commbench.transports.base import Link
 
 LR = 0.5

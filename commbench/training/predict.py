@@ -52,10 +52,10 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from commbench.core.argtypes import RANKS, integer, number
+from commbench.core.config.argtypes import RANKS, integer, number
 from commbench.core.errors import UsageError
-from commbench.core.results import read_runs
-from commbench.core.table import Column, declared, header_line, key, row_line
+from commbench.core.output.results import read_runs
+from commbench.core.output.table import Column, declared, header_line, key, row_line
 from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
 from commbench.profiles import store
@@ -479,7 +479,7 @@ def calibrate(args: argparse.Namespace, strategy: str) -> tuple[Span, str]:
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
-    from commbench.core.results import ResultsWriter, check_output_path, run_metadata
+    from commbench.core.output.results import ResultsWriter, check_output_path, run_metadata
 
     check_output_path(args.output)
     options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}

@@ -21,17 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench.core import traffic
-from commbench.core.argtypes import PORT, SECONDS, SEED, integer, number
+from commbench.core.capture import traffic
+from commbench.core.config.argtypes import PORT, SECONDS, SEED, integer, number
+from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
-from commbench.core.harness import median_ci
-from commbench.core.hostset import check_set, default_set, root_netns
 from commbench.core.imports import installed
-from commbench.core.options import Options, opt
-from commbench.core.placement import Placement
-from commbench.core.progress import Progress
-from commbench.core.session import Session
-from commbench.core.table import Column, declared, header_line, key, row_line
+from commbench.core.measure.harness import median_ci
+from commbench.core.output.progress import Progress
+from commbench.core.output.table import Column, declared, header_line, key, row_line
+from commbench.core.run.hostset import check_set, default_set, root_netns
+from commbench.core.run.placement import Placement
+from commbench.core.run.session import Session
 from commbench.transports import _tf_bind as tf_bind
 
 IMAGE_MODELS = ("small_cnn", "resnet50", "resnet152", "inception_v3", "inception_resnet_v2", "vgg16",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
-from commbench.core.options import Options, opt
-from commbench.core.world import World
+from commbench.core.run.world import World
 
 
 def interface_address(name: str) -> str:

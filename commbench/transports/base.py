@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import ClassVar
 
-from commbench.core.config import RunConfig
+from commbench.core.config.options import NoOptions, Options
+from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, UsageError
-from commbench.core.message import Message
-from commbench.core.options import NoOptions, Options
-from commbench.core.table import Column
-from commbench.core.world import World
+from commbench.core.measure.message import Message
+from commbench.core.output.table import Column
+from commbench.core.run.world import World
 
 BASIC = frozenset({"call", "stream", "exchange", "many-ranks"})
 CAPABILITIES = {"call": "request and reply, as latency and PS RPCs",

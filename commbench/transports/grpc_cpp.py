@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterable
 from functools import partial
 
-from commbench.core.config import RunConfig
+from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, UsageError
-from commbench.core.message import Message
+from commbench.core.measure.message import Message
 from commbench.transports import _grpc_cpp
 from commbench.transports._net import GrpcCallOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport

@@ -25,9 +25,9 @@ from concurrent import futures  # noqa: E402
 
 import grpc  # noqa: E402
 
-from commbench.core.config import RunConfig  # noqa: E402
+from commbench.core.config.run import RunConfig  # noqa: E402
 from commbench.core.errors import PeerError, UsageError  # noqa: E402
-from commbench.core.message import Message  # noqa: E402
+from commbench.core.measure.message import Message  # noqa: E402
 from commbench.transports._net import GrpcOptions, check_socket_options, data_port, local_endpoint  # noqa: E402
 from commbench.transports.base import Link, Transport  # noqa: E402
 

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from commbench.core.config import RunConfig
+from commbench.core.config.options import opt
+from commbench.core.config.run import RunConfig
 from commbench.core.errors import Unavailable, UsageError
-from commbench.core.message import Message
-from commbench.core.options import opt
+from commbench.core.measure.message import Message
 from commbench.transports._net import GrpcOptions
 from commbench.transports.base import Link, Transport
 

@@ -1,6 +1,6 @@
 """MPI through mpi4py: buffer mode (Send/Recv, Isend/Irecv/Waitall on the message's own buffers, no
 serialization) and pickle mode (mpi4py's lower-case API, the serialized variant OMB-Py runs with
---pickle; here with commbench's framed codec in place of pickle, see core/mpi_env.py).
+--pickle; here with commbench's framed codec in place of pickle, see core/run/mpi_env.py).
 
 The hot paths (call, serve) do not re-check each message's size: the runner checked at start
 that every rank runs the same options, MPI fails a receive that is too long (MPI_ERR_TRUNCATE),
@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from commbench.core.config import RunConfig
+from commbench.core.config.options import Options, opt
+from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError
-from commbench.core.message import Message
-from commbench.core.mpi_env import check_world_size, mpi
-from commbench.core.options import Options, opt
+from commbench.core.measure.message import Message
+from commbench.core.run.mpi_env import check_world_size, mpi
 from commbench.transports.base import BASIC, Link, Transport
 
 TAG = 77

@@ -20,10 +20,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
-from commbench.core.framing import FrameError, read_frame, send_frame
-from commbench.core.gate import HELLO, Gate, where
-from commbench.core.message import Message
-from commbench.core.sockets import bind_listener
+from commbench.core.measure.message import Message
+from commbench.core.run.framing import FrameError, read_frame, send_frame
+from commbench.core.run.gate import HELLO, Gate, where
+from commbench.core.run.sockets import bind_listener
 from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport, queues
 

@@ -23,10 +23,10 @@ from functools import partial
 
 import numpy as np
 
+from commbench.core.config.options import Options
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.imports import import_tensorflow, installed
-from commbench.core.message import Message
-from commbench.core.options import Options
+from commbench.core.measure.message import Message
 from commbench.transports import _tf_bind as tf_bind
 from commbench.transports.base import Link, Transport
 

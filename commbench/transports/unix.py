@@ -12,8 +12,8 @@ from __future__ import annotations
 import secrets
 import socket
 
+from commbench.core.config.options import NoOptions
 from commbench.core.errors import Unavailable, UsageError
-from commbench.core.options import NoOptions
 from commbench.transports.tcp import TcpTransport
 
 

@@ -48,12 +48,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from commbench.core.argtypes import integer, number
-from commbench.core.config import RunConfig
+from commbench.core.config.argtypes import integer, number
+from commbench.core.config.options import Options, opt
+from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, Unavailable, UsageError
-from commbench.core.message import Message
-from commbench.core.options import Options, opt
-from commbench.core.table import key
+from commbench.core.measure.message import Message
+from commbench.core.output.table import key
 from commbench.transports._verbs_plan import (
     ADVERT,
     DIRECT_FROM,

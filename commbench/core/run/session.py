@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from commbench.core.errors import CommbenchError, PeerError, RunAborted, UsageError, say
-from commbench.core.placement import Placement
-from commbench.core.results import ResultsWriter, run_metadata
-from commbench.core.watchdog import Watchdog
-from commbench.core.world import World
+from commbench.core.output.results import ResultsWriter, run_metadata
+from commbench.core.run.placement import Placement
+from commbench.core.run.watchdog import Watchdog
+from commbench.core.run.world import World
 
 
 def options_digest(options: dict) -> str:

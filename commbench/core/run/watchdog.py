@@ -6,7 +6,7 @@ connection, heartbeats every half second and learns the run's status. If a rank 
 the main thread has not reported it within GRACE s) or a rank's heartbeat is older than the
 timeout plus GRACE (a stopped or hung process), it prints one line naming that rank and host and ends this
 process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound). In a tolerant run
-(cluster evaluation) a dead or stopped peer is left to the waits that need it (core/collectives.py);
+(cluster evaluation) a dead or stopped peer is left to the waits that need it (core/run/collectives.py);
 losing rank 0, which serves the rendezvous, still ends every rank.
 
 While a point's timed loop runs (``quiet``), the thread sleeps: it beats once every timeout / 2 s
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from commbench.core.errors import CommbenchError, say
-from commbench.core.rendezvous import StoreClient
+from commbench.core.run.rendezvous import StoreClient
 
 INTERVAL = 0.5
 GRACE = 2.0  # for the main thread to report a failure itself

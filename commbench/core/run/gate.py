@@ -20,7 +20,7 @@ import socket
 import time
 
 from commbench.core.errors import say
-from commbench.core.framing import HEADER, FrameError, decode_header, encode
+from commbench.core.run.framing import HEADER, FrameError, decode_header, encode
 
 HELLO_TIMEOUT = 5.0  # s for a whole hello
 HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown

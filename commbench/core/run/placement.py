@@ -5,7 +5,7 @@
   they name no hosts, so rank 0 tells the others its address through MPI itself (``mpi_bootstrap``);
 - ``srun`` sets ``SLURM_PROCID``, ``SLURM_NTASKS`` and ``SLURM_STEP_NODELIST``: the rendezvous is on
   the first node of the step (python-hostlist keeps Slurm's order), on a port derived from the
-  job and step ids unless ``--port`` says otherwise; the run token is random (core/run_token.py).
+  job and step ids unless ``--port`` says otherwise; the run token is random (core/run/token.py).
 A process with none of them was not launched, and the CLI starts the local launcher.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from commbench.core.errors import UsageError
-from commbench.core.run_token import token_path
+from commbench.core.run.token import token_path
 
 ENV_RANK, ENV_SIZE, ENV_ROOT, ENV_TOKEN, ENV_FD = (
     "COMMBENCH_RANK", "COMMBENCH_SIZE", "COMMBENCH_ROOT", "COMMBENCH_TOKEN", "COMMBENCH_RDV_FD")
@@ -110,7 +110,7 @@ def _slurm(env: Mapping[str, str], port: int) -> Placement:
                          "unset the stray SLURM_* variables")
     job, step = _int(env, "SLURM_JOB_ID", 0, 1 << 32), _int(env, "SLURM_STEP_ID", 0, 1 << 32)
     port = port or PORT_BASE + (job * 17 + step) % PORT_SPAN
-    token = env.get(ENV_TOKEN, "")  # else rank 0 makes one and hands it out (core/run_token.py)
+    token = env.get(ENV_TOKEN, "")  # else rank 0 makes one and hands it out (core/run/token.py)
     token_file = "" if token else str(token_path(env))
     rank = _int(env, "SLURM_PROCID")
     me = env.get("SLURMD_NODENAME", "")

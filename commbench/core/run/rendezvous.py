@@ -20,9 +20,9 @@ import threading
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
-from commbench.core.framing import HEADER, FrameError, decode_header, encode, read_frame, send_frame
-from commbench.core.gate import BUSY, Gate
-from commbench.core.gate import HELLO as GATE_HELLO
+from commbench.core.run.framing import HEADER, FrameError, decode_header, encode, read_frame, send_frame
+from commbench.core.run.gate import BUSY, Gate
+from commbench.core.run.gate import HELLO as GATE_HELLO
 
 HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, FORGET = range(1, 12)
 assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello and says 'busy' in its ERR frame
@@ -42,7 +42,7 @@ class _Member:
 
 class StoreServer:
     """Serves the store on an already listening socket from ONE thread: a selector loop over the
-    gate (unproven connections, core/gate.py) and every proven rank's connections, whatever the
+    gate (unproven connections, core/run/gate.py) and every proven rank's connections, whatever the
     number of ranks. A GET whose key is not there yet waits in a table, not in a thread; the loop
     answers it when the key is set, the run fails or aborts, or its deadline passes."""
 

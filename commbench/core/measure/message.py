@@ -1,6 +1,6 @@
 """A message: an iovec-style list of preallocated, touched buffers, plus the check pattern for ``--validate``.
 
-Benchmarks allocate messages once per point, outside timed loops (core/buffers.py chooses the page
+Benchmarks allocate messages once per point, outside timed loops (core/measure/buffers.py chooses the page
 backing and writes every page); transports send from and receive into their ``views`` without
 allocating per buffer.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from commbench.core import buffers
+from commbench.core.measure import buffers
 
 _salts = itertools.count(1)  # every message gets different touch bytes
 

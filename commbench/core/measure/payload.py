@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.core.errors import UsageError
-from commbench.core.sizes import format_size, sweep
+from commbench.core.measure.sizes import format_size, sweep
 
 KIB, MIB = 1 << 10, 1 << 20
 

@@ -15,7 +15,7 @@ import zlib
 from typing import Any
 
 from commbench.core.errors import Unavailable, UsageError
-from commbench.core.sockets import bind_listener
+from commbench.core.run.sockets import bind_listener
 
 _COUNT = struct.Struct("<I")
 MAX_BUFFERS = 1 << 20

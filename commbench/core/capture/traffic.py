@@ -20,10 +20,10 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from commbench.core.capture import Capture, Traffic, own_endpoints
+from commbench.core.capture.packets import Capture, Traffic, own_endpoints
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
-from commbench.core.table import Column, header_line, key, row_line
+from commbench.core.output.table import Column, header_line, key, row_line
 
 __all__ = ["check_usable", "start", "own_endpoints", "rows", "show", "HELP"]
 

@@ -16,12 +16,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from commbench.core import run_token
-from commbench.core.collectives import Collectives
 from commbench.core.errors import PeerError, UsageError
-from commbench.core.placement import Placement
-from commbench.core.rendezvous import StoreClient, StoreServer
-from commbench.core.sockets import bind_listener
+from commbench.core.run import token as run_token
+from commbench.core.run.collectives import Collectives
+from commbench.core.run.placement import Placement
+from commbench.core.run.rendezvous import StoreClient, StoreServer
+from commbench.core.run.sockets import bind_listener
 
 ABORT_GRACE = 3.0
 
@@ -47,12 +47,12 @@ def _bootstrap_guard(rank: int, timeout: float) -> subprocess.Popen:
 
 
 class World(Collectives):
-    """Every rank of the run (collectives: core/collectives.py). ``tolerant``: a rank that dies is recorded,
+    """Every rank of the run (collectives: core/run/collectives.py). ``tolerant``: a rank that dies is recorded,
     not the end of the run (cluster evaluations); the waits that need it say so."""
 
     def __init__(self, placement: Placement, timeout: float, bind: str | None = None, tolerant: bool = False) -> None:
         if placement.mpi_bootstrap:
-            from commbench.core.mpi_env import bootstrap
+            from commbench.core.run.mpi_env import bootstrap
 
             # MPI_Init (which holds the GIL) and MPI_Bcast cannot time out and no watchdog exists yet:
             # a guard process ends this rank if a peer hangs or dies before the run has started

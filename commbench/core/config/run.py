@@ -11,12 +11,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from commbench.core import traffic
-from commbench.core.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, integer, number
-from commbench.core.harness import Loops
-from commbench.core.hostset import check_set
-from commbench.core.options import NoOptions, Options, opt
-from commbench.core.payload import Payload
+from commbench.core.capture import traffic
+from commbench.core.config.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, integer, number
+from commbench.core.config.options import NoOptions, Options, opt
+from commbench.core.measure.harness import Loops
+from commbench.core.measure.payload import Payload
+from commbench.core.run.hostset import check_set
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_POINT_CAP = 1.0  # s: the longest a default-count point runs (grpc at 8 B: 10,000 round trips would take 4 s)

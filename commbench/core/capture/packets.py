@@ -1,7 +1,7 @@
 """What crosses the wire between a run's processes: a packet capture of their TCP connections,
 reassembled, with HTTP/2 (gRPC) decoded far enough to count RPCs and name their methods.
 
-``python -m commbench.core.capture OUT [EXCLUDED_PORT,...]`` (root: a raw AF_PACKET socket) captures
+``python -m commbench.core.capture.packets OUT [EXCLUDED_PORT,...]`` (root: a raw AF_PACKET socket) captures
 every TCP segment on every interface of its network namespace but those to or from the excluded
 ports (the run's rendezvous), outgoing copies left out so that a segment counts once (loopback hands
 a packet socket each segment twice; a bridge port sees a frame once as it enters). It prints ``ready`` once
@@ -312,7 +312,8 @@ class Capture:
     """A capture process of this run's connections (see the module docstring), started and stopped."""
 
     def __init__(self, out: Path, excluded: Iterable[int], netns: str | None = None) -> None:
-        cmd = [sys.executable, "-m", "commbench.core.capture", str(out), ",".join(map(str, sorted(set(excluded))))]
+        cmd = [sys.executable, "-m", "commbench.core.capture.packets", str(out),
+               ",".join(map(str, sorted(set(excluded))))]
         if netns:  # emulated hosts: capture where their links meet, in the root namespace (named netns)
             cmd = ["ip", "netns", "exec", netns, *cmd]
         self.out = out

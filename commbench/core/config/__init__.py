@@ -1,0 +1,1 @@
+"""Configuration: option declarations and types, the run's decided configuration."""

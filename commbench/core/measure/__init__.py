@@ -1,0 +1,1 @@
+"""Measurement: timed loops and statistics, buffers, messages, payloads, sizes, outliers."""

@@ -1,0 +1,1 @@
+"""Output: results files, terminal tables, the progress bar."""
