@@ -17,7 +17,7 @@ from commbench.benchmarks.p2p_bandwidth import P2PBandwidth, P2PBibw
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.benchmarks.ps_throughput import PSThroughput
 from commbench.core.measure import buffers
-from commbench.core.measure.harness import Loops, Side, Summary, Sync, Timing, median_ci
+from commbench.core.measure.harness import LoopDefaults, Loops, Side, Summary, Sync, Timing, measure, median_ci
 from commbench.core.measure.message import Message
 from commbench.core.measure.payload import Payload
 from commbench.emulators.ps import Shard, Worker, expected_value
@@ -84,6 +84,21 @@ def test_point_cap_cuts_default_counts_to_the_time_asked():
     assert exact["iterations"] == 60 and "stop" not in exact
     assert run_ranks(P2PLatency, 2, one(size), Loops(point_cap=0.001))["iterations"] == 10
     assert "cut to about 0.2 s" in Loops(point_cap=0.2).describe() and "cut" not in Loops(point_cap=0).describe()
+
+
+def test_one_stall_in_the_warm_up_does_not_cut_the_point():
+    """The cap is judged from the warm-up's median step: with one 0.5 s preemption among 100 warm-up
+    steps of about 1 ms, the warm-up's wall clock says 6 ms a step (about 166 would fit in 1 s); the
+    median says 1 ms, so the point keeps most of its 1,000 iterations."""
+    calls = {"n": 0}
+
+    def step() -> None:
+        calls["n"] += 1
+        time.sleep(0.5 if calls["n"] == 50 else 0.001)
+
+    sync = Sync(0, lambda: None, lambda key, value: value)
+    timing = measure(sync, Loops(point_cap=1.0), LoopDefaults((1000, 100), (1000, 100)), 8, Side(step=step))
+    assert timing.n >= 600 and calls["n"] == 100 + timing.n, (timing.n, timing.stop)
 
 
 def test_precision_mode_stops_when_the_interval_is_tight():

@@ -199,15 +199,24 @@ class Sync:
         return got
 
 
+def per_iteration(samples: np.ndarray | None, wall: int, n: int, calls: int) -> float:
+    """ns one iteration takes, from a warm-up: the median step where every step was timed (one
+    preemption in the warm-up does not move it), else the warm-up's wall clock over its iterations."""
+    if samples is not None and len(samples):
+        return max(float(np.median(samples)) / calls, 1.0)
+    return max(wall / max(n, 1), 1.0)
+
+
 def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side: Side) -> Timing:
     """Warm up, barrier, then the timed loop: counted, time-based or precision-based (rank 0 decides)."""
     if loops.time is None and loops.precision is None:
         n, warmup = loops.counts(defaults, nbytes)
         stop = "count"
         if warmup:
-            _, wall = side.go(warmup)
+            warm, wall = side.go(warmup)
             if loops.capped:  # rank 0 judges from its warm-up how many iterations fit the cap
-                fit = max(MIN_CAPPED, int(loops.point_cap * 1e9 * warmup / max(wall, 1))) if sync.rank == 0 else None
+                fit = max(MIN_CAPPED, int(loops.point_cap * 1e9 / per_iteration(warm, wall, warmup, side.calls))) \
+                    if sync.rank == 0 else None
                 fit = int(sync.bcast("cap", fit))  # type: ignore[arg-type]
                 if fit < n:
                     n, stop = fit, "cap"
