@@ -1,9 +1,11 @@
 """``commbench report FILES...``: plots and one page from results files; ``--compare A B``: ratios.
 
-Figures (matplotlib, PNG): every benchmark's declared main metric (``metric`` in the results'
-metadata: p50 latency, MB/s, busbw, ...) against message size (log axes, one line per
-transport/mode/poll/payload/algorithm, and per file when several hold the same series), PS
-throughput against workers, and training images/s predicted against measured. The page
+Figures (matplotlib, PNG), each as the result's kind declares it (commbench/presentation.py): a
+benchmark's main metric (``metric`` in the results' metadata: p50 latency, MB/s, busbw, steps/s) over
+its x axis (message size on log axes; ps-throughput: workers), one line per series (the row keys the
+kind declares: transport, mode, poll, payload, algorithm, ...; and per file when several hold the same
+series); a cluster run's host x host heatmaps; training images/s predicted against measured; --traffic
+bars. The page
 (``--format html``: one self-contained file with the tables from pandas and
 the PNGs inlined; ``md``: Markdown beside the PNGs) lists every run with its command and hosts.
 ``--compare A B`` matches the points of two files and prints B / A of each point's main metric,
@@ -18,26 +20,26 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from commbench import presentation
 from commbench.core.errors import UsageError
 from commbench.core.output.results import Run, read_runs
-
-TRAINING = {"key": "images_s", "better": "higher"}  # train and predict rows
 
 
 def metric_of(meta: dict) -> dict:
     """The run's main metric as its benchmark declared it ({"key", "better"}): from the file's metadata,
-    or for files written before it was recorded, from the benchmark's class."""
+    or for files written before it was recorded, from the declaration."""
     if meta.get("metric"):
         return meta["metric"]
-    from commbench import benchmarks
+    p = presentation.of(meta.get("bench"))
+    if p is None:
+        raise UsageError(f"unknown benchmark {meta.get('bench')!r} in a results file's metadata")
+    return {"key": p.metric, "better": p.better}
 
-    cls = benchmarks.registry().get(meta.get("bench", ""))
-    return {"key": cls.metric, "better": cls.better} if cls else TRAINING
 
-
-NOT_BY_SIZE = ("ps-throughput", "train", "predict", "cluster")  # every other one is plotted over message size
-KEYS = ("transport", "mode", "poll", "payload", "size", "workers", "ps", "algorithm", "count", "strategy", "model",
-        "batch", "label")
+def point_keys() -> tuple[str, ...]:
+    """The row keys that identify a point: every declared series key and x axis, and size and count."""
+    kinds = presentation.presentations().values()
+    return tuple(dict.fromkeys(["size", "count", "batch", *(k for p in kinds for k in (*p.series, p.x))]))
 
 
 def pandas():
@@ -75,30 +77,30 @@ def load(runs: Sequence[tuple[str, Run]]):
     if not records:
         raise UsageError(f"no result rows in {', '.join(sorted({f for f, _ in runs}))}")
     df = pd.DataFrame.from_records(records)
-    df["series"] = df.apply(series_label, axis=1)
+    kinds = presentation.presentations()
+    df["series"] = df.apply(series_label, axis=1, kinds=kinds)
     several = df.groupby(["bench", "series"])["file"].transform("nunique") > 1  # the same series in two files
     df.loc[several, "series"] = df.loc[several, "series"] + " [" + df.loc[several, "file"] + "]"
     return df
 
 
-def series_label(row) -> str:
+def series_label(row, kinds: dict | None = None) -> str:
+    """The row's series: the values of the keys its kind declares (``series``), a mode in parentheses,
+    a poll mode the mode names already left out, a size-only payload left out, numbers as key=value."""
     def get(k):
         v = row.get(k)
         if isinstance(v, float) and v.is_integer():
             return int(v)  # an int column that pandas made float (other benches leave it empty)
         return None if v is None or v != v else v  # NaN from pandas
-    mode, poll = get("mode"), get("poll")
-    parts = [get("transport"), mode and f"({mode})", poll if poll and poll not in str(mode) else None]
-    payload = get("payload")
-    if payload is not None and not str(payload).isdigit():
-        parts.append(str(payload).split("=")[0])
-    if get("algorithm"):
-        parts.append(get("algorithm"))
-    if row.get("bench") == "ps-throughput":
-        parts += [f"P={get('ps')}", get("placement")]
-    if row.get("bench") in ("train", "predict", "train-traffic"):
-        parts = [get("strategy"), get("model"), get("label") or None]
-    return " ".join(str(p) for p in parts if p)
+    p = presentation.of(row.get("bench"), kinds)
+    mode, parts = get("mode"), []
+    for k in (p.series if p else presentation.Presentation("").series):
+        v = get(k)
+        if v is None or v == "" or (k == "poll" and str(v) in str(mode)) or (k == "payload" and str(v).isdigit()):
+            continue
+        parts.append(f"({v})" if k == "mode" else str(v).split("=")[0] if k == "payload" else
+                     f"{k}={v}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v))
+    return " ".join(parts)
 
 
 def _line_plot(plt, df, x: str, y: str, title: str, ylabel: str, xlabel: str, path: Path, logx=True, logy=True):
@@ -123,71 +125,92 @@ def _line_plot(plt, df, x: str, y: str, title: str, ylabel: str, xlabel: str, pa
 
 
 def figures(df, out: Path) -> list[tuple[str, Path, object]]:
-    """(title, png path, the table shown beside it) for every kind of result present."""
+    """(title, png path, the table shown beside it) for every kind of result present, each drawn as its
+    declaration says (``figure``: line, pairs, training, traffic)."""
     plt = pyplot()
+    kinds = presentation.presentations()
+    by_figure: dict[str, list[str]] = {}
+    for bench in dict.fromkeys(df["bench"]):
+        p = presentation.of(bench, kinds)
+        if p is not None:
+            by_figure.setdefault(p.figure, []).append(bench)
     made = []
-    traffic = df.bench.str.endswith("-traffic", na=False)
-    for bench, g in df[~df.bench.isin(NOT_BY_SIZE) & ~traffic].groupby("bench", sort=False) if "size" in df else ():
-        key = g["metric"].iloc[0]
-        p = out / f"{bench}.png"
-        _line_plot(plt, g, "size", key, f"{bench}: {key}", key, "message size (B)", p)
-        made.append((f"{bench} ({key})", p, g.pivot_table(index="size", columns="series", values=key)))
-    ps = df[df.bench == "ps-throughput"]
-    if len(ps):
-        p = out / "ps.png"
-        ps = ps.assign(all_steps_s=ps["steps_s"] * ps["workers"])
-        _line_plot(plt, ps, "workers", "all_steps_s", "parameter-server throughput", "steps/s, all workers",
-                   "workers", p, logx=False, logy=False)
-        made.append(("Parameter-server throughput", p,
-                     ps[["series", "workers", "ps", "all_steps_s", "steps_s", "mb_s", "push_p50_ms", "pull_p50_ms"]]))
-    pr = df[df.bench == "predict"]
-    tr = df[df.bench == "train"]
-    if len(pr) or len(tr):
-        p = out / "training.png"
-        fig, ax = plt.subplots(figsize=(max(7.5, 0.45 * len(pr)), 5.5 if len(pr) > 6 else 4.5))
-        if len(pr):
-            names = [" ".join(str(x) for x in (r.label or "", r.model, r.strategy, f"W={int(r.workers)}")).strip()
-                     for r in pr.itertuples()]
-            xs = list(range(len(pr)))
-            measured = pr["measured_images_s"]
-            if measured.notna().all():  # predicted / measured, with the prediction's Low-High
-                ratio = pr["images_s"] / measured
-                err = None
-                if {"images_lo", "images_hi"} <= set(pr.columns) and pr["images_lo"].notna().all():
-                    err = [ratio - pr["images_lo"] / measured, pr["images_hi"] / measured - ratio]
-                ax.axhspan(0.9, 1.1, color="0.9", label="within 10 %")
-                ax.axhline(1.0, color="0.4", lw=0.8)
-                ax.bar(xs, ratio, 0.6, yerr=err, capsize=2, label="predicted / measured (bars: Low-High)")
-                if {"measured_lo", "measured_hi"} <= set(pr.columns) and pr["measured_lo"].notna().all():
-                    span = [ratio - pr["images_s"] / pr["measured_hi"], pr["images_s"] / pr["measured_lo"] - ratio]
-                    ax.errorbar([x + 0.2 for x in xs], ratio, yerr=span, fmt="none", ecolor="C3", capsize=2,
-                                label="the measurement's interval")
-                ax.set(ylabel="predicted / measured images/s")
-            else:
-                ax.bar(xs, pr["images_s"], 0.6, label="predicted")
-                ax.set(ylabel="images/s")
-            ax.set_xticks(xs, names, fontsize=7, rotation=45, ha="right")
-            cols = ["label", "strategy", "model", "workers", "ps", "measured_images_s", "measured_lo", "measured_hi",
-                    "measured_runs", "images_s", "images_lo", "images_hi", "error_pct", "within", "compute_ms",
-                    "comm_ms"]
-            table = pr[[c for c in cols if c in pr.columns]]
+    for figure, benches in by_figure.items():
+        sub = df[df.bench.isin(benches)]
+        made += FIGURES[figure](plt, sub, out, {b: presentation.of(b, kinds) for b in benches})
+    return made
+
+
+def line_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, object]]:
+    """Each benchmark's main metric over its x axis, a line per series (log axes over message size)."""
+    made = []
+    for bench, g in df.groupby("bench", sort=False):
+        p, key = kinds[bench], g["metric"].iloc[0]
+        if p.x not in g:
+            continue
+        by_size = p.x == "size"
+        path = out / f"{bench}.png"
+        _line_plot(plt, g, p.x, key, f"{bench}: {key}", key, "message size (B)" if by_size else p.x, path,
+                   logx=by_size, logy=by_size)
+        table = g.pivot_table(index=p.x, columns="series", values=key) if by_size else \
+            g[["series", *dict.fromkeys(c for c in (p.x, "ps", key, "mb_s") if c in g)]]
+        made.append((f"{bench} ({key})", path, table))
+    return made
+
+
+def training_figure(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, object]]:
+    """Training throughput: predicted over measured where predictions are given, else measured."""
+    pr = df[df["images_lo"].notna()] if "images_lo" in df else df.iloc[0:0]  # predictions (with their interval)
+    tr = df.drop(pr.index)
+    p = out / "training.png"
+    fig, ax = plt.subplots(figsize=(max(7.5, 0.45 * len(pr)), 5.5 if len(pr) > 6 else 4.5))
+    if len(pr):
+        names = [" ".join(str(x) for x in (getattr(r, "label", "") or "", r.model, r.strategy,
+                                             f"W={int(r.workers)}")).strip() for r in pr.itertuples()]
+        xs = list(range(len(pr)))
+        measured = pr["measured_images_s"]
+        if measured.notna().all():  # predicted / measured, with the prediction's Low-High
+            ratio = pr["images_s"] / measured
+            err = None
+            if {"images_lo", "images_hi"} <= set(pr.columns) and pr["images_lo"].notna().all():
+                err = [ratio - pr["images_lo"] / measured, pr["images_hi"] / measured - ratio]
+            ax.axhspan(0.9, 1.1, color="0.9", label="within 10 %")
+            ax.axhline(1.0, color="0.4", lw=0.8)
+            ax.bar(xs, ratio, 0.6, yerr=err, capsize=2, label="predicted / measured (bars: Low-High)")
+            if {"measured_lo", "measured_hi"} <= set(pr.columns) and pr["measured_lo"].notna().all():
+                span = [ratio - pr["images_s"] / pr["measured_hi"], pr["images_s"] / pr["measured_lo"] - ratio]
+                ax.errorbar([x + 0.2 for x in xs], ratio, yerr=span, fmt="none", ecolor="C3", capsize=2,
+                            label="the measurement's interval")
+            ax.set(ylabel="predicted / measured images/s")
         else:
-            ax.bar(range(len(tr)), tr["images_s"], 0.6, label="measured")
-            ax.set_xticks(range(len(tr)), list(tr["series"]), fontsize=8)
+            ax.bar(xs, pr["images_s"], 0.6, label="predicted")
             ax.set(ylabel="images/s")
-            table = tr[["series", "workers", "ps", "batch", "images_s", "step_p50_ms", "compute_ms"]]
-        ax.set(title="training throughput")
-        ax.legend()
-        ax.grid(True, axis="y", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        made.append(("Training: predicted and measured", p, table))
-    if traffic.any():
-        made.append(traffic_figure(plt, df[traffic], out / "traffic.png"))
-    cl = df[df.bench == "cluster"]
-    for i, (_, g) in enumerate(cl.groupby("run_id", sort=False) if len(cl) else ()):
-        made += cluster_figures(plt, g, out, f"cluster-{i + 1}" if cl["run_id"].nunique() > 1 else "cluster")
+        ax.set_xticks(xs, names, fontsize=7, rotation=45, ha="right")
+        cols = ["label", "strategy", "model", "workers", "ps", "measured_images_s", "measured_lo", "measured_hi",
+                "measured_runs", "images_s", "images_lo", "images_hi", "error_pct", "within", "compute_ms",
+                "comm_ms"]
+        table = pr[[c for c in cols if c in pr.columns]]
+    else:
+        ax.bar(range(len(tr)), tr["images_s"], 0.6, label="measured")
+        ax.set_xticks(range(len(tr)), list(tr["series"]), fontsize=8)
+        ax.set(ylabel="images/s")
+        table = tr[[c for c in ("series", "workers", "ps", "batch", "images_s", "step_p50_ms", "compute_ms")
+                    if c in tr]]
+    ax.set(title="training throughput")
+    ax.legend()
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return [("Training: predicted and measured", p, table)]
+
+
+def pairs_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, object]]:
+    """Every run of a pairwise evaluation (host x host) on its own."""
+    made = []
+    for i, (_, g) in enumerate(df.groupby("run_id", sort=False)):
+        stem = f"{g['bench'].iloc[0]}-{i + 1}" if df["run_id"].nunique() > 1 else str(g["bench"].iloc[0])
+        made += cluster_figures(plt, g, out, stem)
     return made
 
 
@@ -249,8 +272,9 @@ def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, obje
             (f"Cluster: each host ({stem})", hosts, per_host)]
 
 
-def traffic_figure(plt, tr, path: Path) -> tuple[str, Path, object]:
+def traffic_figure(plt, tr, out: Path, kinds: dict) -> list[tuple[str, Path, object]]:
     """--traffic rows: bytes and RPCs per step for each role pair (from -> to), one bar per series."""
+    path = out / "traffic.png"
     tr = tr.assign(pair=tr["from"] + " -> " + tr["to"], point=tr["series"])
     pairs, points = sorted(tr["pair"].unique()), list(dict.fromkeys(tr["point"]))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
@@ -269,15 +293,18 @@ def traffic_figure(plt, tr, path: Path) -> tuple[str, Path, object]:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return ("Traffic on the wire (--traffic)", path, tr[["point", "from", "to", "bytes_step", "segments_step",
-                                                          "rpcs_step"]])
+    return [("Traffic on the wire (--traffic)", path, tr[["point", "from", "to", "bytes_step", "segments_step",
+                                                           "rpcs_step"]])]
+
+
+FIGURES = {"line": line_figures, "pairs": pairs_figures, "training": training_figure, "traffic": traffic_figure}
 
 
 def compare(a: str, b: str):
     """B / A per matched point of the main metric, with which of the two is better."""
     pd = pandas()
     da, db = load(read_all([a])), load(read_all([b]))
-    keys = [k for k in ("bench", *KEYS) if k in da.columns and k in db.columns]
+    keys = [k for k in ("bench", *point_keys()) if k in da.columns and k in db.columns]
     how = [k for k in ("transport", "mode", "poll") if k in keys]
     if how and len(da[how].drop_duplicates()) == 1 and len(db[how].drop_duplicates()) == 1:
         keys = [k for k in keys if k not in how]  # one configuration per file: compare them point by point

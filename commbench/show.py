@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from commbench.core.errors import UsageError
 from commbench.core.output.results import read_runs
-from commbench.core.output.table import Column, header_line, row_line
+from commbench.core.output.table import header_line, row_line
 
 
 def add_parser(sub) -> None:
@@ -17,20 +17,18 @@ def add_parser(sub) -> None:
 
 
 def render(path: str) -> list[str]:
-    from commbench import benchmarks
-    from commbench.training import predict, train
+    from commbench import benchmarks, presentation
 
-    reg = benchmarks.registry()
+    reg, kinds = benchmarks.registry(), presentation.presentations()
     lines: list[str] = []
-    commands = {"predict": [Column("label", "Label", -9), Column("model", "Model", -14), *predict.COLUMNS],
-                "train": train.COLUMNS}
     last = None
     for run in read_runs(path, need_rows=True):
         kind = run.meta.get("bench")
-        if kind in commands:  # one row per run: one table for the file
+        p = kinds.get(str(kind))
+        if p is not None and p.columns:  # one row per run (train, predict): one table for the file
             if kind != last:
-                lines += [f"# commbench {kind}: {path}", header_line(commands[kind])]
-            lines += [row_line(commands[kind], r) for r in run.rows if r.get("bench") == kind]
+                lines += [f"# commbench {kind}: {path}", header_line(p.columns)]
+            lines += [row_line(p.columns, r) for r in run.rows if r.get("bench") == kind]
             last = kind
             continue
         last = None

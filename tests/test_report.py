@@ -20,10 +20,10 @@ def test_report_makes_every_figure_and_the_page(tmp_path, fmt, page):
     r = commbench("report", *ALL, "-o", str(out), "--format", fmt)
     assert r.code == 0, r.err
     pngs = {p.name for p in out.glob("*.png")}
-    assert pngs == {"p2p-latency.png", "p2p-bandwidth.png", "ps.png", "allreduce.png", "training.png"}
+    assert pngs == {"p2p-latency.png", "p2p-bandwidth.png", "ps-throughput.png", "allreduce.png", "training.png"}
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / p).stat().st_size > 10_000 for p in pngs)
     text = (out / page).read_text()
-    for title in ("p2p-latency (p50_us)", "p2p-bandwidth (mb_s)", "Parameter-server throughput", "allreduce (busbw)",
+    for title in ("p2p-latency (p50_us)", "p2p-bandwidth (mb_s)", "ps-throughput (steps_s)", "allreduce (busbw)",
                   "Training"):
         assert title in text
     if fmt == "html":

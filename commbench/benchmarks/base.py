@@ -25,6 +25,7 @@ from commbench.core.measure import buffers
 from commbench.core.measure.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
 from commbench.core.measure.message import Message, Pattern
 from commbench.core.measure.payload import Payload
+from commbench.core.output.presentation import SERIES, Presentation
 from commbench.core.output.table import Column, declared, key
 from commbench.core.run.world import World
 from commbench.transports.base import Link, Transport
@@ -74,6 +75,9 @@ class Benchmark(ABC):
     tolerant: ClassVar[bool] = False  # a rank that dies is a finding, not the end of the run (cluster)
     size_options: ClassVar[str] = "-m or --payload"  # where its message sizes come from (plan_points' options)
     keys: ClassVar[list[Column]] = []  # row keys it writes but does not print (columns: those it prints)
+    figure: ClassVar[str] = "line"  # how report shows it (core/output/presentation.py)
+    x_axis: ClassVar[str] = "size"
+    series_keys: ClassVar[tuple[str, ...]] = SERIES
 
     Options: ClassVar[type[Options]] = NoOptions  # the benchmark's own flags
     common_defaults: ClassVar[dict[str, object]] = {}  # common options' defaults it changes (--payload skew)
@@ -87,6 +91,10 @@ class Benchmark(ABC):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """The benchmark's own flags (its Options')."""
         cls.Options.add_to(parser)
+
+    @classmethod
+    def presentation(cls) -> Presentation:
+        return Presentation(cls.metric, cls.better, cls.figure, cls.x_axis, cls.series_keys, title=cls.name)
 
     @classmethod
     def row_keys(cls) -> dict[str, Column]:

@@ -181,6 +181,7 @@ class Cluster(Benchmark):
                 optional=True)]
 
     Options = ClusterOptions
+    figure = "pairs"
 
     @classmethod
     def ranks(cls, opts: ClusterOptions, common: CommonOptions) -> int:

@@ -79,6 +79,7 @@ class PSThroughput(Benchmark):
             key("rpc", doc="--rpc: tf, packed or per-tensor")]
 
     Options = PSOptions
+    x_axis, series_keys = "workers", ("transport", "mode", "poll", "payload", "ps", "placement", "rpc")
     common_defaults = {"payload": "skew"}
 
     @classmethod

@@ -54,6 +54,7 @@ import numpy as np
 
 from commbench.core.config.argtypes import RANKS, integer, number
 from commbench.core.errors import UsageError
+from commbench.core.output.presentation import Presentation
 from commbench.core.output.results import read_runs
 from commbench.core.output.table import Column, declared, header_line, key, row_line
 from commbench.emulators import tf_ps
@@ -339,6 +340,8 @@ COLUMNS = [Column("strategy", "Strategy", -9, doc="ps or mirrored"),
            Column("error_pct", "Error %", 8, "{:+.1f}", "%", "prediction / measured - 1", optional=True),
            Column("measured_step_ms", "Meas step p50", 14, "{:.2f}", "ms", "--train: its median step",
                   optional=True)]
+PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strategy", "model", "label"),
+                            (Column("label", "Label", -9), Column("model", "Model", -14), *COLUMNS), "predict")
 KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the prediction is for"),
         key("model", doc="the model profile"), key("batch", "count", "images per step per worker"),
         key("measured_runs", "count", "--train: repeats of this shape", optional=True),

@@ -27,6 +27,7 @@ from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
 from commbench.core.measure.harness import median_ci
+from commbench.core.output.presentation import Presentation
 from commbench.core.output.progress import Progress
 from commbench.core.output.table import Column, declared, header_line, key, row_line
 from commbench.core.run.hostset import check_set, default_set, root_netns
@@ -61,6 +62,8 @@ CI_KEYS = [key("step_ci_lo_ms", "ms", "lower end of the median step's 95 % confi
            key("slowest_ci_lo_ms", "ms", "lower end of slowest_p50_ms's interval"),
            key("slowest_ci_hi_ms", "ms", "upper end of slowest_p50_ms's interval")]
 BENCH = key("bench", doc="train (train-traffic: --traffic rows)")
+PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strategy", "model"), tuple(COLUMNS),
+                            "train")
 PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
 
 
