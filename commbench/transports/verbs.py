@@ -204,9 +204,8 @@ Completion = tuple[int, int, int, int, int, int]  # status, wr_id, imm_data, opc
 def make_cq(api: SimpleNamespace, ctx, depth: int, channel) -> tuple[object, Callable[[], Completion | None]]:
     """A completion queue and its take() (the next completion, or None). Extended (ibv_create_cq_ex, read
     in place with ibv_start_poll) where the device has them and no completion channel is wanted (pyverbs
-    cannot arm an extended CQ): a classic poll makes a pyverbs WC object per completion, and under QEMU's
-    software CPU that alone put 393-447 us between rxe posting a 64 KiB message's completion and a
-    busy-polling receiver seeing it, against 62-68 us read in place (docs/infiniband.md)."""
+    cannot arm an extended CQ): a classic poll makes a pyverbs WC object per completion, a cost paid
+    between a completion and the receiver seeing it (docs/notes/verbs-performance.md)."""
     if channel is None and hasattr(api.cq, "CQEX"):
         e = api.e
         attr = api.cq.CqInitAttrEx(cqe=depth, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_IMM,
@@ -618,9 +617,8 @@ class VerbsLink(Link):
 
     def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
         """Answer n calls, each reply but the last posted behind the advert for the next request (the
-        request's buffers are free once its reply is made), in one ibv_post_send. An advert posted on
-        its own after the reply raced a caller answering at once: with completions read in place,
-        Soft-RoCE callers found it for 347-417 of 620 requests, against 618-620 of 620 this way.
+        request's buffers are free once its reply is made), in one ibv_post_send: an advert posted on
+        its own after the reply races a caller answering at once, which then sends by a slot.
         A fixed reply goes through ``_poster`` (unsignaled: the next request says it arrived)."""
         fixed = respond if isinstance(respond, Message) else None
         post = self._poster(fixed, request) if fixed is not None else None
@@ -638,8 +636,8 @@ class VerbsLink(Link):
 
     def recv_into(self, msg: Message) -> None:
         """Receive the next message into msg. The advert goes first where the device takes it inline:
-        reaping waits for the last send's acknowledgement, and an advert posted after that wait reached
-        a caller answering at once too late (Soft-RoCE: up to half of 64 KiB requests went by a slot)."""
+        reaping waits for the last send's acknowledgement, and an advert posted after that wait reaches
+        a caller answering at once too late (its message then goes by a slot)."""
         if self.advert_inline:
             if self.advertised != (self.received, id(msg)):  # serve() may have sent it with its reply
                 self._advertise(msg)
@@ -659,7 +657,7 @@ class VerbsLink(Link):
 
     def caller(self, request: Message, reply: Message) -> Callable[[], None]:
         """call(request, reply) for a timed loop, as ``_poster`` then ``_receiver`` (call() itself where
-        they do not apply): a call made about 20 Python calls, 5-10 us each under QEMU's software CPU."""
+        they do not apply): what a call repeats is worked out once, not in about 20 Python calls a step."""
         slow = partial(self.call, request, reply)
         post = self._poster(request, reply)
         recv = self._receiver(reply, post)
@@ -684,7 +682,7 @@ class VerbsLink(Link):
         advert it will send, and the advert it expects from the peer (the same buffers, the next
         message number). Its checks are made before the wait (``arm``, by the paired ``_receiver``), so
         between the completion that lets it go and its doorbell there is one comparison of the mailbox's
-        bytes (Soft-RoCE stamps: 13 us from entering post to ibv_post_send, against 37-68 before)."""
+        bytes."""
         wr, inline = msg.cache.get(self.wr_key) or self._send_wr(msg)
         if not self.advert_inline:
             return lambda: False
@@ -969,11 +967,9 @@ class VerbsTransport(Transport):
 
     def wait_all(self, requests: Sequence) -> None:
         """A window (several requests on one link: osu_bw's) goes through ``progress``: its sends
-        unsignaled but the last, its receives taken from the slots with no adverts. One by one, every
-        send was signaled and polled, and every receive posted an advert that a streaming sender had
-        already outrun (Soft-RoCE, 64 KiB: 44 of 1365 messages went direct, and each advert was a
-        doorbell of its own on the receiver). A lone request, or requests on several links, go the
-        base way (a lone receive's advert does arrive first)."""
+        unsignaled but the last, its receives taken from the slots with no adverts (a streaming sender
+        outruns a window's adverts, each a doorbell of its own on the receiver). A lone request, or
+        requests on several links, go the base way (a lone receive's advert does arrive first)."""
         if len(requests) > 1 and len({r.link for r in requests}) == 1:
             self.progress([(r.link, r.msg) for r in requests if not r.recv],
                           [(r.link, r.msg) for r in requests if r.recv])
