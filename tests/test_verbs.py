@@ -468,10 +468,10 @@ def test_serve_posts_each_reply_behind_the_next_requests_advert(fake, op):
     assert [c for c in alone if c != ["credit"]] == [["advert"]]  # the first, alone
 
 
-@pytest.mark.parametrize("way", ["progress", "wait_all"])
+@pytest.mark.parametrize("way", ["progress", "complete"])
 @pytest.mark.parametrize("op", ["send", "write"])
 def test_a_window_of_sends_is_signaled_at_its_end(fake, op, way):
-    """Sends posted together (a window through progress, as wait_all does with a window on one link:
+    """Sends posted together (a window through progress, as complete does with a window on one link:
     osu_bw's) go unsignaled but the last and every quiet_every-th, as perftest's --cq-mod: its
     completion says every send before it is done, and the buffers are the caller's again when it
     returns. The window's receives post no adverts (a streaming sender outruns them)."""
@@ -481,7 +481,7 @@ def test_a_window_of_sends_is_signaled_at_its_end(fake, op, way):
         if way == "progress":
             t.progress([(link, m) for m in sends], [(link, m) for m in recvs])
         else:
-            t.wait_all([link.isend(m) for m in sends] + [link.irecv(m) for m in recvs])
+            t.complete([link.post_send(m) for m in sends] + [link.post_recv(m) for m in recvs])
 
     def sender(t, link):
         pat, ack = Pattern(sizes, 4), Message((4,))

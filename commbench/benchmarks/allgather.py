@@ -32,13 +32,13 @@ class AllGather(Collective):
     def plan(self, ctx: Context, inp: np.ndarray, out: np.ndarray) -> Plan:
         n, r, c = ctx.world.size, ctx.world.rank, len(inp)
         blocks = [Message.over([out[q * c:(q + 1) * c]]) for q in range(n)]
-        right, left, wait_all = ctx.links[(r + 1) % n], ctx.links[(r - 1) % n], ctx.transport.wait_all
+        right, left, complete = ctx.links[(r + 1) % n], ctx.links[(r - 1) % n], ctx.transport.complete
         mine = out[r * c:(r + 1) * c]
 
         def run() -> None:
             np.copyto(mine, inp)
             for k in range(n - 1):  # send block r - k, receive block r - k - 1
-                wait_all([left.irecv(blocks[(r - k - 1) % n]), right.isend(blocks[(r - k) % n])])
+                complete([left.post_recv(blocks[(r - k - 1) % n]), right.post_send(blocks[(r - k) % n])])
         return run, []
 
     def expect(self, rank: int, n: int, base: np.ndarray, k: F32, into: np.ndarray) -> bool:

@@ -27,14 +27,14 @@ class AllToAll(Collective):
         n, r, c = ctx.world.size, ctx.world.rank, len(inp) // ctx.world.size
         ins = [Message.over([inp[q * c:(q + 1) * c]]) for q in range(n)]
         outs = [Message.over([out[q * c:(q + 1) * c]]) for q in range(n)]
-        links, wait_all = ctx.links, ctx.transport.wait_all
+        links, complete = ctx.links, ctx.transport.complete
         steps = [(links[(r + k) % n], ins[(r + k) % n], links[(r - k) % n], outs[(r - k) % n]) for k in range(1, n)]
         own_in, own_out = inp[r * c:(r + 1) * c], out[r * c:(r + 1) * c]
 
         def run() -> None:
             np.copyto(own_out, own_in)
             for to, block, source, into in steps:
-                wait_all([source.irecv(into), to.isend(block)])
+                complete([source.post_recv(into), to.post_send(block)])
         return run, []
 
     def expect(self, rank: int, n: int, base: np.ndarray, k: F32, into: np.ndarray) -> bool:

@@ -46,12 +46,12 @@ class Broadcast(Collective):
         data = Message.over([inp if ctx.world.rank == self.root else out])
         parent = None if up is None else ctx.links[up]
         children = [ctx.links[c] for c in down]
-        wait_all = ctx.transport.wait_all
+        complete = ctx.transport.complete
 
         def run() -> None:
             if parent is not None:
                 parent.recv_into(data)
-            wait_all([child.isend(data) for child in children])
+            complete([child.post_send(data) for child in children])
         return run, []
 
     def expect(self, rank: int, n: int, base: np.ndarray, k: F32, into: np.ndarray) -> bool:

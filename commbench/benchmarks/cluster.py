@@ -120,11 +120,11 @@ class Ring:
     def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
         n, me = ctx.world.size, ctx.world.rank
         nxt, prv = ctx.links[(me + 1) % n], ctx.links[(me - 1) % n]
-        post_send, post_recv = nxt.isender(Message(payload.sizes)), prv.ireceiver(Message(payload.sizes))
-        wait_all, window = ctx.transport.waiter(), range(self.window)
+        post_send, post_recv = nxt.send_poster(Message(payload.sizes)), prv.recv_poster(Message(payload.sizes))
+        complete, window = ctx.transport.completer(), range(self.window)
 
         def step() -> None:
-            wait_all([post_recv() for _ in window] + [post_send() for _ in window])
+            complete([post_recv() for _ in window] + [post_send() for _ in window])
         return Side(step=step)
 
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:

@@ -76,7 +76,7 @@ class P2PBandwidth(Benchmark):
 
     def prepare(self, ctx: Context, payload: Payload, checked: bool) -> Side:
         me, peer = ctx.world.rank, self.peers(ctx.world)[0]
-        link, wait_all, window = ctx.links[peer], ctx.transport.waiter(), range(self.window)
+        link, complete, window = ctx.links[peer], ctx.transport.completer(), range(self.window)
         sender = me < self.pairs
         slots = self.window if checked else 1  # checked: each message in flight has its own content and buffer
         outs = [Message(payload.sizes) for _ in range(slots)]  # s_buf
@@ -86,16 +86,16 @@ class P2PBandwidth(Benchmark):
             mine = ctx.checker(payload, me)
 
             def sends() -> list:
-                return [link.isend(mine.prepare(m)) for m in outs]
+                return [link.post_send(mine.prepare(m)) for m in outs]
 
             def recvs() -> list:
-                return [link.irecv(m) for m in inbox]
+                return [link.post_recv(m) for m in inbox]
 
             def check_all() -> None:
                 for m in inbox:
                     theirs.check(m)
         else:
-            post_send, post_recv = link.isender(outs[0]), link.ireceiver(inbox[0])  # OSU: one buffer each
+            post_send, post_recv = link.send_poster(outs[0]), link.recv_poster(inbox[0])  # OSU: one buffer each
 
             def sends() -> list:
                 return [post_send() for _ in window]
@@ -108,19 +108,19 @@ class P2PBandwidth(Benchmark):
         wrong = (lambda: theirs.wrong) if theirs else (lambda: 0)
         if self.directions == 2:
             def both() -> None:
-                wait_all(recvs() + sends())
+                complete(recvs() + sends())
                 check_all()
             return Side(step=both, wrong=wrong) if sender else \
                 Side(run=lambda n: untimed_loop(both, n), wrong=wrong)
         ack = Message((ACK_BYTES,))
         if sender:
             def send_window() -> None:
-                wait_all(sends())
+                complete(sends())
                 link.recv_into(ack)
             return Side(step=send_window, wrong=wrong)
 
         def receive() -> None:
-            wait_all(recvs())
+            complete(recvs())
             check_all()
             link.send(ack)
         return Side(run=lambda n: untimed_loop(receive, n), wrong=wrong)

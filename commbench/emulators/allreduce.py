@@ -1,7 +1,7 @@
 """All-reduce algorithms over any transport: float32 sum, out of place (input -> output), as
 nccl-tests measures. Every algorithm is a plan built once per buffer (messages over chunks of the
-output, scratch space) and a ``run`` that moves data with links' send / recv_into, or isend / irecv
-completed together by the transport's ``wait_all``; the reductions are numpy additions.
+output, scratch space) and a ``run`` that moves data with links' send / recv_into, or post_send / post_recv
+completed together by the transport's ``complete``; the reductions are numpy additions.
 
 - ring: reduce-scatter then all-gather around the ring, n - 1 steps each (bandwidth-optimal);
 - recursive-doubling: log2(p) exchanges of the whole buffer with rank ^ 2^k; ranks beyond the
@@ -61,17 +61,17 @@ class AllReduce:
         send = [Message.over([c]) for c in chunks]
         recv_scratch = [Message.over([s]) for s in scratch]
         right, left = self.links[(r + 1) % n], self.links[(r - 1) % n]
-        wait_all, out, inp = self.t.wait_all, self.out, self.inp
+        complete, out, inp = self.t.complete, self.out, self.inp
 
         def run() -> None:
             np.copyto(out, inp)
             for k in range(n - 1):  # reduce-scatter: after it, chunk (r + 1) % n is complete here
                 s, d = (r - k) % n, (r - k - 1) % n
-                wait_all([left.irecv(recv_scratch[d]), right.isend(send[s])])
+                complete([left.post_recv(recv_scratch[d]), right.post_send(send[s])])
                 np.add(chunks[d], scratch[d], out=chunks[d])
             for k in range(n - 1):  # all-gather
                 s, d = (r + 1 - k) % n, (r - k) % n
-                wait_all([left.irecv(send[d]), right.isend(send[s])])
+                complete([left.post_recv(send[d]), right.post_send(send[s])])
         return run
 
     # -- recursive doubling ------------------------------------------------------------------------
@@ -81,7 +81,7 @@ class AllReduce:
         whole, scratch = Message.over([self.out]), buffers.array(len(self.out), np.float32)
         self.scratch.append(scratch)
         recv = Message.over([scratch])
-        wait_all, out, inp, links = self.t.wait_all, self.out, self.inp, self.links
+        complete, out, inp, links = self.t.complete, self.out, self.inp, self.links
         partners = [] if r >= p else [r ^ (1 << k) for k in range(p.bit_length() - 1)]
 
         def run() -> None:
@@ -94,7 +94,7 @@ class AllReduce:
                 links[r + p].recv_into(recv)
                 np.add(out, scratch, out=out)
             for q in partners:
-                wait_all([links[q].irecv(recv), links[q].isend(whole)])
+                complete([links[q].post_recv(recv), links[q].post_send(whole)])
                 np.add(out, scratch, out=out)
             if r + p < n:
                 links[r + p].send(whole)

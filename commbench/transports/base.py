@@ -3,10 +3,14 @@
 A ``Transport`` is created on every rank with the world and the parsed options; ``connect``
 (a collective) returns one ``Link`` per peer. A link moves ``Message``s: ``send``, ``recv_into``
 preallocated buffers, ``call`` (request and reply) and ``serve`` (the answering side of calls).
-Non-blocking: ``isend`` / ``irecv`` return a request; ``Transport.wait`` / ``wait_all`` / ``test``
-complete them (MPI: Isend/Irecv + Waitall / Testall; elsewhere the transport's ``progress`` engine,
-which runs sends and receives on several links at once: tcp's poll loop, grpc's futures and stream
-writes, verbs' work requests). ``barrier`` synchronises the ranks before each measured point.
+A posted exchange: ``post_send`` / ``post_recv`` describe sends and receives (``Posted``) that
+``Transport.complete`` then carries out together, in order per link and direction: OSU's window and
+a collective's step. Nothing is promised to move before ``complete``: MPI starts them at once
+(Isend / Irecv, then Waitall), the other transports run them in ``complete`` through their
+``progress`` engine, which works on several links at once (tcp's poll loop, grpc's futures and
+stream writes, verbs' work requests). It is not a non-blocking API with a test(): no benchmark or
+emulator computes while a message is in flight, and a progress thread per transport would be a
+second code path inside timed loops. ``barrier`` synchronises the ranks before each measured point.
 
 A transport declares what it can do (``capabilities``: call, stream, exchange, many-ranks, and
 ``native:OP`` for a library collective it runs with ``native``); the CLI matches them against what a
@@ -76,29 +80,30 @@ class Link(ABC):
             self.recv_into(request)
             self.send(respond if isinstance(respond, Message) else respond())
 
-    def isend(self, msg: Message) -> Request:
-        """Start sending msg; its buffers must stay untouched until a wait completes the request."""
-        return Request(self, msg, False)
+    def post_send(self, msg: Message) -> Posted:
+        """A send of msg for ``Transport.complete``; its buffers must stay untouched until that returns."""
+        return Posted(self, msg, False)
 
-    def irecv(self, msg: Message) -> Request:
-        """Start receiving the next message into msg; its content is there once a wait completes it."""
-        return Request(self, msg, True)
+    def post_recv(self, msg: Message) -> Posted:
+        """A receive of the next message into msg for ``Transport.complete``; its content is there once
+        that returns."""
+        return Posted(self, msg, True)
 
-    def isender(self, msg: Message) -> Callable[[], Request]:
-        """The fastest zero-argument callable doing ``isend(msg)`` (a window's inner loop; MPI: C-level)."""
-        return partial(self.isend, msg)
+    def send_poster(self, msg: Message) -> Callable[[], Posted]:
+        """The fastest zero-argument callable doing ``post_send(msg)`` (a window's inner loop; MPI: C-level)."""
+        return partial(self.post_send, msg)
 
-    def ireceiver(self, msg: Message) -> Callable[[], Request]:
-        """The fastest zero-argument callable doing ``irecv(msg)``."""
-        return partial(self.irecv, msg)
+    def recv_poster(self, msg: Message) -> Callable[[], Posted]:
+        """The fastest zero-argument callable doing ``post_recv(msg)``."""
+        return partial(self.post_recv, msg)
 
     def close(self) -> None:
         """Release the link; the transport's close() does the rest."""
 
 
-class Request:
-    """A send or receive started by isend / irecv and run by the transport's engine when waited for
-    (MPI returns its own requests instead); complete it with ``Transport.wait`` / ``wait_all`` / ``test``."""
+class Posted:
+    """A send or receive posted by post_send / post_recv, carried out by ``Transport.complete`` (MPI
+    returns its own started requests instead)."""
 
     __slots__ = ("link", "msg", "recv")
 
@@ -180,23 +185,13 @@ class Transport(ABC):
         zero-argument callable: allreduce (sum), allgather, alltoall, broadcast (from ``root``)."""
         raise UsageError(f"the {self.name} transport has no native {op}")
 
-    def waiter(self) -> Callable[[Sequence], None]:
-        """The fastest callable doing ``wait_all`` (a window's; MPI: Request.Waitall itself)."""
-        return self.wait_all
+    def completer(self) -> Callable[[Sequence], None]:
+        """The fastest callable doing ``complete`` (a window's; MPI: Request.Waitall itself)."""
+        return self.complete
 
-    def wait(self, request) -> None:
-        """Complete one request."""
-        self.wait_all([request])
-
-    def test(self, requests: Sequence) -> bool:
-        """True once every request is complete. Engines that progress only while waited for (the
-        socket and gRPC transports) complete them here, as MPI_Test may."""
-        self.wait_all(requests)
-        return True
-
-    def wait_all(self, requests: Sequence) -> None:
-        """Complete every request (in order per link and direction). Only sends, or only receives,
-        complete one after another with the blocking calls; a mix goes through ``progress``."""
+    def complete(self, requests: Sequence) -> None:
+        """Carry out every posted send and receive (in order per link and direction). Only sends, or
+        only receives, go one after another with the blocking calls; a mix goes through ``progress``."""
         kinds = {r.recv for r in requests}
         if kinds == {False}:
             for r in requests:

@@ -117,8 +117,8 @@ class IpoibTransport(Transport):
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         self.inner.progress(sends, recvs)
 
-    def wait_all(self, requests: Sequence) -> None:
-        self.inner.wait_all(requests)
+    def complete(self, requests: Sequence) -> None:
+        self.inner.complete(requests)
 
     def barrier(self) -> None:
         self.inner.barrier()

@@ -104,24 +104,24 @@ class MpiLink(Link):
         except self.MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with {self.name}: {exc}") from None
 
-    def isend(self, msg: Message):
+    def post_send(self, msg: Message):
         if self.objects:
-            return super().isend(msg)
+            return super().post_send(msg)
         return self.comm.Isend(msg.cache.get("mpi") or self.spec(msg), self.peer, TAG)
 
-    def irecv(self, msg: Message):
+    def post_recv(self, msg: Message):
         if self.objects:
-            return super().irecv(msg)
+            return super().post_recv(msg)
         return self.comm.Irecv(msg.cache.get("mpi") or self.spec(msg), self.peer, TAG)
 
-    def isender(self, msg: Message):
+    def send_poster(self, msg: Message):
         if self.objects:
-            return super().isender(msg)
+            return super().send_poster(msg)
         return partial(self.comm.Isend, self.spec(msg), self.peer, TAG)
 
-    def ireceiver(self, msg: Message):
+    def recv_poster(self, msg: Message):
         if self.objects:
-            return super().ireceiver(msg)
+            return super().recv_poster(msg)
         return partial(self.comm.Irecv, self.spec(msg), self.peer, TAG)
 
     def recv_into_check(self, msg: Message) -> None:
@@ -190,21 +190,16 @@ class MpiTransport(Transport):
                       for p in sorted(set(peers) - {self.world.rank})}
         return dict(self.links)
 
-    def wait_all(self, requests: Sequence) -> None:
+    def complete(self, requests: Sequence) -> None:
         if self.objects:
-            return super().wait_all(requests)
+            return super().complete(requests)
         try:
             self.MPI.Request.Waitall(requests)
         except self.MPI.Exception as exc:
             raise PeerError(f"MPI error exchanging with peers: {exc}") from None
 
-    def waiter(self) -> Callable[[Sequence], None]:
-        return super().waiter() if self.objects else self.MPI.Request.Waitall
-
-    def test(self, requests: Sequence) -> bool:
-        if self.objects:
-            return super().test(requests)
-        return bool(self.MPI.Request.Testall(requests))
+    def completer(self) -> Callable[[Sequence], None]:
+        return super().completer() if self.objects else self.MPI.Request.Waitall
 
     def barrier(self) -> None:
         self.comm.Barrier()

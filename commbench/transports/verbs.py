@@ -796,7 +796,7 @@ class VerbsLink(Link):
     def _window_poster(self, msg: Message) -> Callable[[], bool]:
         """msg's post for a window's sends but the last (``progress``), made once per message and link: as
         _post(msg, more=True) by a slot, with a work request of its own (unsignaled, its flags set once).
-        It reads no advert: a window's receiver posts none, a streaming sender outruns them (``wait_all``).
+        It reads no advert: a window's receiver posts none, a streaming sender outruns them (``complete``).
         False, having posted nothing, where the general path must (as ``_poster``)."""
         wr, inline = self._new_send_wr(msg)
         if wr is None:  # packed: the general path
@@ -965,7 +965,7 @@ class VerbsTransport(Transport):
             link.state.advance(Conn.READY)
         return dict(self.links)
 
-    def wait_all(self, requests: Sequence) -> None:
+    def complete(self, requests: Sequence) -> None:
         """A window (several requests on one link: osu_bw's) goes through ``progress``: its sends
         unsignaled but the last, its receives taken from the slots with no adverts (a streaming sender
         outruns a window's adverts, each a doorbell of its own on the receiver). A lone request, or
@@ -974,7 +974,7 @@ class VerbsTransport(Transport):
             self.progress([(r.link, r.msg) for r in requests if not r.recv],
                           [(r.link, r.msg) for r in requests if r.recv])
         else:
-            super().wait_all(requests)
+            super().complete(requests)
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Post sends while credits last and take receives as they come, on every link at once, so
