@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench import __version__
@@ -18,6 +19,7 @@ from commbench.core.config.run import DEFAULT_SIZES, CommonOptions, RunConfig
 from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
 from commbench.core.measure.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.measure.sizes import parse_range, parse_size
+from commbench.core.output.results import FORMATS
 from commbench.core.run.hostset import default_set
 
 if TYPE_CHECKING:
@@ -126,6 +128,8 @@ def decide(args: argparse.Namespace) -> tuple[type[Benchmark], type[Transport], 
         modes = [c.removeprefix("poll:") for c in sorted(able) if c.startswith("poll:")]
         raise UsageError(f"the {common.transport} transport waits inside its own library and has no {poll} "
                          f"mode (it has: {', '.join(modes)}); drop --poll {poll}")
+    if common.output and Path(common.output).suffix not in FORMATS:  # on every rank, whoever launched it
+        raise UsageError(f"output file {common.output!r} must end in .jsonl or .csv")
     common, ranks = launched_ranks(bench_cls, own, common)
     if common.port and common.port + ranks > 65535:
         raise UsageError(f"--port {common.port} leaves no room for the data ports of {ranks} ranks (P + 1 .. P + "
@@ -153,7 +157,25 @@ def decide(args: argparse.Namespace) -> tuple[type[Benchmark], type[Transport], 
         raise UsageError(f"--payload {common.payload} is not used here: {bench_cls.name} takes its sizes from "
                          f"{bench_cls.size_options}; drop --payload")
     points, spec = planned or plan_points(common)
-    return bench_cls, transport_cls, RunConfig(common, ranks, poll, tuple(points), spec, loops, own, net)
+    config = RunConfig(common, ranks, poll, tuple(points), spec, loops, own, net)
+    check_memory(config, bench_cls.name)
+    return bench_cls, transport_cls, config
+
+
+def check_memory(config: RunConfig, bench: str) -> None:
+    """A message this machine cannot hold is refused before any rank starts (every rank here holds
+    at least a send and a receive buffer of the largest message; ranks started here by the local
+    launcher all share this machine's memory)."""
+    import psutil
+
+    from commbench.core.run.placement import detect
+
+    here = config.ranks if detect(port=config.common.port) is None else 1
+    need, total = 2 * config.largest_message * here, psutil.virtual_memory().total
+    if need > total:
+        raise UsageError(f"{bench}'s largest message is {config.largest_message / 1e9:,.3g} GB: {here} rank(s) "
+                         f"here need at least {need / 1e9:,.1f} GB of buffers, and this machine has "
+                         f"{total / 1e9:,.1f} GB; choose smaller messages (-m, --payload, --tensors-per-message)")
 
 
 def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:

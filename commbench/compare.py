@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
+from commbench import presentation
 from commbench.core.config.argtypes import MAX_ITERATIONS, SECONDS, integer
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
-from commbench.core.output.results import read_runs
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.core.run.placement import detect
 from commbench.launch.local import launch, launch_mpi, mpiexec_command
 from commbench.report import metric_of
 
+LATENCY, BANDWIDTH = "p2p-latency", "p2p-bandwidth"  # what compare runs, and summary reads
 LAT_SIZES = ["8", "1K", "64K", "1M"]
 BW_SIZES = ["64K", "1M", "4M"]
 SUMMARY = [Column("config", "Transport (mode)", -20), Column("lat8", "Lat 8B(us)", 11, "{:.2f}"),
@@ -37,7 +38,7 @@ def configurations() -> list[tuple[str, str, list[str]]]:
     parser, out = build_parser(), []
     for name, cls in sorted(transports.registry().items(), key=lambda kv: not kv[1].baseline):
         for flags in cls.presets:
-            args = parser.parse_args(["p2p-latency", "-t", name, *flags])
+            args = parser.parse_args([LATENCY, "-t", name, *flags])
             net = cls.Options.parse(args)
             out.append((cls.label(net, CommonOptions.parse(args).poll or cls.default_poll(net)), name, list(flags)))
     return out
@@ -95,7 +96,7 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             from commbench.cli import build_parser, decide
 
-            _, cls, config = decide(build_parser().parse_args(["p2p-latency", "-t", transport, *flags]))
+            _, cls, config = decide(build_parser().parse_args([LATENCY, "-t", transport, *flags]))
             if "own-launcher" in cls.able(config.net) and mpiexec_command(2) is None:  # the run's own checks, and
                 raise UsageError("no mpiexec found beside this Python or on PATH")  # its launcher's
         except CommbenchError as exc:
@@ -107,10 +108,10 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for f in (lat, bw):
             f.unlink(missing_ok=True)
         common = ["-t", transport, *flags, "--timeout", str(args.timeout)]
-        rc = launch_config(transport, ["p2p-latency", *common, "-m", ",".join(LAT_SIZES), "-i", str(args.iterations),
+        rc = launch_config(transport, [LATENCY, *common, "-m", ",".join(LAT_SIZES), "-i", str(args.iterations),
                                        "-x", str(max(1, args.iterations // 10)), "-o", str(lat)], args.timeout)
         print(flush=True)
-        rc = rc or launch_config(transport, ["p2p-bandwidth", *common, "-m", ",".join(BW_SIZES), "-o", str(bw)],
+        rc = rc or launch_config(transport, [BANDWIDTH, *common, "-m", ",".join(BW_SIZES), "-o", str(bw)],
                                  args.timeout)
         print(flush=True)
         if rc:
@@ -134,16 +135,19 @@ def print_summary(paths: Sequence[Path | str]) -> None:
     """One row per transport configuration: latency at 8 B and 1 MiB, bandwidth at 4 MiB, ratios to tcp."""
     rows: dict[str, dict] = {}
     for path in paths:
-        for run in read_runs(path, need_rows=True):
+        for run in presentation.read_checked(path):
+            if run.meta["bench"] not in (LATENCY, BANDWIDTH):
+                raise UsageError(f"{path}: a {run.meta['bench']} run; summary reads {LATENCY} and {BANDWIDTH} "
+                                 "results (compare's); show it with commbench show or report")
             label = label_of(run.meta)
             row = rows.setdefault(label, {"config": label})
             by_size = {r["size"]: r for r in run.rows}
             metric = metric_of(run.meta)["key"]  # as the benchmark declared it: p50_us, mb_s
-            if run.meta["bench"] == "p2p-latency":
+            if run.meta["bench"] == LATENCY:
                 for key, size in (("lat8", 8), ("lat1m", 1 << 20)):
                     if size in by_size:
                         row[key] = by_size[size].get(metric)
-            elif run.meta["bench"] == "p2p-bandwidth" and (4 << 20) in by_size:
+            elif (4 << 20) in by_size:
                 row["bw4m"] = by_size[4 << 20].get(metric)
     baseline = next((label for label, name, _ in configurations()), "")
     base = rows.get(baseline, {})
@@ -155,7 +159,7 @@ def print_summary(paths: Sequence[Path | str]) -> None:
     print("# commbench compare: one-way latency (median, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
     print(f"# ratios against {baseline}: Lat/base at 8 B (lower is better), BW/base at 4 MiB (higher is better)")
     print(header_line(SUMMARY))
-    for row in rows.values():
+    for row in sorted(rows.values(), key=lambda r: r["config"] != baseline):  # the baseline first
         print(row_line(SUMMARY, row))
 
 

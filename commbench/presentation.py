@@ -25,3 +25,50 @@ def of(bench: str | None, kinds: dict[str, Presentation] | None = None) -> Prese
     if bench and bench.endswith("-traffic"):
         return TRAFFIC
     return kinds.get(bench or "")
+
+
+def declared_keys(bench: str) -> dict:
+    """Every key rows of this kind may hold, declared (empty for a kind not known here)."""
+    from commbench import benchmarks
+    from commbench.benchmarks.runner import RUNNER
+    from commbench.core.capture import traffic
+    from commbench.core.output.table import declared
+    from commbench.training import predict, train
+
+    if bench.endswith("-traffic"):
+        base = bench.removesuffix("-traffic")
+        return declared(RUNNER, traffic.KEYS, train.schema(False).values() if base == "train" else [])
+    if bench == "train":
+        return train.schema(False)
+    if bench == "predict":
+        return predict.schema()
+    cls = benchmarks.registry().get(bench)
+    return declared(RUNNER, cls.row_keys().values()) if cls else {}
+
+
+def _number(v: object) -> bool:
+    if isinstance(v, list):
+        return all(_number(x) for x in v)
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def read_checked(path, need_rows: bool = True) -> list:
+    """A results file's runs, every row's values checked against the declared schema: a key with a
+    unit holds a number (or nothing), and a kind's x axis is in every row. A row that is not so (a
+    file edited or written by something else) is one UsageError naming the file, the row and the key."""
+    from commbench.core.errors import UsageError
+    from commbench.core.output.results import read_runs
+
+    runs = read_runs(path, need_rows=need_rows)
+    kinds = presentations()
+    for run in runs:
+        for i, row in enumerate(run.rows, 1):
+            bench = str(row.get("bench", run.meta.get("bench")))
+            keys, p = declared_keys(bench), of(bench, kinds)
+            for k, c in keys.items():
+                if c.unit and k in row and not _number(row[k]):
+                    raise UsageError(f"{path}: row {i}: {k} is {str(row[k])[:40]!r}, not a number ({c.unit}); "
+                                     "was the file edited?")
+            if p is not None and p.figure == "line" and p.x not in row:
+                raise UsageError(f"{path}: row {i} has no {p.x}: not a {bench} row as commbench writes them")
+    return runs

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from commbench import presentation
 from commbench.core.errors import UsageError
-from commbench.core.output.results import Run, read_runs
+from commbench.core.output.results import Run
 
 
 def metric_of(meta: dict) -> dict:
@@ -63,7 +63,7 @@ def pyplot():
 
 def read_all(files: Sequence[str]) -> list[tuple[str, Run]]:
     """(file, run) for every run of every file, each file read once."""
-    return [(f, r) for f in files for r in read_runs(f, need_rows=True)]
+    return [(f, r) for f in files for r in presentation.read_checked(f)]
 
 
 def load(runs: Sequence[tuple[str, Run]]):

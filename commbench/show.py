@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from commbench import presentation
 from commbench.core.errors import UsageError
-from commbench.core.output.results import read_runs
 from commbench.core.output.table import header_line, row_line
 
 
@@ -17,12 +17,12 @@ def add_parser(sub) -> None:
 
 
 def render(path: str) -> list[str]:
-    from commbench import benchmarks, presentation
+    from commbench import benchmarks
 
     reg, kinds = benchmarks.registry(), presentation.presentations()
     lines: list[str] = []
     last = None
-    for run in read_runs(path, need_rows=True):
+    for run in presentation.read_checked(path):
         kind = run.meta.get("bench")
         p = kinds.get(str(kind))
         if p is not None and p.columns:  # one row per run (train, predict): one table for the file

@@ -52,6 +52,16 @@ SPECIFIC = [
     (["p2p-latency", "-o", "results.txt"], "results.txt"),
     (["p2p-latency", "-o", "/nonexistent/x.jsonl"], "nonexistent"),
     (["nosuch-command"], "nosuch-command"), ([], "COMMAND"),
+    # round 2 (issue 39): each of these hung, ran something else or ended in a traceback
+    (["p2p-latency", "-o", "{dir}/fifo.jsonl"], "not a regular file"), (["p2p-latency", "-m", ""], "''"),
+    (["predict", "--p2p", str(FIXTURES / "predict.jsonl"), "--compute-ms", "0"], "--compute-ms"),
+    (["p2p-latency", "-o", "a" * 5000 + ".jsonl"], "File name too long"),
+    (["p2p-latency", "--payload", "b" * 5000], "unknown model or profile"),
+    (["p2p-latency", "--payload", "{dir}/huge.csv"], "this machine has"),
+    (["p2p-latency", "--bind", "10.255.255.254"], "--bind 10.255.255.254"),
+    (["p2p-latency", "--bind", "no-such-host.invalid"], "--bind no-such-host.invalid"),
+    (["p2p-latency", "-t", "tcp", "--verbs-op", "write"], "--verbs-op"),
+    (["summary", "{dir}/ps.jsonl"], "summary reads p2p-latency and p2p-bandwidth"),
 ]
 # a file given to each file-reading command
 FILES = {
@@ -65,6 +75,18 @@ FILES = {
     "garbage.jsonl": b"GET / HTTP/1.1\r\n",
     "binary.csv": os.urandom(3000).replace(b"\n", b"x"),
     "wrong-header.csv": b"a,b\n1,2\n",
+    "no-size.jsonl": b'{"type": "meta", "bench": "p2p-latency", "options": {"transport": "tcp"}}\n'
+                     b'{"type": "row", "bench": "p2p-latency", "transport": "tcp", "p50_us": 3.0}\n',
+    "abc-size.jsonl": b'{"type": "meta", "bench": "p2p-latency", "options": {"transport": "tcp"}}\n'
+                      b'{"type": "row", "bench": "p2p-latency", "transport": "tcp", "size": "abc", "p50_us": 3.0}\n',
+    "deep.jsonl": b"[" * 100_000 + b"\n",
+    "deep.csv": b"# commbench-meta " + b"[" * 100_000 + b"\n",
+}
+EXTRA = {  # files for cases above, not given to every reader
+    "huge.csv": b"# model: huge\nname,shape,dtype,bytes\nw,100000000000,float32,400000000000\n",
+    "ps.jsonl": b'{"type": "meta", "bench": "ps-throughput", "options": {"transport": "tcp"}}\n'
+                b'{"type": "row", "bench": "ps-throughput", "transport": "tcp", "size": 8, "workers": 2, '
+                b'"steps_s": 1.0}\n',
 }
 READERS = [["show"], ["summary"], ["report"], ["predict", "--p2p"]]
 PROFILE_FILES = ["binary.csv", "empty.csv", "wrong-header.csv"]
@@ -117,7 +139,7 @@ def run_case(case, files: Path, cwd: Path) -> str | None:
 def test_bad_inputs_are_one_line_each(tmp_path):
     files = tmp_path / "files"
     files.mkdir()
-    for name, data in FILES.items():
+    for name, data in {**FILES, **EXTRA}.items():
         (files / name).write_bytes(data)
     (files / "empty.csv").write_bytes(b"")
     os.mkfifo(files / "fifo.jsonl")

@@ -148,7 +148,8 @@ def test_summary_from_saved_files(tmp_out):
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
 def test_full_disk_is_one_line_and_keeps_whole_rows(tmp_path, suffix):
     """On a 4 KiB tmpfs the results file fills up mid-run: one line naming the file and the cause,
-    exit 1, every line in the file whole (no torn row), the rows before kept."""
+    exit 2 (the user's to fix, as bad input), every line in the file whole (no torn row), the rows
+    before kept."""
     import subprocess
 
     disk = tmp_path / "tiny"
@@ -157,7 +158,7 @@ def test_full_disk_is_one_line_and_keeps_whole_rows(tmp_path, suffix):
     try:
         out = disk / f"r{suffix}"
         r = commbench("p2p-latency", "-m", "0:4M", "-i", "20", "-x", "2", "-o", str(out), "--buffers", "1")
-        assert r.code == 1, (r.code, r.err)
+        assert r.code == 2, (r.code, r.err)
         first = r.err.splitlines()[0]
         assert str(out) in first and "No space left on device" in first and "Traceback" not in r.err, r.err
         # (rank 1 may add one line saying rank 0 went away: the abort races rank 0's exit)

@@ -71,7 +71,7 @@ class PSThroughput(Benchmark):
                Column("push_p99_ms", "p99", 8, MS, "ms", "99th percentile push (empty under 100 RPCs)"),
                Column("pull_p50_ms", "Pull p50", 9, MS, "ms", "median variable pull RPC"),
                Column("pull_p99_ms", "p99", 8, MS, "ms", "99th percentile pull (empty under 100 RPCs)"),
-               Column("shard_mb", "Shard MB", -16, unit="MB", doc="bytes each shard holds, '/'-separated"), WRONG]
+               Column("shard_mb", "Shard MB", -16, doc="MB each shard holds, '/'-separated (text)"), WRONG]
     keys = [key("shard_steps", "count", "steps each shard applied (a list)"),
             key("final_value", doc="shard 0's first variable element after the run (validation)"),
             key("expected_value", doc="what final_value must be after shard 0's steps"),

@@ -22,7 +22,10 @@ class Unavailable(UsageError):
 
 
 class ResultsError(CommbenchError):
-    """The results file cannot be written (a full disk, a read-only directory). Exit status 1."""
+    """The results file cannot be written (a full disk, a read-only directory): the user's to fix
+    before running again, as bad input is. Exit status 2."""
+
+    exit_code = 2
 
 
 class PeerError(CommbenchError):
@@ -41,9 +44,21 @@ class RunAborted(CommbenchError):
         self.exit_code = exit_code
 
 
+MAX_SAID = 1000  # characters of one message: a 5,000-character file name given back whole helps nobody
+
+
+def shorten(message: str) -> str:
+    """One line of at most MAX_SAID characters: the middle of a longer one is cut (a name given back)."""
+    message = " ".join(message.splitlines())
+    if len(message) <= MAX_SAID:
+        return message
+    keep = MAX_SAID // 2 - 10
+    return f"{message[:keep]} [... {len(message) - 2 * keep} characters ...] {message[-keep:]}"
+
+
 def say(message: str) -> None:
     """``commbench: message`` on stderr in one write, so that lines of ranks sharing a terminal or a pipe
     never run into each other (print writes the text and its newline apart)."""
     with contextlib.suppress(OSError, ValueError):  # stderr closed: nowhere to say it
-        sys.stderr.write(f"commbench: {message}\n")
+        sys.stderr.write(f"commbench: {shorten(message)}\n")
         sys.stderr.flush()

@@ -37,9 +37,18 @@ def build(name: str):
         module, _, fn = name.partition(":")
         try:
             factory: Callable = getattr(importlib.import_module(module), fn)
-        except (ImportError, AttributeError) as exc:
+        except (ImportError, AttributeError, ValueError) as exc:
             raise UsageError(f"cannot load model factory {name!r}: {exc}") from None
-        return factory(), f"{name}()"
+        if not callable(factory):
+            raise UsageError(f"{name} is a {type(factory).__name__}, not a function that builds a Keras model")
+        try:
+            model = factory()
+        except Exception as exc:  # the user's own factory: its failure is theirs to see, in one line
+            raise UsageError(f"model factory {name}() failed: {exc!r}"[:300]) from None
+        if not hasattr(model, "trainable_variables"):
+            raise UsageError(f"{name}() returned a {type(model).__name__}, not a Keras model (a tf.Module with "
+                             "trainable_variables)")
+        return model, f"{name}()"
     if Path(name).is_dir():
         return tf.saved_model.load(name), f"SavedModel {name}"
     raise UsageError(f"unknown model {name!r}; known: {', '.join(MODELS)}, or module.path:function, "

@@ -52,10 +52,10 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from commbench import presentation
 from commbench.core.config.argtypes import RANKS, integer, number
 from commbench.core.errors import UsageError
 from commbench.core.output.presentation import Presentation
-from commbench.core.output.results import read_runs
 from commbench.core.output.table import Column, declared, header_line, key, row_line
 from commbench.emulators import tf_ps
 from commbench.emulators.placement import POLICIES, place, shard_bytes
@@ -199,7 +199,7 @@ def dominant(sizes: Sequence[int], names: Sequence[str], ps: int, policy: str, t
 
 def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, total: int) -> tuple[float, str]:
     """(communication ms per step, where it came from) from commbench's PS or all-reduce emulator."""
-    runs = read_runs(path, need_rows=True)
+    runs = presentation.read_checked(path)
     if strategy == "ps":
         rows = [r for run in runs if run.meta.get("bench") == "ps-throughput" for r in run.rows
                 if r.get("workers") == workers and r.get("ps") == ps]
@@ -366,7 +366,7 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=RANKS, help="default: the train run's")
     p.add_argument("--ps", type=RANKS, help="default: the train run's")
     p.add_argument("--batch", type=integer(1, 1 << 20), help="images per worker per step; default: the train run's")
-    p.add_argument("--compute-ms", type=number(0, 1e7, what=" (ms)"),
+    p.add_argument("--compute-ms", type=number(above=0, hi=1e7, what=" (ms)"),
                    help="one worker's step without communication; default: the train run's")
     p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
     p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",
@@ -387,7 +387,7 @@ def add_parser(sub) -> None:
 
 def runs_of(path: str, bench: str, needs: str):
     """The runs of one benchmark in a results file (read once), or a one-line error naming what it holds."""
-    every = read_runs(path, need_rows=True)
+    every = presentation.read_checked(path)
     runs = [r for r in every if r.meta.get("bench") == bench and r.rows]
     if not runs:
         kinds = sorted({str(r.meta.get("bench")) for r in every})

@@ -48,6 +48,15 @@ def check_socket_options(opts: SocketOptions) -> None:
     """Checked once by the launcher, before any rank starts, so the user sees one line."""
     if opts.iface:
         interface_address(opts.iface)
+    if opts.bind:  # checked here, once, rather than by every rank as it listens
+        try:
+            family = socket.AF_INET6 if ":" in opts.bind else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((opts.bind, 0))
+        except (OSError, UnicodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(f"--bind {opts.bind}: cannot listen there ({why}); give an address of this machine "
+                             "(ip -brief addr) or leave --bind out") from None
 
 
 def local_endpoint(opts: SocketOptions, world: World) -> str:

@@ -38,8 +38,19 @@ def check_output_path(path: str) -> Path:
     p = Path(path)
     if p.suffix not in FORMATS:
         raise UsageError(f"output file {path!r} must end in .jsonl or .csv")
+    try:
+        return _check_output(p, path)
+    except OSError as exc:  # a name too long, a loop of links, ...
+        raise UsageError(f"cannot write {path!r}: {exc.strerror}; choose another --output path") from None
+
+
+def _check_output(p: Path, path: str) -> Path:
     if p.is_dir():
         raise UsageError(f"output path {path!r} is a directory; name a file ending in .jsonl or .csv")
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the open below, a device take the rows
+            raise UsageError(f"output path {path!r} is not a regular file (a FIFO, device or socket); name a "
+                             "file ending in .jsonl or .csv")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write {path!r}: directory {str(parent)!r} does not exist")
@@ -225,6 +236,8 @@ def _read_jsonl(p: Path, text: str) -> Iterator[Run]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{p}:{lineno}: not a JSON row ({exc.msg}); was the file cut short or edited?") from None
+        except RecursionError:
+            raise UsageError(f"{p}:{lineno}: JSON nested too deeply to be a commbench row") from None
         kind = obj.get("type") if isinstance(obj, dict) else None
         if kind == "meta":
             if run:
@@ -247,6 +260,8 @@ def _read_csv(p: Path, text: str) -> Iterator[Run]:
         meta = json.loads(lines[0][len(META_PREFIX):])
     except json.JSONDecodeError as exc:
         raise UsageError(f"{p}:1: bad metadata line ({exc.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{p}:1: bad metadata line (JSON nested too deeply)") from None
     if not isinstance(meta, dict):
         raise UsageError(f"{p}:1: bad metadata line (not a JSON object)")
     run = Run(meta)

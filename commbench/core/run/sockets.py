@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from commbench.core.errors import UsageError
@@ -15,7 +16,8 @@ def bind_listener(host: str, port: int, what: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen for the {what} on {host}:{port}: {exc.strerror}; "
-                         "choose a free port with --port (or leave it out to pick one)") from None
+        fix = "choose a free port with --port (or leave it out to pick one)" if exc.errno == errno.EADDRINUSE else \
+            "give an address of this machine with --bind or --iface (ip -brief addr)"
+        raise UsageError(f"cannot listen for the {what} on {host}:{port}: {exc.strerror}; {fix}") from None
     sock.listen(128)
     return sock

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from commbench.core.errors import PeerError
+from commbench.core.errors import PeerError, UsageError
 
 ENV_TOKEN_DIR = "COMMBENCH_TOKEN_DIR"
 STALE = 120.0  # s before this process started
@@ -33,14 +33,18 @@ def token_path(env: Mapping[str, str]) -> Path:
 def publish(path: Path) -> str:
     """Rank 0: a new random token, written where the other ranks look for it."""
     token = secrets.token_hex(16)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.parent.stat().st_mode & 0o077:
-        os.chmod(path.parent, 0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.parent.stat().st_mode & 0o077:
+            os.chmod(path.parent, 0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write the run token in {path.parent}: {exc.strerror}; set {ENV_TOKEN_DIR} to a "
+                         "directory every node shares and can write (or export COMMBENCH_TOKEN)") from None
     return token
 
 

@@ -33,7 +33,11 @@ def library() -> Path:
     if not cc:
         raise Unavailable("keeping TensorFlow's server off other interfaces needs a C compiler to build a 40-line "
                           "bind() shim: apt-get install gcc")
-    CACHE.mkdir(parents=True, exist_ok=True)
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Unavailable(f"cannot make the cache directory {CACHE} for TensorFlow's bind() shim: {exc.strerror}; "
+                          "set XDG_CACHE_HOME to a writable directory") from None
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
     p = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(SOURCE), "-o", str(tmp), "-ldl"],
                        capture_output=True, text=True)
