@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
+from commbench.core.run import auth
 from commbench.core.run.collectives import pack, unpack
 from commbench.core.run.framing import encode, read_frame, send_frame
-from commbench.core.run.rendezvous import GET, HELLO, OK, VALUE, StoreClient, StoreServer
+from commbench.core.run.rendezvous import GET, OK, VALUE, StoreClient, StoreServer
 
 TOKEN = "t0ken"
 
@@ -32,7 +33,7 @@ def client(srv: StoreServer, rank: int, role: str = "rank") -> StoreClient:
 def raw_member(srv: StoreServer, rank: int) -> socket.socket:
     """A proven connection whose requests this test sends and reads by hand (a GET that waits)."""
     s = socket.create_connection(("127.0.0.1", srv.port))
-    send_frame(s, HELLO, {"token": TOKEN, "rank": rank, "size": srv.size, "host": f"h{rank}"})
+    auth.authenticate(s, TOKEN, {"rank": rank, "size": srv.size, "host": f"h{rank}"}, time.monotonic() + 10)
     assert read_frame(s)[0] == OK
     s.settimeout(10)
     return s

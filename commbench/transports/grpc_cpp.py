@@ -5,7 +5,8 @@ peer; ``--grpc-call`` picks unary calls or long-lived bidi/client streams, as fo
 Each link operation is one ctypes call into the extension (ctypes releases the GIL), which drives
 gRPC's completion queue in the calling thread until the operation completes: the per-call Python cost
 is that one foreign call. Messages go out from the buffers themselves (static slices, no copy) and
-arrive by one copy into the receiving buffers. Method paths carry the run token, as with grpc.
+arrive by one copy into the receiving buffers. Method paths carry a name derived from the run token, as
+with grpc (the token itself never crosses the wire).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functools import partial
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.measure.message import Message
+from commbench.core.run import auth
 from commbench.transports import _grpc_cpp
 from commbench.transports._net import GrpcCallOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport
@@ -171,8 +173,9 @@ class GrpcCppTransport(Transport):
         want = data_port(self.config.common.port, world)
         err = ctypes.create_string_buffer(512)
         arr = (INT * len(peers))(*peers)
-        self.engine = self.api.new(host.encode(), want, world.placement.token.encode(), world.rank,
-                                                     arr, len(peers), self.timeout, err, len(err))
+        service = auth.derived(world.placement.token, "grpc").encode()  # the path's name, not the token
+        self.engine = self.api.new(host.encode(), want, service, world.rank, arr, len(peers), self.timeout, err,
+                                   len(err))
         if not self.engine:
             raise UsageError(f"grpc-cpp transport of rank {world.rank}: {err.value.decode()}; "
                              "choose a free port with --port (or leave it out to pick one)")

@@ -5,8 +5,9 @@ Every rank runs a gRPC server and holds a channel to each peer, so links are sym
   stream); the peer's server files it in the link's inbox, ordered by a sequence number.
 - ``call`` is an ``Exchange`` call whose response carries the reply; the answering rank's
   ``serve`` runs its respond function in the handler thread, as TF-gRPC-Bench's echo server does.
-Method paths carry the run token (``/cb<token>/Exchange<rank>``): a client without it gets
-UNIMPLEMENTED and the run goes on. gRPC waits inside its C core, so there is no busy-poll mode.
+Method paths carry a name derived from the run token (``/cb<HMAC(token, "grpc")>/Exchange<rank>``,
+core/run/auth.py: the token itself never crosses the wire): a client without it gets UNIMPLEMENTED
+and the run goes on. gRPC waits inside its C core, so there is no busy-poll mode.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import grpc  # noqa: E402
 from commbench.core.config.run import RunConfig  # noqa: E402
 from commbench.core.errors import PeerError, UsageError  # noqa: E402
 from commbench.core.measure.message import Message  # noqa: E402
+from commbench.core.run import auth  # noqa: E402
 from commbench.transports._net import GrpcOptions, check_socket_options, data_port, local_endpoint  # noqa: E402
 from commbench.transports.base import Link, Transport  # noqa: E402
 
@@ -277,7 +279,7 @@ class GrpcTransport(Transport):
         super().__init__(world, config)
         self.codec = ProtoCodec() if self.opts.grpc_mode == "proto" else RawCodec()
         self.call = self.opts.grpc_call
-        self.service = f"cb{world.placement.token}"
+        self.service = f"cb{auth.derived(world.placement.token, 'grpc')}"
         self.links: dict[int, GrpcLink] = {}
         self.server: grpc.Server | None = None
         self._lost: set[int] = set()

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
 from commbench.core.measure.message import Message
+from commbench.core.run import auth
 from commbench.core.run.framing import FrameError, read_frame, send_frame
-from commbench.core.run.gate import HELLO, Gate, where
+from commbench.core.run.gate import Gate, where
 from commbench.core.run.sockets import bind_listener
 from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport, queues
@@ -309,16 +310,24 @@ class TcpTransport(Transport):
         return socket.create_connection((addr[0], addr[1]), timeout=timeout)
 
     def _dial(self, addr: list, peer: int, deadline: float) -> socket.socket:
-        """Connect to a peer's data port and show the token; again while it is busy or not listening yet."""
-        hello = {"token": self.world.placement.token, "rank": self.world.rank}
+        """Connect to a peer's data port, each side proving the run token (core/run/auth.py); again while
+        it is busy or not listening yet."""
+        hello = {"rank": self.world.rank}
         while True:
             try:
                 sock = self.open(addr, max(0.1, deadline - time.monotonic()))
                 try:
-                    send_frame(sock, HELLO, hello)
+                    auth.authenticate(sock, self.world.placement.token, hello, deadline)
                     if read_frame(sock, 4096, 0, deadline)[0] == OK:
                         return sock
                     why = "busy with strangers"
+                except auth.Busy:
+                    why = "busy with strangers"
+                except auth.Impostor:
+                    sock.close()
+                    raise PeerError(f"the process listening at {where(addr)}, where {self.world.describe(peer)} "
+                                    "should be, did not prove it knows the run token: another program holds that "
+                                    "port") from None
                 except (OSError, ConnectionError, FrameError) as exc:
                     why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
                 sock.close()

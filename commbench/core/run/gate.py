@@ -1,8 +1,9 @@
 """Before the token: a listener's unproven connections, all read by one selector, each bounded.
 
-A connection to the rendezvous or to a data port must send one hello frame (a small JSON object
-naming the run token) within ``HELLO_TIMEOUT``, however its bytes trickle; the gate checks the token
-and hands over only connections that showed it. Until it has, nothing
+A connection to the rendezvous or to a data port is greeted with a challenge and must send one hello
+frame (a small JSON object proving it knows the run token, core/run/auth.py: the token itself never
+crosses the wire) within ``HELLO_TIMEOUT``, however its bytes trickle; the gate checks the proof,
+proves itself in turn, and hands over only connections that proved themselves. Until it has, nothing
 larger than ``HELLO_MAX_JSON`` is read for it, no thread is started for it, and at most
 ``MAX_UNPROVEN`` such connections are held at once: more are told 'busy' and closed at once (a rank
 of the run that meets a flood tries again). Only the hello's own bytes are read, so whatever a proven
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import json
 import selectors
 import socket
 import time
 
 from commbench.core.errors import say
+from commbench.core.run import auth
 from commbench.core.run.framing import HEADER, FrameError, decode_header, encode
 
 HELLO_TIMEOUT = 5.0  # s for a whole hello
@@ -29,10 +30,11 @@ HELLO, BUSY = 1, 3  # frame kinds shared with the rendezvous (its HELLO and ERR)
 
 
 class _Unproven:
-    __slots__ = ("conn", "addr", "buf", "need", "deadline")
+    __slots__ = ("conn", "addr", "buf", "need", "deadline", "challenge")
 
     def __init__(self, conn: socket.socket, addr: tuple, deadline: float) -> None:
         self.conn, self.addr, self.deadline = conn, addr, deadline
+        self.challenge = auth.nonce()
         self.buf = bytearray()
         self.need = HEADER.size  # bytes still to read: the header first, then its JSON
 
@@ -51,7 +53,7 @@ class Gate:
     def __init__(self, listener: socket.socket, who: str, token: str) -> None:
         self.listener = listener
         self.who = who  # "rank 0", in messages about refused connections
-        self.token = token.encode()
+        self.token = token
         listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
@@ -99,6 +101,11 @@ class Gate:
                 self.refuse(conn, addr, f"more than {MAX_UNPROVEN} connections without the run token", quiet=True)
                 continue
             u = _Unproven(conn, addr, time.monotonic() + HELLO_TIMEOUT)
+            try:
+                conn.send(encode(auth.CHALLENGE, {"nonce": u.challenge}))  # small: the socket buffer takes it
+            except OSError:
+                conn.close()
+                continue
             self.unproven[conn] = u
             self.selector.register(conn, selectors.EVENT_READ)
 
@@ -124,11 +131,15 @@ class Gate:
             self.refuse(u.conn, u.addr, f"not a commbench peer: {exc}")
             return None
         self._drop(u)
-        token = obj.get("token")
-        if kind != HELLO or not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token):
-            self.refuse(u.conn, u.addr, "wrong run token")
+        if kind != HELLO or not auth.hello_proven(self.token, u.challenge, obj):
+            self.refuse(u.conn, u.addr, "no proof of the run token")
             return None
         u.conn.setblocking(True)
+        try:
+            u.conn.sendall(encode(auth.PROVEN, auth.server_proof(self.token, u.challenge, obj)))
+        except OSError:
+            u.conn.close()
+            return None
         return u.conn, u.addr, obj
 
     def _drop(self, u: _Unproven) -> None:

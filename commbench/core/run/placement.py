@@ -4,8 +4,9 @@
 - ``mpirun``/``mpiexec`` set ``OMPI_COMM_WORLD_*`` (Open MPI) or ``PMI_RANK``/``PMI_SIZE`` (MPICH);
   they name no hosts, so rank 0 tells the others its address through MPI itself (``mpi_bootstrap``);
 - ``srun`` sets ``SLURM_PROCID``, ``SLURM_NTASKS`` and ``SLURM_STEP_NODELIST``: the rendezvous is on
-  the first node of the step (python-hostlist keeps Slurm's order), on a port derived from the
-  job and step ids unless ``--port`` says otherwise; the run token is random (core/run/token.py).
+  the first node of the step (python-hostlist keeps Slurm's order), on a free port rank 0 publishes
+  with the random run token (core/run/token.py) unless ``--port`` says otherwise (with
+  ``COMMBENCH_TOKEN`` exported: a port derived from the job and step ids).
 A process with none of them was not launched, and the CLI starts the local launcher.
 """
 
@@ -38,7 +39,7 @@ class Placement:
     node: str = ""  # this rank's node name as the launcher knows it (Slurm's node names)
     mpi_bootstrap: bool = False  # rank 0 sends root address and token to the others through MPI
     local_rank: int = 0
-    token_file: str = ""  # srun without COMMBENCH_TOKEN: rank 0 publishes a random token here
+    token_file: str = ""  # srun without COMMBENCH_TOKEN: rank 0 publishes a random token and its port here
 
     @property
     def host_name(self) -> str:
@@ -109,9 +110,10 @@ def _slurm(env: Mapping[str, str], port: int) -> Placement:
         raise UsageError(f"the launcher variable SLURM_STEP_NODELIST={text!r} names no nodes: run under srun, or "
                          "unset the stray SLURM_* variables")
     job, step = _int(env, "SLURM_JOB_ID", 0, 1 << 32), _int(env, "SLURM_STEP_ID", 0, 1 << 32)
-    port = port or PORT_BASE + (job * 17 + step) % PORT_SPAN
-    token = env.get(ENV_TOKEN, "")  # else rank 0 makes one and hands it out (core/run/token.py)
+    token = env.get(ENV_TOKEN, "")  # else rank 0 makes one and hands it out with its port (core/run/token.py)
     token_file = "" if token else str(token_path(env))
+    if not port and token:  # a token given to every rank: a port they can all work out (no file to say it)
+        port = PORT_BASE + (job * 17 + step) % PORT_SPAN
     rank = _int(env, "SLURM_PROCID")
     me = env.get("SLURMD_NODENAME", "")
     if rank == 0 and me and me != nodes[0]:

@@ -20,11 +20,13 @@ import threading
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
+from commbench.core.run import auth
 from commbench.core.run.framing import HEADER, FrameError, decode_header, encode, read_frame, send_frame
 from commbench.core.run.gate import BUSY, Gate
 from commbench.core.run.gate import HELLO as GATE_HELLO
 
 HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, FORGET = range(1, 12)
+HELLO_WAIT = 10.0  # s for the rendezvous's challenge and proof, once connected
 assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello and says 'busy' in its ERR frame
 
 
@@ -306,7 +308,7 @@ class StoreClient:
         deadline = time.monotonic() + timeout
         delay = 0.01
         candidates = host.split(",")  # the MPI bootstrap sends every address rank 0 has
-        hello = {"token": token, "rank": rank, "size": size, "host": my_host, "role": role}
+        hello = {"rank": rank, "size": size, "host": my_host, "role": role}
         while True:
             try:
                 self.sock = _connect_any(candidates, port, min(5.0, timeout))
@@ -315,11 +317,19 @@ class StoreClient:
             else:
                 self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.sock.settimeout(timeout + 5)
+                kind, obj = None, {}
                 try:
-                    send_frame(self.sock, HELLO, hello)
+                    auth.authenticate(self.sock, token, hello, min(deadline, time.monotonic() + HELLO_WAIT))
                     kind, obj, _ = read_frame(self.sock)
+                except auth.Busy:
+                    obj = {"kind": "busy"}
+                except auth.Impostor:
+                    self.sock.close()
+                    raise PeerError(f"rank {rank} on host {my_host}: the process listening at {self.root} (where "
+                                    "rank 0's rendezvous should be) did not prove it knows the run token: another "
+                                    "program holds that port; nothing secret was sent to it") from None
                 except (OSError, ConnectionError, FrameError):
-                    kind, obj = None, {}
+                    pass
                 if kind == OK:
                     break
                 self.sock.close()

@@ -1,8 +1,9 @@
 """The run token under srun: random, made by rank 0, handed to the step's other ranks through a file
-only this user can read.
+only this user can read, with the port of rank 0's rendezvous.
 
 srun gives the ranks of a step nothing secret in common (job id, step id, user id and node list are
-public), so no token can be derived from it. Rank 0 writes a fresh ``secrets.token_hex`` to
+public), so no token can be derived from it, and a port derived from them is a port anyone can take
+first. Rank 0 listens on a free port, then writes a fresh ``secrets.token_hex`` and that port to
 ``<dir>/slurm-<job>.<step>.token`` (directory 0700, file 0600, written whole and renamed into place);
 the other ranks wait for it. ``<dir>`` is ``$COMMBENCH_TOKEN_DIR``, else ``~/.commbench/run-tokens``:
 it must be the same directory on every node of the step (a shared home, as clusters have). A file
@@ -30,9 +31,13 @@ def token_path(env: Mapping[str, str]) -> Path:
     return Path(base) / f"slurm-{env.get('SLURM_JOB_ID', '0')}.{env.get('SLURM_STEP_ID', '0')}.token"
 
 
-def publish(path: Path) -> str:
-    """Rank 0: a new random token, written where the other ranks look for it."""
-    token = secrets.token_hex(16)
+def new() -> str:
+    """A fresh run token."""
+    return secrets.token_hex(16)
+
+
+def publish(path: Path, token: str, port: int) -> None:
+    """Rank 0: the run's token and its rendezvous port, written where the other ranks look for them."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if path.parent.stat().st_mode & 0o077:
@@ -40,16 +45,16 @@ def publish(path: Path) -> str:
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
+            f.write(f"{token} {port}\n")
         os.replace(tmp, path)
     except OSError as exc:
         raise UsageError(f"cannot write the run token in {path.parent}: {exc.strerror}; set {ENV_TOKEN_DIR} to a "
                          "directory every node shares and can write (or export COMMBENCH_TOKEN)") from None
-    return token
 
 
-def fetch(path: Path, timeout: float, rank: int, host: str, started: float | None = None) -> str:
-    """Another rank: the token rank 0 published for this step, once it is there (``timeout`` s at most)."""
+def fetch(path: Path, timeout: float, rank: int, host: str, started: float | None = None) -> tuple[str, int]:
+    """Another rank: the token and port rank 0 published for this step, once they are there (``timeout``
+    s at most)."""
     if started is None:
         import psutil
 
@@ -59,9 +64,10 @@ def fetch(path: Path, timeout: float, rank: int, host: str, started: float | Non
         with contextlib.suppress(OSError, ValueError):
             st = path.stat()
             if st.st_mtime >= started - STALE:
-                token = path.read_text().strip()
-                if len(token) == 32 and all(c in "0123456789abcdef" for c in token):
-                    return token
+                token, _, port = path.read_text().strip().partition(" ")
+                if len(token) == 32 and all(c in "0123456789abcdef" for c in token) and port.isdigit() \
+                        and 0 < int(port) < 65536:
+                    return token, int(port)
         if time.monotonic() > deadline:
             raise PeerError(f"rank {rank} on host {host}: no run token from rank 0 at {path} within {timeout:g} s; "
                             f"that directory must be shared by the step's nodes: set {ENV_TOKEN_DIR} to a shared "

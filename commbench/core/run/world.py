@@ -66,7 +66,7 @@ class World(Collectives):
             placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
         token_file = Path(placement.token_file) if placement.token_file else None
         if token_file and placement.rank == 0:
-            placement = dataclasses.replace(placement, token=run_token.publish(token_file))
+            placement = dataclasses.replace(placement, token=run_token.new())  # published once it listens
         self.token_file = token_file if placement.rank == 0 else None  # withdrawn at close
         self.placement = placement
         self.rank = placement.rank
@@ -80,6 +80,8 @@ class World(Collectives):
         self._seq = 0
         if self.rank == 0:
             self._server = StoreServer(self._listener(), placement.token, self.size, tolerant)
+            if token_file:
+                run_token.publish(token_file, placement.token, self._server.port)
         port = self._server.port if self._server else placement.root_port
         host = placement.root_host  # rank 0 too: the local end of this connection is the address peers get
         self.root_address = (host, port)
@@ -95,9 +97,10 @@ class World(Collectives):
             return StoreClient(host, port, self.placement.token, self.rank, self.size, self.host, self.timeout)
         deadline = time.monotonic() + self.timeout
         while True:
-            token = run_token.fetch(token_file, max(0.0, deadline - time.monotonic()), self.rank, self.host)
-            try:
-                store = StoreClient(host, port, token, self.rank, self.size, self.host,
+            token, published = run_token.fetch(token_file, max(0.0, deadline - time.monotonic()), self.rank,
+                                               self.host)
+            try:  # --port given: the same on every rank; else the one rank 0 chose and published
+                store = StoreClient(host, port or published, token, self.rank, self.size, self.host,
                                     max(1.0, deadline - time.monotonic()))
             except PeerError:
                 if time.monotonic() > deadline:
@@ -105,6 +108,7 @@ class World(Collectives):
                 time.sleep(0.2)
                 continue
             self.placement = dataclasses.replace(self.placement, token=token)
+            self.root_address = (host, port or published)  # where the watchdog connects too
             return store
 
     def _listener(self) -> socket.socket:
