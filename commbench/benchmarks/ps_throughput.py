@@ -125,7 +125,7 @@ class PSThroughput(Benchmark):
         if me < nw:
             worker = Worker(me, nw, per_shard, ctx.links, checked, asynchronous, ctx.corrupt_every, per_tensor)
             return Side(step=worker.step, begin=worker.start, wrong=lambda: worker.wrong,
-                        report=lambda: {"push": worker.push_ns, "pull": worker.pull_ns})
+                        report=lambda: {"push": worker.push_ns.tolist(), "pull": worker.pull_ns.tolist()})
         shard = Shard(per_shard[me], list(range(nw)), ctx.links, asynchronous, per_tensor)
         run = shard.run_async if asynchronous else (lambda n: untimed_loop(shard.step, n))
         return Side(run=run, wrong=shard.wrong if checked else (lambda: 0),
@@ -143,10 +143,10 @@ class PSThroughput(Benchmark):
             return Side(step=tf_ps.Chief(self.workers, ctx.links, len(variables)).round)
         if me in self.workers:
             worker = tf_ps.Worker(me - 1, 0, plans, ctx.links, len(variables))
-            return Side(run=worker.run, begin=worker.start, report=lambda: {"pull": worker.pull_ns})
+            return Side(run=worker.run, begin=worker.start, report=lambda: {"pull": worker.pull_ns.tolist()})
         shard = tf_ps.Shard(me, plans, self.workers, ctx.links)
         return Side(run=shard.run, wrong=shard.wrong if checked else (lambda: 0),
-                    report=lambda: {"push": [x for rec in shard.push_ns for x in rec], "steps": shard.steps,
+                    report=lambda: {"push": [x for rec in shard.push_ns for x in rec.tolist()], "steps": shard.steps,
                                     "held": sum(v.nbytes for v in shard.plan.variables), "value": shard.value()})
 
     def row_tf(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:

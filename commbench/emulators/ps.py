@@ -27,6 +27,7 @@ import numpy as np
 
 from commbench.core.measure import buffers
 from commbench.core.measure.message import Message
+from commbench.core.measure.samples import Samples
 from commbench.transports.base import Link
 
 LR = 0.5
@@ -165,8 +166,7 @@ class Worker:
         self.validate = validate
         self.steps = 0
         self.wrong = 0
-        self.push_ns: list[int] = []
-        self.pull_ns: list[int] = []
+        self.push_ns, self.pull_ns = Samples(), Samples()
         self.corrupt_every = corrupt_every  # test hook: every Nth push carries one flipped byte
         self.pushes = 0
         # (shard, message) per RPC of a step, in order: one per shard, or one per tensor
@@ -176,27 +176,25 @@ class Worker:
 
     def start(self, n: int) -> None:
         """Preallocate this run's per-RPC timings."""
-        self.push_ns = [0] * (n * len(self.push_rpcs))
-        self.pull_ns = [0] * (n * len(self.pull_rpcs))
-        self.slot = 0
+        self.push_ns = Samples(n * len(self.push_rpcs))
+        self.pull_ns = Samples(n * len(self.pull_rpcs))
 
     def step(self) -> None:
         if self.asynchronous:
             return self.step_async()
-        clock, links, slot = time.perf_counter_ns, self.links, self.slot
+        clock, links = time.perf_counter_ns, self.links
         if self.corrupt_every:
             for s, m in self.push_rpcs:
                 self.push_corrupted(s, m)
         else:
-            for i, (s, m) in enumerate(self.push_rpcs):
+            for s, m in self.push_rpcs:
                 t = clock()
                 links[s].call(m, self.ack)
-                self.push_ns[slot + i] = clock() - t
-        for i, (s, m) in enumerate(self.pull_rpcs):
+                self.push_ns.add(clock() - t)
+        for s, m in self.pull_rpcs:
             t = clock()
             links[s].call(self.req, m)
-            self.pull_ns[slot + i] = clock() - t
-        self.slot = slot + len(self.push_rpcs)
+            self.pull_ns.add(clock() - t)
         self.steps += 1
         if self.validate:  # sync: every pull must show exactly this step's value
             want = np.float32(expected_value(self.steps, self.nworkers))
@@ -210,24 +208,23 @@ class Worker:
         bad = self.pushes % self.corrupt_every == 0 and len(arr) > 0
         if bad:
             arr[len(arr) // 2] ^= 0xFF
+        t = time.perf_counter_ns()
         self.links[shard].call(msg, self.ack)
+        self.push_ns.add(time.perf_counter_ns() - t)
         if bad:
             arr[len(arr) // 2] ^= 0xFF
 
     def step_async(self) -> None:
         """Push everything to a shard, then pull everything from it, shard after shard; no step barrier
         among workers."""
-        clock, links, slot = time.perf_counter_ns, self.links, self.slot
-        i = 0
+        clock, links = time.perf_counter_ns, self.links
         for s, pushes, pulls in self.by_shard:
-            for k, m in enumerate(pushes):
+            for m in pushes:
                 t = clock()
                 links[s].call(m, self.ack)
-                self.push_ns[slot + i + k] = clock() - t
-            for k, m in enumerate(pulls):
+                self.push_ns.add(clock() - t)
+            for m in pulls:
                 t = clock()
                 links[s].call(self.req, m)
-                self.pull_ns[slot + i + k] = clock() - t
-            i += len(pushes)
-        self.slot = slot + len(self.push_rpcs)
+                self.pull_ns.add(clock() - t)
         self.steps += 1

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.core.measure.message import Message
+from commbench.core.measure.samples import Samples
 from commbench.emulators.ps import LR, floats, gradient_value, run_threads
 from commbench.transports.base import Link
 
@@ -109,11 +110,10 @@ def rpcs_per_worker_step(plans: Sequence[ShardPlan]) -> int:
     return ENQUEUES + 2 + sum(2 + len(p.reads()) + len(p.pulls()) + p.lr_reads() for p in plans)
 
 
-def timed_call(link: Link, request: Message, reply: Message, record: list[int], i: int) -> int:
+def timed_call(link: Link, request: Message, reply: Message, record: Samples) -> None:
     t = time.perf_counter_ns()
     link.call(request, reply)
-    record[i] = time.perf_counter_ns() - t
-    return i + 1
+    record.add(time.perf_counter_ns() - t)
 
 
 class Chief:
@@ -155,20 +155,16 @@ class Worker:
         self.ack, self.done = Message((ACK,)), Message((0,))
         self.from_chief = (Message((enqueue_request(variables),)), Message((FN_REQUEST,)), Message((FETCH_REQUEST,)))
         self.loss = Message((LOSS,))
-        self.pull_ns: list[int] = []
-        self.slot = 0
+        self.pull_ns = Samples()
 
     def start(self, n: int) -> None:
-        self.pull_ns = [0] * (n * sum(map(len, self.reads.values())))
-        self.slot = 0
+        self.pull_ns = Samples(n * sum(map(len, self.reads.values())))
 
     def step(self) -> Message:
-        i = self.slot
         for r, reads in self.reads.items():
             self.links[r].call(self.enqueue, self.ack)
             for m in reads:
-                i = timed_call(self.links[r], self.read_req, m, self.pull_ns, i)
-        self.slot = i
+                timed_call(self.links[r], self.read_req, m, self.pull_ns)
         for r, grads in self.grads.items():  # the shards read the gradients, in shard order
             for m in grads:
                 self.links[r].serve(1, self.pull_req, m)
@@ -202,7 +198,7 @@ class Shard:
         self.var_f = [floats(v) for v in self.vars]
         self.trainable = [v.trainable for v in self.plan.variables]
         self.steps = 0
-        self.push_ns: list[list[int]] = []
+        self.push_ns: list[Samples] = []
 
     def _serve_worker(self, w: int, n: int, record: list[int]) -> None:
         link, p = self.links[w], self.plan
@@ -227,17 +223,16 @@ class Shard:
                     to_lr.call(lr_req, m)
             return done
 
-        i = 0
         for _ in range(n):
             link.serve(1, enqueue, ack)
             for m in reads:
                 link.serve(1, req, m)
             for g in grads:
-                i = timed_call(link, pull_req, g, record, i)
+                timed_call(link, pull_req, g, record)
             link.serve(1, fn, apply)
 
     def run(self, n: int) -> None:
-        self.push_ns = [[0] * (n * len(self.plan.pulls())) for _ in self.workers]
+        self.push_ns = [Samples(n * len(self.plan.pulls())) for _ in self.workers]
         jobs: list[Callable[[], None]] = [lambda w=w, rec=rec: self._serve_worker(w, n, rec)
                                           for w, rec in zip(self.workers, self.push_ns, strict=True)]
         if self.plan.learning_rate:  # the others' updates read the learning rate here
