@@ -33,11 +33,13 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
-    """The common options, then every transport's own (a field shared by several transports once)."""
+def add_common(p: argparse.ArgumentParser, transports: dict, own_sizes: bool = False) -> None:
+    """The common options, then every transport's own (a field shared by several transports once).
+    ``own_sizes``: the benchmark plans its own sizes, so -m is left out of its help (and refused)."""
     CommonOptions.add_to(p, overrides={
         "transport": {"help": f"one of {', '.join(transports)} (default tcp)"},
-        "host_set": {"default": default_set()}})
+        "host_set": {"default": default_set()},
+        **({"message_size": {"help": argparse.SUPPRESS}} if own_sizes else {})})
     added: set[str] = set()
     for cls in transports.values():
         cls.Options.add_to(p, skip=added)
@@ -45,6 +47,7 @@ def add_common(p: argparse.ArgumentParser, transports: dict) -> None:
 
 def build_parser() -> Parser:
     from commbench import benchmarks, transports
+    from commbench.benchmarks.base import Benchmark
 
     tr = transports.registry()
     parser = Parser(prog="commbench", description="Communication micro-benchmarks for distributed deep learning.")
@@ -53,7 +56,7 @@ def build_parser() -> Parser:
     sub.required = True
     for name, cls in benchmarks.registry().items():
         p = sub.add_parser(name, help=cls.help, description=f"{cls.help}. Units: {cls.units}.")
-        add_common(p, tr)
+        add_common(p, tr, own_sizes=cls.plan_points.__func__ is not Benchmark.plan_points.__func__)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls, **cls.common_defaults)
     from commbench import compare, devices, hosts, payloads_cli, report, show
