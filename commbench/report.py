@@ -412,7 +412,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
+    ours = any((out / f"report.{ext}").exists() for ext in ("html", "md"))  # a report's folder from before
     made = figures(load(runs), out)
+    if ours:  # its figures this report does not make again would sit beside the new page, looking current
+        for old in set(out.glob("*.png")) - {png for _, png, _ in made}:
+            old.unlink(missing_ok=True)
     page = write_page(out, args.format, runs, made, cmp)
     print(f"commbench report: {len(made)} figure(s) and {page}")
     return 0

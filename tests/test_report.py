@@ -55,6 +55,24 @@ def test_compare_ratios(tmp_path):
     assert "Comparison (B / A)" in (tmp_path / "rep" / "report.html").read_text()
 
 
+def test_a_report_again_in_its_folder_leaves_no_figure_of_the_last(tmp_path):
+    """report, then --compare into the same folder: the figures only the first made are gone; a PNG in a
+    folder that held no report is not commbench's to remove."""
+    out = tmp_path / "rep"
+    assert commbench("report", *ALL, "-o", str(out)).code == 0
+    assert (out / "training.png").exists()
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _latency_file(a, {8: 10.0, 1024: 20.0}, "tcp")
+    _latency_file(b, {8: 5.0, 1024: 40.0}, "grpc")
+    assert commbench("report", "--compare", str(a), str(b), "-o", str(out)).code == 0
+    assert {p.name for p in out.glob("*.png")} == {"p2p-latency.png"}
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "holiday.png").write_bytes(b"x")
+    assert commbench("report", str(a), "-o", str(other)).code == 0
+    assert (other / "holiday.png").exists()
+
+
 def test_bad_input(tmp_path):
     r = commbench("report")
     assert r.code == 2 and "report needs results files" in r.err and r.err.count("\n") == 1
