@@ -585,8 +585,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
               f"fitted to {calibration}")
     print("# Low / High: the prediction with every input at the slow / fast end of its 95 % interval"
           + (f"; measured {m:.1f} img/s ({meas.lo:.1f}-{meas.hi:.1f}: the 95 % intervals of "
-             f"{len(rows)} run{'s' if len(rows) > 1 else ''}), {'agreeing with' if out['within'] else 'outside'} "
-             "it" if meas else ""))
+             f"{len(rows)} run{'s' if len(rows) > 1 else ''}); the prediction's Low-High "
+             f"{'overlaps' if out['within'] else 'misses'} that interval (the point estimates differ by "
+             f"{out['error_pct']:+.1f} %)" if meas else ""))
     for line in dominant(sizes, names, ps, args.placement):
         print(f"# {line}")
     verdict = {True: "pays off", False: "does not pay off",
