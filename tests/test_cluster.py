@@ -275,7 +275,8 @@ def test_a_rack_uplink_shows_in_bisection_not_in_the_pairs_inside_a_rack(host_se
             cross = [x["mb_s"] for x in pairs if (rack[x["a"]], rack[x["b"]]) == way]
             if len(cross) > 1:  # each pair measures its own 1 s window, and the windows start up to ~0.3 s apart
                 assert max(cross) < 0.85 * 50, (cut, way, cross)  # (in CI: 32.8 + 30.6), so each shares most of it
-        assert all(v > 0.6 * 50 for v in local), (cut, local)  # what stays in a rack: its hosts' rate, less what
-        # four pairs streaming at once on 2 busy cores take (36-41 MB/s seen in CI)
+        assert all(v > 0.5 * 50 for v in local), (cut, local)  # what stays in a rack is not held to an uplink's
+        # share (half of it, 25 MB/s, where two pairs cross one way); its hosts' rate less what four pairs streaming
+        # at once on 2 busy cores take: 36-41 MB/s seen in CI, 29-36 with another test suite running beside it
     worst = min(x["mb_s"] for x in rows if x["test"] == "bisection-cut")
     assert worst < 0.8 * 4 * 50, worst  # a cut sends two pairs or more one way across (P = 1 - 0.43^10): below the sum
