@@ -109,3 +109,21 @@ def grpc_cpp(*args: str, before: tuple[str, ...] = ()):
     """A pytest.param of ``[*before, -t grpc-cpp, *args]``, skipped with the reason where it cannot run."""
     return pytest.param([*before, "-t", "grpc-cpp", *args], id="-".join([*before, "grpc-cpp", *args]),
                         marks=needs_grpc_cpp)
+
+
+def srun_ranks(job: int, tokens: Path, *args: str, n: int = 2) -> tuple[list[subprocess.Popen], Path]:
+    """``n`` ranks of commbench started as srun starts them (SLURM_* variables, no COMMBENCH_TOKEN),
+    with ``args``; and the file where rank 0 publishes the token, once it is there (30 s at most)."""
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "COMMBENCH_", "OMPI_", "PMI_"))}
+    env.update(SLURM_JOB_ID=str(job), SLURM_STEP_ID="0", SLURM_NTASKS=str(n), SLURM_STEP_NODELIST="localhost",
+               SLURM_JOB_UID=str(os.getuid()), COMMBENCH_TOKEN_DIR=str(tokens))
+    ranks = [subprocess.Popen([sys.executable, "-m", "commbench", *args], env={**env, "SLURM_PROCID": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
+    path = tokens / f"slurm-{job}.0.token"
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, "rank 0 published no token"
+        time.sleep(0.02)
+    return ranks, path

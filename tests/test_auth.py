@@ -6,14 +6,12 @@ out beforehand (published with the token)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from conftest import srun_ranks
 
 from commbench.core.errors import PeerError
 from commbench.core.run import auth
@@ -144,18 +142,7 @@ def _frames(data: bytes) -> list[tuple[int, dict]]:
 def test_srun_rank_zero_listens_where_nobody_could_work_out(tmp_path):
     """Started as srun starts ranks (no --port, no COMMBENCH_TOKEN): rank 0 listens on a free port and
     publishes it beside the token; the port a stranger would derive from the job's ids is not used."""
-    tokens = tmp_path / "tokens"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "COMMBENCH_", "OMPI_", "PMI_"))}
-    env.update(SLURM_JOB_ID="4343", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_STEP_NODELIST="localhost",
-               COMMBENCH_TOKEN_DIR=str(tokens))
-    ranks = [subprocess.Popen([sys.executable, "-m", "commbench", "p2p-latency", "-m", "8:8", "-i", "2000",
-                               "--timeout", "30"], env={**env, "SLURM_PROCID": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    path = tokens / "slurm-4343.0.token"
-    deadline = time.monotonic() + 30
-    while not path.exists():
-        assert time.monotonic() < deadline, "rank 0 published nothing"
-        time.sleep(0.02)
+    ranks, path = srun_ranks(4343, tmp_path / "tokens", "p2p-latency", "-m", "8:8", "-i", "2000", "--timeout", "30")
     token, port = path.read_text().split()
     outs = [r.communicate(timeout=120) for r in ranks]
     assert [r.returncode for r in ranks] == [0, 0], outs

@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from conftest import free_port, grpc_cpp, spawn
+from conftest import free_port, grpc_cpp, spawn, srun_ranks
 
 from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.output.results import read_runs
@@ -392,22 +392,11 @@ def test_srun_token_is_random_and_the_old_derivation_is_refused(tmp_path):
     import hashlib
     import os
     import stat
-    import subprocess
-    import sys
 
     port = _port_below_ephemeral(3)
     tokens = tmp_path / "tokens"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "COMMBENCH_", "OMPI_", "PMI_"))}
-    env.update(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_STEP_NODELIST="localhost",
-               SLURM_JOB_UID=str(os.getuid()), COMMBENCH_TOKEN_DIR=str(tokens))
-    ranks = [subprocess.Popen([sys.executable, "-m", "commbench", "p2p-latency", "-m", "8:8", "-i", "3000",
-                               "--port", str(port), "--timeout", "30"], env={**env, "SLURM_PROCID": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    path = tokens / "slurm-4242.0.token"
-    deadline = time.monotonic() + 30
-    while not path.exists():
-        assert time.monotonic() < deadline, "rank 0 published no token"
-        time.sleep(0.02)
+    ranks, path = srun_ranks(4242, tokens, "p2p-latency", "-m", "8:8", "-i", "3000", "--port", str(port),
+                             "--timeout", "30")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(tokens.stat().st_mode) == 0o700
     listening = {c.laddr.ip for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
                  and c.status == psutil.CONN_LISTEN}
