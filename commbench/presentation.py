@@ -61,12 +61,15 @@ def read_checked(path, need_rows: bool = True) -> list:
 
     runs = read_runs(path, need_rows=need_rows)
     kinds = presentations()
+    schemas: dict[str, tuple[list, Presentation | None]] = {}  # per kind of row, worked out once
     for run in runs:
         for i, row in enumerate(run.rows, 1):
             bench = str(row.get("bench", run.meta.get("bench")))
-            keys, p = declared_keys(bench), of(bench, kinds)
-            for k, c in keys.items():
-                if c.unit and k in row and not _number(row[k]):
+            if bench not in schemas:
+                schemas[bench] = ([(k, c) for k, c in declared_keys(bench).items() if c.unit], of(bench, kinds))
+            numeric, p = schemas[bench]
+            for k, c in numeric:
+                if k in row and not _number(row[k]):
                     raise UsageError(f"{path}: row {i}: {k} is {str(row[k])[:40]!r}, not a number ({c.unit}); "
                                      "was the file edited?")
             if p is not None and p.figure == "line" and p.x not in row:

@@ -71,11 +71,6 @@ class Options:
         values = vars(ns)
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
-    @classmethod
-    def defaults(cls, **changes: Any) -> Self:
-        """The options as the command line would give them with no flags (and ``changes``)."""
-        return cls(**changes)
-
     def plain(self) -> dict[str, Any]:
         """The values as results keep them."""
         return asdict(self)
