@@ -20,6 +20,7 @@ from commbench.core.measure.message import Message, Pattern
 from commbench.core.measure.payload import Payload
 from commbench.emulators.ps import run_threads
 from commbench.transports import _verbs_plan as vp
+from commbench.transports import _verbs_protocol as vq
 from commbench.transports import verbs
 
 try:  # the in-memory fabric borrows pyverbs' enums and error classes
@@ -130,12 +131,12 @@ def test_qp_info_compatibility_checks():
 # -- pool sizing, SGE mapping, credits, states, port checks ------------------------------------------
 def test_pool_is_sized_from_the_largest_message():
     p = vp.plan_pool(8, "send", 64 << 20)
-    assert (p.slot, p.depth, p.recvs, p.region) == (64, 64, 66, 66 * 64 + vp.MAILBOX)
+    assert (p.slot, p.depth, p.recvs, p.region) == (64, 64, 66, 66 * 64 + vq.MAILBOX)
     p = vp.plan_pool(4 << 20, "send", 64 << 20)
-    assert (p.slot, p.depth) == (4 << 20, 16) and p.region == 18 * (4 << 20) + vp.MAILBOX
+    assert (p.slot, p.depth) == (4 << 20, 16) and p.region == 18 * (4 << 20) + vq.MAILBOX
     p = vp.plan_pool(4 << 20, "write", 64 << 20)
-    assert p.region == 16 * (4 << 20) + 18 * 64 + vp.MAILBOX  # data slots + an area for credit messages + mailbox
-    assert p.mailbox == p.region - vp.MAILBOX
+    assert p.region == 16 * (4 << 20) + 18 * 64 + vq.MAILBOX  # data slots + an area for credit messages + mailbox
+    assert p.mailbox == p.region - vq.MAILBOX
     assert vp.plan_pool(1000, "send", 64 << 20).slot == 1024  # 64-byte aligned
     assert vp.plan_pool(64 << 20, "send", 64 << 20).depth == 2  # never fewer than 2
     assert vp.plan_pool(8, "send", 64 << 20, max_qp_wr=10).depth == 8
@@ -156,7 +157,7 @@ def test_sge_plan():
 
 
 def test_credits():
-    c = vp.Credits(peer_depth=4, own_depth=4)
+    c = vq.Credits(peer_depth=4, own_depth=4)
     assert [c.spend() for _ in range(4)] == [0, 1, 2, 3]
     with pytest.raises(PeerError, match="no credit"):
         c.spend()
@@ -164,24 +165,24 @@ def test_credits():
     assert [c.spend(), c.spend()] == [0, 1]
     with pytest.raises(PeerError, match="more credits"):
         c.granted(5)
-    r = vp.Credits(4, 4)
+    r = vq.Credits(4, 4)
     assert [r.consumed() for _ in range(5)] == [0, 2, 0, 2, 0]
-    assert vp.parse_imm(vp.imm_credit(3)) == (True, 3, False)
-    assert vp.parse_imm(vp.imm_data(1 << 20)) == (False, 1 << 20, False)
-    assert vp.parse_imm(vp.imm_data(vp.MAX_IMM_LEN, direct=True)) == (False, vp.MAX_IMM_LEN, True)
+    assert vq.parse_imm(vq.imm_credit(3)) == (True, 3, False)
+    assert vq.parse_imm(vq.imm_data(1 << 20)) == (False, 1 << 20, False)
+    assert vq.parse_imm(vq.imm_data(vq.MAX_IMM_LEN, direct=True)) == (False, vq.MAX_IMM_LEN, True)
 
 
 def test_adverts_are_read_whole_and_only_for_their_message():
-    box = bytearray(vp.MAILBOX)
-    assert vp.read_advert(box, 0) is None  # an empty mailbox holds no advert, not one for message 0
-    vp.pack_advert(box, 7, 0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
-    assert vp.read_advert(box, 7) == (0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
-    assert vp.read_advert(box, 8) is None  # an older message's advert: the sender uses a slot
+    box = bytearray(vq.MAILBOX)
+    assert vq.read_advert(box, 0) is None  # an empty mailbox holds no advert, not one for message 0
+    vq.pack_advert(box, 7, 0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
+    assert vq.read_advert(box, 7) == (0x7F00_0000_1000, 0xBEEF, 0x1234, 65536)
+    assert vq.read_advert(box, 8) is None  # an older message's advert: the sender uses a slot
     torn = bytearray(box)
-    torn[vp.ADVERT.size - 8:vp.ADVERT.size] = (6).to_bytes(8, "little")  # the trailing number not yet written
-    assert vp.read_advert(torn, 7) is None
-    a, b = vp.layout_of([100, 200], (64, 64)), vp.layout_of([4100, 4200], (64, 64))
-    assert a == b != vp.layout_of([100, 164], (64, 64)) != vp.layout_of([100, 200], (64, 65))
+    torn[vq.ADVERT.size - 8:vq.ADVERT.size] = (6).to_bytes(8, "little")  # the trailing number not yet written
+    assert vq.read_advert(torn, 7) is None
+    a, b = vq.layout_of([100, 200], (64, 64)), vq.layout_of([4100, 4200], (64, 64))
+    assert a == b != vq.layout_of([100, 164], (64, 64)) != vq.layout_of([100, 200], (64, 65))
 
 
 def test_connection_states():
@@ -256,7 +257,7 @@ def ranks(*fns, **kw):
     return out
 
 
-class StrictCredits(vp.Credits):
+class StrictCredits(vq.Credits):
     """Credits that fail the rank's thread the moment a data message is sent with none left."""
 
     @property
@@ -271,10 +272,10 @@ class StrictCredits(vp.Credits):
 
 def strict_credits(link) -> None:
     """Swap the link's credits for StrictCredits with the same state (before its closures are made)."""
-    old, new = link.credits, StrictCredits.__new__(StrictCredits)
+    old, new = link.proto.credits, StrictCredits.__new__(StrictCredits)
     new.__dict__.update({k: v for k, v in vars(old).items() if k != "available"})
     new.available = old.available
-    link.credits = new
+    link.proto.credits = new
 
 
 def pair(fn0, fn1, **kw):
@@ -343,13 +344,13 @@ def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op,
             do()
             wrong += not rep.matches(pat)
             rep.clear()
-        return wrong, link.direct_out, link.direct_in
+        return wrong, link.proto.direct_out, link.proto.direct_in
 
     def server(t, link):
         req = Message(sizes)
         time.sleep(0.2)  # the first request leaves before any advert: by a slot, with its reply's advert
         link.serve(n, req, req)
-        return link.direct_in, link.direct_out
+        return link.proto.direct_in, link.proto.direct_out
 
     (wrong, c_out, c_in), (s_in, s_out) = pair(client, server, verbs_op=op, largest=64 << 10, verbs_direct=direct)
     assert wrong == 0
@@ -399,7 +400,7 @@ def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_b
         for _ in range(n):
             do()
             wrong += not rep.matches(pat)
-        return wrong, log, link.quiet_every, link.direct_in
+        return wrong, log, link.quiet_every, link.proto.direct_in
 
     def server(t, link):
         log, req = [], Message(sizes)
@@ -455,7 +456,7 @@ def test_serve_posts_each_reply_behind_the_next_requests_advert(fake, op):
         link.qp.post_send = post
         req = Message(sizes)
         link.serve(n, req, req)  # echo
-        return chains, link.direct_in
+        return chains, link.proto.direct_in
 
     echoed, (chains, direct_in) = pair(client, server, verbs_op=op, largest=64 << 10)
     assert echoed and direct_in == n
@@ -501,8 +502,8 @@ def test_a_window_of_sends_is_signaled_at_its_end(fake, op, way):
         adverts, real = [], link._advertise
 
         def advertise(msg, post=True):
-            before, got = link.advertised, real(msg, post)
-            if link.advertised not in (None, before):  # this call advertised msg's buffers
+            before, got = link.proto.advertised, real(msg, post)
+            if link.proto.advertised not in (None, before):  # this call advertised msg's buffers
                 adverts.append(msg)
             return got
         link._advertise = advertise
@@ -581,7 +582,7 @@ def test_one_message_sent_on_two_links_from_two_threads(fake, op):
             link.call(req, rep)
             wrong += not rep.matches(pat)
             rep.clear()
-        return wrong, link.direct_in
+        return wrong, link.proto.direct_in
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch between any two steps of a send, as they may

@@ -6,10 +6,7 @@ around the hardware, so that it is tested on machines without an RDMA device.
   the port's MTU and link layer. ``QpInfo.parse`` validates what came over the rendezvous.
 - ``plan_pool``: the receive pool, sized once from the largest message of the run.
 - ``sge_plan``: how a message's buffer list is posted (inline, one SGE per buffer, or packed).
-- ``Credits``: flow control, so a sender never overruns the peer's pre-posted receives.
-- Adverts: a receiver waiting for a large message writes where it wants it (address, rkey, span,
-  layout) into the sender's mailbox; the sender of exactly that message writes it there directly
-  (``pack_advert``, ``read_advert``, ``layout_of``).
+The data path's protocol (credits, adverts, direct placement) is ``_verbs_protocol``.
 - ``Conn``: the connection's states; using a link that is not ready fails with its state named.
 - ``port_problem``: the port checks (state, link layer, LID, GID) as one-line messages.
 """
@@ -17,12 +14,11 @@ around the hardware, so that it is tested on machines without an RDMA device.
 from __future__ import annotations
 
 import re
-import struct
-import zlib
 from dataclasses import asdict, dataclass
 from enum import Enum
 
 from commbench.core.errors import PeerError, UsageError
+from commbench.transports._verbs_protocol import MAILBOX, MAX_IMM_LEN, SPARE_RECVS
 
 GID_RE = re.compile(r"^[0-9a-f]{4}(:[0-9a-f]{4}){7}$")
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
@@ -31,13 +27,6 @@ PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTI
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}  # IBV_MTU_*
 OPS = ("send", "write")
 SLOT_ALIGN = 64
-SPARE_RECVS = 2  # receives beyond the data depth, for credit messages (at most 2 are ever unprocessed)
-CREDIT_FLAG = 0x8000_0000  # immediate data: high bit set = credit return, else a data message's length
-DIRECT_FLAG = 0x4000_0000  # ... and, for data, this bit: written straight into the receiver's advertised buffer
-MAX_IMM_LEN = DIRECT_FLAG - 1
-DIRECT_FROM = 32 << 10  # messages this large are advertised by their receiver and placed without a copy
-MAILBOX = 64  # bytes at the end of each receive region where the peer's latest advert lands
-ADVERT = struct.Struct("<QQIIQQ")  # seq, address, rkey, layout, span, seq again (written last: a torn read shows)
 
 
 @dataclass(frozen=True)
@@ -169,80 +158,6 @@ def sge_plan(sizes: tuple[int, ...], max_sge: int, max_inline: int) -> str:
     if nbytes <= max_inline and nonempty <= max_sge:
         return "inline"
     return "sge" if nonempty <= max_sge else "pack"
-
-
-def imm_data(nbytes: int, direct: bool = False) -> int:
-    return (DIRECT_FLAG if direct else 0) | nbytes
-
-
-def imm_credit(n: int) -> int:
-    return CREDIT_FLAG | n
-
-
-def parse_imm(imm: int) -> tuple[bool, int, bool]:
-    """(is a credit return, count or length, placed directly into the advertised buffer)."""
-    credit = bool(imm & CREDIT_FLAG)
-    return credit, imm & MAX_IMM_LEN, not credit and bool(imm & DIRECT_FLAG)
-
-
-def layout_of(addrs: list[int], sizes: tuple[int, ...]) -> int:
-    """A 32-bit digest of a message's layout (each buffer's offset from the first, and its size): two
-    messages with the same digest and span take the same bytes at the same places."""
-    return zlib.crc32(struct.pack(f"<{2 * len(sizes)}Q", *(v for a, n in zip(addrs, sizes, strict=True)
-                                                          for v in (a - addrs[0], n))))
-
-
-def pack_advert(buf, seq: int, addr: int, rkey: int, layout: int, span: int) -> None:
-    """Put into buf what a receiver waiting for its message number ``seq`` writes into the sender's mailbox."""
-    ADVERT.pack_into(buf, 0, seq, addr, rkey, layout, span, seq)
-
-
-def read_advert(mailbox: bytes, seq: int) -> tuple[int, int, int, int] | None:
-    """(address, rkey, layout, span) if the mailbox holds a whole advert for message ``seq``; None for an
-    older one, an empty or a half-written mailbox (the sender then uses the receive slots)."""
-    head, addr, rkey, layout, span, tail = ADVERT.unpack_from(mailbox)
-    if head != seq or tail != seq or addr == 0:
-        return None
-    return addr, rkey, layout, span
-
-
-class Credits:
-    """Sender-side credits and receiver-side returns for one link.
-
-    The sender starts with the peer's depth and spends one per data message; the receiver returns
-    consumed slots in batches of half its depth (one small credit message each), so at most two
-    credit messages are ever unprocessed, which the spare receives cover.
-    """
-
-    def __init__(self, peer_depth: int, own_depth: int) -> None:
-        self.available = peer_depth
-        self.batch = max(1, own_depth // 2)
-        self.unreturned = 0
-        self.sent = 0  # data messages sent: the sender's slot index in write mode is sent % peer_depth
-        self.peer_depth = peer_depth
-
-    def spend(self) -> int:
-        """Take a credit for one data message; returns the peer slot it goes to (write mode)."""
-        if self.available <= 0:
-            raise PeerError("no credit left (the peer has not returned its receive slots)")
-        self.available -= 1
-        slot = self.sent % self.peer_depth
-        self.sent += 1
-        return slot
-
-    def granted(self, n: int) -> None:
-        self.available += n
-        if self.available > self.peer_depth:
-            raise PeerError(f"the peer returned more credits than it has receive slots ({self.available} > "
-                            f"{self.peer_depth}): corrupted control traffic")
-
-    def consumed(self) -> int:
-        """After a data message is consumed and its receive re-posted: how many credits to return now (0: not yet)."""
-        self.unreturned += 1
-        if self.unreturned >= self.batch:
-            n, self.unreturned = self.unreturned, 0
-            return n
-        return 0
 
 
 class Conn(Enum):

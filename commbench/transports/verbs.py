@@ -11,7 +11,7 @@ Data paths (``--verbs-op``):
 - ``write``: RDMA WRITE with immediate straight into the peer's slot (``sent % depth``), which
   consumes a posted receive only as a notification.
 Either way the receiver copies the slot into the caller's buffers and re-posts it; credits
-(``Credits``) returned in batches as small SEND-with-immediate messages keep a sender from
+returned in batches as small SEND-with-immediate messages keep a sender from
 overrunning the pool. Messages of ``DIRECT_FROM`` (32 KiB) and more skip that copy when the receiver
 is already waiting (``--verbs-direct on``, the default): on entering a receive it RDMA-writes an
 advert (message number, address, rkey, layout) into the sender's mailbox, and a sender about to send
@@ -25,6 +25,11 @@ the device's ``max_sge``; more buffers are packed into a registered staging slot
 go inline. A sent message's buffers are in use until the next receive, call or progress on that
 link returns (MPI_Isend completed by the next wait); that is when send completions are reaped.
 
+What goes where (credits, adverts, direct placement) is decided by ``_verbs_protocol.Protocol``, a
+state machine with no I/O tested in random interleavings; this module posts, polls and copies as it
+says. The closures timed loops run (``_poster``, ``_receiver``, ``_window_poster``) make the same
+decisions on the same state, unrolled so that a step costs a few comparisons.
+
 Completions: busy polling (default, as perftest) or completion events (``--poll blocking``: the CQ
 is armed and the process sleeps in ibv_get_cq_event; an interval timer interrupts that wait so
 that --timeout still holds). Busy-polled CQs are extended ones where the device has them, read in
@@ -33,7 +38,6 @@ place (``make_cq``): no pyverbs object is made per completion.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import itertools
 import random
@@ -44,34 +48,26 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from types import SimpleNamespace
 
 import numpy as np
 
 from commbench.core.config.argtypes import integer, number
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import RunConfig
-from commbench.core.errors import PeerError, Unavailable, UsageError
+from commbench.core.errors import PeerError, UsageError
 from commbench.core.measure.message import Message
 from commbench.core.output.table import key
-from commbench.transports._verbs_plan import (
+from commbench.transports._verbs_device import WC_ERRORS, Completion, Registry, load_api, make_cq, open_port, region
+from commbench.transports._verbs_plan import Conn, ConnState, QpInfo, path_mtu, plan_pool, sge_plan
+from commbench.transports._verbs_protocol import (
     ADVERT,
     DIRECT_FROM,
     MAILBOX,
-    Conn,
-    ConnState,
-    Credits,
-    QpInfo,
+    Protocol,
     imm_credit,
     imm_data,
-    layout_of,
     pack_advert,
     parse_imm,
-    path_mtu,
-    plan_pool,
-    port_problem,
-    read_advert,
-    sge_plan,
 )
 from commbench.transports.base import Link, Transport, queues
 
@@ -80,163 +76,6 @@ MAX_INLINE = 64  # bytes requested as inline data; retried with 0 if the device 
 SPIN_CHECK = 0x3FF  # look at the clock every 1024 empty polls
 CHECK_EVERY = 0.5  # s: a wait this long asks the rendezvous whether a rank died
 _LINK_NUMBERS = itertools.count()  # a link's own keys in a Message's cache
-WC_ERRORS = {12: "the peer stopped acknowledging (transport retries exhausted): it died or its port went down",
-             13: "the peer had no receive posted (RNR retries exhausted)",
-             5: "the queue pair was flushed after an earlier error",
-             2: "local queue-pair operation error: on Soft-RoCE, a send from memory no longer registered",
-             10: "the peer refused the remote access (rkey/address)",
-             4: "local protection error (a buffer that is not registered)"}
-
-
-def load_api() -> SimpleNamespace:
-    """The pyverbs modules this transport uses, or a one-line UsageError on how to get them."""
-    try:
-        import pyverbs.enums as enums
-        from pyverbs import addr, cq, device, mr, pd, qp, wr
-        from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
-    except ImportError as exc:
-        raise Unavailable(f"pyverbs is not importable ({exc}): install the distribution's python3-pyverbs "
-                          "(rdma-core) and re-run launchers/setup.sh, which links it into .venv") from None
-    return SimpleNamespace(addr=addr, cq=cq, device=device, mr=mr, pd=pd, qp=qp, wr=wr, e=enums,
-                           Error=PyverbsError, RDMAError=PyverbsRDMAError)
-
-
-def _name(dev) -> str:
-    n = dev.name
-    return n.decode() if isinstance(n, bytes) else str(n)
-
-
-def open_port(api: SimpleNamespace, dev: str | None, port: int, gid_index: int):
-    """(context, device name, port attributes, GID string, device attributes) after every check."""
-    try:
-        devs = api.device.get_device_list()
-    except api.Error as exc:
-        devs, why = [], str(exc)
-    else:
-        why = "the device list is empty"
-    names = [_name(d) for d in devs]
-    if not names:
-        raise Unavailable(f"no RDMA device found (pyverbs: {why})")
-    if dev is None:
-        dev = names[0]
-    elif dev not in names:
-        raise UsageError(f"--ib-dev {dev}: no such RDMA device; devices here: {', '.join(names)}")
-    try:
-        ctx = api.device.Context(name=dev)
-        dattr = ctx.query_device()
-        if not 1 <= port <= dattr.phys_port_cnt:
-            ctx.close()
-            raise UsageError(f"--ib-port {port}: {dev} has ports 1..{dattr.phys_port_cnt}")
-        pattr = ctx.query_port(port)
-        gid = None
-        if gid_index < pattr.gid_tbl_len:
-            gid = ctx.query_gid(port, gid_index).gid
-    except api.Error as exc:
-        raise UsageError(f"cannot open port {port} of RDMA device {dev}: {exc}") from None
-    problem = port_problem(dev, port, int(pattr.state), int(pattr.link_layer), int(pattr.lid), gid)
-    if gid_index >= pattr.gid_tbl_len:
-        problem = f"--gid-index {gid_index}: port {port} of {dev} has {pattr.gid_tbl_len} GIDs"
-    if problem:
-        ctx.close()
-        raise UsageError(problem)
-    return ctx, dev, pattr, gid, dattr
-
-
-class Registry:
-    """Memory registered once per backing array (the root of a numpy view chain), kept alive with it.
-    Registered for remote writes too: a receive buffer may be advertised to the peer (only ever to the
-    peer of this run's queue pairs, and only while a receive waits in it). Thread-safe: a rank serving
-    several peers from threads of its own (the PS emulator) sends the same arrays on each; two
-    registrations of one array would leave one MR dropped, and its lkey invalid, under a send."""
-
-    def __init__(self, api: SimpleNamespace, pd) -> None:
-        self.api, self.pd = api, pd
-        self.mrs: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
-        self.lock = threading.Lock()
-
-    def _mr(self, arr: np.ndarray):
-        """(MR, start, size) of the registration covering arr."""
-        root = arr
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        start, size = root.ctypes.data, root.nbytes
-        a = arr.ctypes.data
-        if not (start <= a and a + arr.nbytes <= start + size):  # not a plain view: register the array itself
-            root, start, size = arr, a, arr.nbytes
-        with self.lock:
-            hit = self.mrs.get((start, size))
-            if hit is None:
-                e = self.api.e
-                mr = self.api.mr.MR(self.pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
-                                    address=start)
-                hit = self.mrs[(start, size)] = (mr, root)
-        return hit[0], start, size
-
-    def lkey(self, arr: np.ndarray) -> int:
-        return self._mr(arr)[0].lkey
-
-    def span(self, msg: Message) -> tuple[int, int, int, int, int] | None:
-        """(address, bytes, lkey, rkey, layout) of one registered range holding all of msg's buffers
-        (a message carved from one mapping, padding included), or None if they are not in one."""
-        hit = msg.cache.get("verbs-span")
-        if hit is None:
-            arrays = [a for a in msg.arrays if len(a)]
-            hit = False
-            if arrays:
-                mr, start, size = self._mr(arrays[0])
-                addrs = [a.ctypes.data for a in arrays]
-                first, end = addrs[0], addrs[-1] + len(arrays[-1])
-                apart = all(a + len(x) <= b for a, x, b in zip(addrs, arrays, addrs[1:], strict=False))
-                if apart and start <= first and end <= start + size:
-                    hit = (first, end - first, mr.lkey, mr.rkey, layout_of(addrs, tuple(len(a) for a in arrays)))
-            msg.cache["verbs-span"] = hit
-        return hit or None
-
-
-def _region(mr, size: int) -> np.ndarray:
-    """A numpy view of a pyverbs MR's own buffer."""
-    return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(mr.buf))
-
-
-Completion = tuple[int, int, int, int, int, int]  # status, wr_id, imm_data, opcode, byte_len, vendor_err
-
-
-def make_cq(api: SimpleNamespace, ctx, depth: int, channel) -> tuple[object, Callable[[], Completion | None]]:
-    """A completion queue and its take() (the next completion, or None). Extended (ibv_create_cq_ex, read
-    in place with ibv_start_poll) where the device has them and no completion channel is wanted (pyverbs
-    cannot arm an extended CQ): a classic poll makes a pyverbs WC object per completion, a cost paid
-    between a completion and the receiver seeing it (docs/notes/verbs-performance.md)."""
-    if channel is None and hasattr(api.cq, "CQEX"):
-        e = api.e
-        attr = api.cq.CqInitAttrEx(cqe=depth, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_IMM,
-                                   comp_mask=e.IBV_CQ_INIT_ATTR_MASK_FLAGS, flags=0)
-        try:
-            cq = api.cq.CQEX(ctx, attr)
-        except api.Error:
-            pass  # no extended CQs on this device: a classic one
-        else:
-            return cq, partial(_take_in_place, cq, api.cq.PollCqAttr())
-    cq = api.cq.CQ(ctx, depth, None, channel, 0)
-    return cq, partial(_take_wc, cq)
-
-
-def _take_in_place(cq, attr) -> Completion | None:
-    if cq.start_poll(attr):  # ENOENT: none
-        return None
-    status, wr_id, imm = cq.status, cq.wr_id, cq.read_imm_data()
-    rest = (cq.read_opcode(), cq.read_byte_len(), cq.read_vendor_err()) if status else (0, 0, 0)
-    cq.end_poll()
-    return (status, wr_id, imm, *rest)
-
-
-def _take_wc(cq) -> Completion | None:
-    n, wcs = cq.poll(1)
-    if not n:
-        return None
-    w = wcs[0]
-    return w.status, w.wr_id, w.imm_data, w.opcode, w.byte_len, w.vendor_err
-
-
 class VerbsLink(Link):
     def __init__(self, t: VerbsTransport, peer: int, name: str) -> None:
         super().__init__(peer, name)
@@ -251,13 +90,13 @@ class VerbsLink(Link):
         self.qp = self._create_qp()
         access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
         self.recv_mr = api.mr.MR(t.pd, plan.region, access)
-        self.recv_mem = _region(self.recv_mr, plan.region)
+        self.recv_mem = region(self.recv_mr, plan.region)
         self.ctrl_mr = api.mr.MR(t.pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
         self.recv_mem[plan.mailbox:plan.mailbox + MAILBOX] = 0  # no advert yet
         # adverts are packed and read through memoryviews: struct is quicker on them than on numpy arrays
         self.mailbox = memoryview(self.recv_mem[plan.mailbox:plan.mailbox + MAILBOX])
         self.advert_mr = api.mr.MR(t.pd, MAILBOX, e.IBV_ACCESS_LOCAL_WRITE)
-        self.advert_mem = memoryview(_region(self.advert_mr, MAILBOX))
+        self.advert_mem = memoryview(region(self.advert_mr, MAILBOX))
         self.advert_inline = self.max_inline >= ADVERT.size  # copied at post, not read later
         advert_sg = [api.wr.SGE(self.advert_mr.buf, ADVERT.size, self.advert_mr.lkey)]
         self.advert_wr = api.wr.SendWR(wr_id=2 << 40, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=advert_sg,
@@ -269,8 +108,6 @@ class VerbsLink(Link):
         n = next(_LINK_NUMBERS)  # work requests cached in a Message are this link's own: posting one sets
         self.wr_key, self.direct_key = f"verbs.{n}", f"verbs-direct.{n}"  # its flags and remote address
         self.poster_key = f"verbs-poster.{n}"
-        self.advertised: tuple[int, int] | None = None  # (message number, id of the message) waiting in its buffers
-        self.direct_in = self.direct_out = 0  # messages placed without a copy, received and sent
         self.rwrs = [api.wr.RecvWR(wr_id=i, num_sge=1, sg=[api.wr.SGE(*self._recv_sge(i), self.recv_mr.lkey)])
                      for i in range(plan.recvs)]
         for w in self.rwrs:
@@ -282,9 +119,7 @@ class VerbsLink(Link):
                             link_layer=int(t.port_attr.link_layer), op=t.op,
                             mailbox=self.recv_mr.buf + plan.mailbox)
         self.remote: QpInfo | None = None
-        self.credits: Credits | None = None
-        self.stash: deque[tuple[int, int, bool]] = deque()  # data completions seen while waiting for credits
-        self.received = 0  # data messages consumed (write mode: the next slot is received % depth)
+        self.proto: Protocol | None = None  # the data path's state and decisions (from to_rts on)
         self.unsettled = -1  # a consumed message's receive index, not yet re-posted (see _settle)
         # Selective signaling: a send whose data went inline (copied at post) needs no completion, so it
         # is posted unsignaled, but for every quiet_every-th one, whose completion frees the send queue
@@ -344,7 +179,8 @@ class VerbsLink(Link):
         attr.ah_attr = api.addr.AHAttr(port_num=t.port, is_global=1 if roce else 0, gr=gr, dlid=remote.lid)
         self.qp.to_rts(attr)
         self.remote = remote
-        self.credits = Credits(remote.depth, self.plan.depth)
+        self.proto = Protocol(own_depth=self.plan.depth, own_slot=self.plan.slot, peer_depth=remote.depth,
+                              mailbox=self.mailbox, write_op=self.write_op, direct=self.direct)
         self.advert_wr.set_wr_rdma(remote.rkey, remote.mailbox)  # adverts always go to the peer's mailbox
         self.advert_lead.set_wr_rdma(remote.rkey, remote.mailbox)
 
@@ -390,7 +226,7 @@ class VerbsLink(Link):
         a completion to the answer. Until then the peer holds that credit, so it never needs the receive."""
         idx, self.unsettled = self.unsettled, -1
         self.qp.post_recv(self.rwrs[idx])
-        back = self.credits.consumed()
+        back = self.proto.release()
         if back:
             self._return_credits(back)
 
@@ -418,8 +254,8 @@ class VerbsLink(Link):
 
     def _recv_wc(self, block: bool) -> tuple[int, int, bool] | None:
         """The next data message (receive index, length, placed directly): one kept earlier, else from the CQ."""
-        if self.stash:
-            return self.stash.popleft()
+        if self.proto.kept:
+            return self.proto.kept.popleft()
         return self._poll_rcq(block)
 
     def _poll_rcq(self, block: bool, for_credit: bool = False) -> tuple[int, int, bool] | None:
@@ -433,7 +269,7 @@ class VerbsLink(Link):
             if not credit:
                 return c[1], value, direct
             self.qp.post_recv(self.rwrs[c[1]])
-            self.credits.granted(value)
+            self.proto.granted(value)
             if for_credit:
                 return None
 
@@ -473,10 +309,10 @@ class VerbsLink(Link):
         self.qp.post_send(lead)
 
     def _wait_credit(self) -> None:
-        while self.credits.available <= 0:
+        while self.proto.credits.available <= 0:
             got = self._poll_rcq(True, for_credit=True)  # data arriving meanwhile is kept for recv_into
             if got is not None:
-                self.stash.append(got)
+                self.proto.kept.append(got)
 
     # -- data path ------------------------------------------------------------------------------
     def _send_wr(self, msg: Message) -> tuple[object, bool]:
@@ -503,7 +339,7 @@ class VerbsLink(Link):
         if self.staging is None:
             depth = self.remote.depth
             self.staging_mr = self.api.mr.MR(self.t.pd, depth * size, self.api.e.IBV_ACCESS_LOCAL_WRITE)
-            self.staging = _region(self.staging_mr, depth * size)
+            self.staging = region(self.staging_mr, depth * size)
         off = slot * size
         for a in msg.arrays:
             self.staging[off:off + len(a)] = a
@@ -513,20 +349,6 @@ class VerbsLink(Link):
             sge = self.api.wr.SGE(self.staging_mr.buf + slot * size, max(msg.nbytes, 1), self.staging_mr.lkey)
             wr = self.pack_wrs[(slot, msg.nbytes)] = self.api.wr.SendWR(
                 wr_id=0, opcode=self.data_op, num_sge=1, sg=[sge], imm_data=imm_data(msg.nbytes))
-        return wr
-
-    def _direct_wr(self, msg: Message, seq: int):
-        """An RDMA write of msg straight into the buffers its receiver advertised for message ``seq``,
-        or None (no advert for it yet, or the buffers there are not laid out as msg's)."""
-        got = read_advert(self.mailbox, seq)
-        mine = self.t.registry.span(msg) if got is not None else None
-        if mine is None:
-            return None
-        addr, rkey, layout, span = got
-        if (span, layout) != (mine[1], mine[4]):
-            return None
-        wr = msg.cache.get(self.direct_key) or self._new_direct_wr(msg, mine)
-        wr.set_wr_rdma(rkey, addr)
         return wr
 
     def _new_direct_wr(self, msg: Message, mine: tuple[int, int, int, int, int]):
@@ -542,24 +364,24 @@ class VerbsLink(Link):
                              sg=[api.wr.SGE(first, nbytes, lkey)], imm_data=imm_data(msg.nbytes, direct=True))
 
     def _post(self, msg: Message, more: bool = False, lead=None) -> None:
-        """Send msg (the per-message path: kept short, as every step here is paid per message)."""
+        """Send msg where the protocol routes it (the per-message path: kept short, as every step here
+        is paid per message)."""
         if self.state.state is not Conn.READY:
             self.state.require_ready()
-        credits = self.credits
-        if credits.available <= 0:
+        if self.proto.credits.available <= 0:
             self._wait_credit()
-        seq = credits.sent
-        slot = credits.spend()
-        wr = self._direct_wr(msg, seq) if self.direct and msg.nbytes >= DIRECT_FROM else None
-        if wr is not None:
+        span = self._direct_span(msg)
+        route = self.proto.send(msg.nbytes, span)
+        if route.direct:
+            wr = msg.cache.get(self.direct_key) or self._new_direct_wr(msg, span)
+            wr.set_wr_rdma(route.rkey, route.addr)
             inline = False
-            self.direct_out += 1
         else:
             wr, inline = msg.cache.get(self.wr_key) or self._send_wr(msg)
             if wr is None:
-                wr = self._pack(msg, slot)
+                wr = self._pack(msg, route.slot)
             if self.write_op:
-                wr.set_wr_rdma(self.remote.rkey, self.remote.addr + slot * self.remote.slot)
+                wr.set_wr_rdma(self.remote.rkey, self.remote.addr + route.slot * self.remote.slot)
         self._submit(wr, inline, more, lead)
 
     def send(self, msg: Message) -> None:
@@ -567,19 +389,14 @@ class VerbsLink(Link):
 
     def _deliver(self, got: tuple[int, int, bool], msg: Message) -> None:
         idx, nbytes, direct = got
-        if nbytes != msg.nbytes:
-            raise self.state.fail(f"a {nbytes}-byte message arrived where {msg.nbytes} B were expected")
-        if direct:  # already in msg's buffers: only ever the message this receive advertised them for
-            if self.advertised != (self.received, id(msg)):
-                raise self.state.fail(f"message {self.received} was written into buffers not advertised for it")
-            self.direct_in += 1
-        else:  # out of its receive slot (write mode: the slots are filled in turn)
-            p = self.plan
-            msg.copy_from(self.recv_view, (self.received % p.depth if self.write_op else idx) * p.slot)
-        self.advertised = None
-        self.received += 1
+        try:
+            where = self.proto.deliver(idx, nbytes, direct, msg.nbytes, id(msg))
+        except PeerError as exc:
+            raise self.state.fail(str(exc)) from None
+        if where is not None:
+            msg.copy_from(self.recv_view, where)
         self.qp.post_recv(self.rwrs[idx])
-        back = self.credits.consumed()
+        back = self.proto.release()
         if back:
             self._return_credits(back)
 
@@ -594,22 +411,18 @@ class VerbsLink(Link):
             self._deliver((c[1], value, direct), msg)
             return
         self.qp.post_recv(self.rwrs[c[1]])
-        self.credits.granted(value)
+        self.proto.granted(value)
         self._deliver(self._recv_wc(True), msg)
 
     def _advertise(self, msg: Message, post: bool = True):
-        """Tell the peer where the message this receive waits for (number ``received``) may go directly,
-        if it is large enough and none has arrived already: post the advert, or (``post`` False) return
-        the work request to post it with (None if there is none). The advert buffer must be free: taken
-        inline by the device, or every send reaped first."""
-        if not self.direct or msg.nbytes < DIRECT_FROM or self.stash:
+        """Tell the peer where the message this receive waits for may go directly, if the protocol
+        says so (Protocol.advert): post the advert, or (``post`` False) return the work request to post
+        it with (None if there is none). The advert buffer must be free: taken inline by the device, or
+        every send reaped first."""
+        fields = self.proto.advert(msg.nbytes, id(msg), self._direct_span(msg))
+        if fields is None:
             return None
-        mine = self.t.registry.span(msg)
-        if mine is None:
-            return None
-        first, nbytes, _, rkey, layout = mine
-        pack_advert(self.advert_mem, self.received, first, rkey, layout, nbytes)
-        self.advertised = (self.received, id(msg))
+        pack_advert(self.advert_mem, *fields)
         if not post:
             return self.advert_lead
         self._submit(self.advert_wr, self.advert_inline)
@@ -623,8 +436,9 @@ class VerbsLink(Link):
         fixed = respond if isinstance(respond, Message) else None
         post = self._poster(fixed, request) if fixed is not None else None
         recv, key, goes_direct = self._receiver(request, post), id(request), self._direct_span(request) is not None
+        p = self.proto
         for i in range(n):
-            if not goes_direct or self.advertised == (self.received, key):  # its advert went with the last reply
+            if not goes_direct or p.advertised == (p.received, key):  # its advert went with the last reply
                 recv()
             else:
                 self.recv_into(request)
@@ -639,7 +453,7 @@ class VerbsLink(Link):
         reaping waits for the last send's acknowledgement, and an advert posted after that wait reaches
         a caller answering at once too late (its message then goes by a slot)."""
         if self.advert_inline:
-            if self.advertised != (self.received, id(msg)):  # serve() may have sent it with its reply
+            if self.proto.advertised != (self.proto.received, id(msg)):  # serve() may have sent it with its reply
                 self._advertise(msg)
             self._reap(True)  # every earlier send done: its buffers are the caller's again
         else:
@@ -671,7 +485,8 @@ class VerbsLink(Link):
 
     # -- the same, with what every call repeats worked out once ---------------------------------
     def _poster(self, msg: Message, ahead: Message) -> Callable[[], bool]:
-        """A closure posting msg as _post(msg, more=True) does: a call's request or a served reply
+        """A closure posting msg as _post(msg, more=True) does (Protocol.send's and Protocol.advert's rules,
+        unrolled on the protocol's own state): a call's request or a served reply
         (the peer's next message says it arrived), behind the advert for the buffers of ``ahead`` (the
         reply, the next request) where that may go direct, as _advertise does. It returns False, having
         posted nothing, where the general path must: a link not ready, data kept while waiting for
@@ -699,7 +514,8 @@ class VerbsLink(Link):
                                      sg=[self.api.wr.SGE(out.ctypes.data, ADVERT.size, 0)], send_flags=self.f_inline)
             adv.set_wr_rdma(self.remote.rkey, self.remote.mailbox)
             adv.next_wr = dwr
-        credits, stash, frees, state, reap = self.credits, self.stash, self.frees, self.state, self._reap
+        p = self.proto
+        credits, stash, frees, state, reap = p.credits, p.kept, self.frees, self.state, self._reap
         unpack, pack, lead, lead_mem = ADVERT.unpack_from, ADVERT.pack_into, self.advert_lead, self.advert_mem
         post_send, flags, f_inline = self.qp.post_send, self.f_inline if inline else 0, self.f_inline
         limit, key, ready = self.quiet_every - (1 if a is None else 2), id(ahead), Conn.READY  # posts unsignaled
@@ -715,7 +531,7 @@ class VerbsLink(Link):
             go once the message waited for arrives by that receive's own path (which changes nothing checked
             here but the received count); ``arm(False)`` when it went another way."""
             nonlocal armed
-            armed = waits and ready_for == (credits.sent, self.received + 1) and not stash and not frees \
+            armed = waits and ready_for == (credits.sent, p.received + 1) and not stash and not frees \
                 and credits.available > 0 and self.quiet < limit and state.state is ready
 
         def post_general(seq: int, r: int) -> bool:
@@ -763,7 +579,7 @@ class VerbsLink(Link):
                     return False
                 if frees:
                     reap(True)
-                r = self.received
+                r = p.received
                 if (seq, r) == ready_for and seen == expect:
                     post_send(adv)
                 elif not post_general(seq, r):
@@ -776,9 +592,9 @@ class VerbsLink(Link):
             else:
                 self.in_sq += 2
                 self.quiet += 2
-                self.advertised = (r, key)
+                p.advertised = (r, key)
             if aim is not None:
-                self.direct_out += 1
+                p.direct_out += 1
                 if a is not None:  # the next post: the peer's next advert names the same buffers
                     rkey, addr = aim
                     pack(expect, 0, seq + 1, addr, rkey, want[1], want[0], seq + 1)
@@ -803,7 +619,7 @@ class VerbsLink(Link):
             post = msg.cache[self.poster_key] = lambda: False
             return post
         wr.send_flags = self.f_inline if inline else 0
-        credits, stash, frees, state, ready = self.credits, self.stash, self.frees, self.state, Conn.READY
+        credits, stash, frees, state, ready = self.proto.credits, self.proto.kept, self.frees, self.state, Conn.READY
         post_send, limit, full, reap = self.qp.post_send, self.quiet_every - 1, self.sq_size - 2, self._reap
         write_op, rkey, base, depth, size = self.write_op, self.remote.rkey, self.remote.addr, \
             self.remote.depth, self.remote.slot
@@ -830,7 +646,8 @@ class VerbsLink(Link):
         the message; anything but msg's own data message (credits, a wrong length) goes the general way.
         ``then``: the _poster whose post follows this receive (the next request, the reply); its checks are
         made before the wait (``arm``), leaving only the peer's advert to compare after it."""
-        frees, stash, reap, poll, rcq, view = self.frees, self.stash, self._reap, self._poll, self.rcq, self.recv_view
+        p = self.proto
+        frees, stash, reap, poll, rcq, view = self.frees, p.kept, self._reap, self._poll, self.rcq, self.recv_view
         arm = getattr(then, "arm", None)
         direct = self._direct_span(msg) is not None
         by_slot, by_advert = imm_data(msg.nbytes), imm_data(msg.nbytes, direct=True) if direct else -1
@@ -847,9 +664,9 @@ class VerbsLink(Link):
                     self._settle()
                 arm()
             c = poll(rcq, True)
-            imm, idx, r = c[2], c[1], self.received
-            if imm == by_advert and self.advertised == (r, key):
-                self.direct_in += 1
+            imm, idx, r = c[2], c[1], p.received
+            if imm == by_advert and p.advertised == (r, key):
+                p.direct_in += 1
             elif imm == by_slot:
                 msg.copy_from(view, (r % depth if write_op else idx) * size)
             else:
@@ -857,8 +674,8 @@ class VerbsLink(Link):
                     arm(False)
                 self._complete(c, msg)
                 return
-            self.advertised = None
-            self.received = r + 1
+            p.advertised = None
+            p.received = r + 1
             self.unsettled = idx  # re-posted, and its credit counted, by this link's next poll (_settle)
         return recv
 
@@ -937,8 +754,8 @@ class VerbsTransport(Transport):
 
     def counters(self) -> dict[str, int]:
         """Messages received, and those placed straight into the receiver's buffers (--verbs-direct)."""
-        return {"received": sum(k.received for k in self.links.values()),
-                "received_direct": sum(k.direct_in for k in self.links.values())}
+        return {"received": sum(k.proto.received for k in self.links.values() if k.proto),
+                "received_direct": sum(k.proto.direct_in for k in self.links.values() if k.proto)}
 
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world
@@ -989,7 +806,7 @@ class VerbsTransport(Transport):
         while any(todo_s.values()) or any(todo_r.values()):
             moved = False
             for link, q in todo_s.items():
-                while q and link.credits.available > 0:
+                while q and link.proto.credits.available > 0:
                     m = q.popleft()
                     if not q or not (m.cache.get(link.poster_key) or link._window_poster(m))():
                         link._post(m, more=bool(q))
@@ -997,7 +814,7 @@ class VerbsTransport(Transport):
                 if q:  # out of credits: look for returns (and keep data that arrives)
                     got = link._poll_rcq(False)
                     if got is not None:
-                        link.stash.append(got)
+                        link.proto.kept.append(got)
             for link, q in todo_r.items():
                 while q:
                     got = link._recv_wc(False)
@@ -1010,7 +827,7 @@ class VerbsTransport(Transport):
             elif sleeper is not None:  # waits (and times out) in _poll; data that arrives is kept
                 got = sleeper._poll_rcq(True, for_credit=True)
                 if got is not None:
-                    sleeper.stash.append(got)
+                    sleeper.proto.kept.append(got)
             else:
                 spins += 1
                 if (spins & SPIN_CHECK) == 0 and time.monotonic() > deadline:
