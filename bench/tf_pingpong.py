@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from vs_grpc_cpp import free_port  # bench/ is on sys.path
+from common import free_port  # bench/ is on sys.path
 
 from commbench.core.imports import import_tensorflow  # TensorFlow with its start-up notices dropped
 

@@ -7,8 +7,11 @@ runtime uses gRPC) with g++ and pkg-config's grpc++ into a cache directory outsi
 (installs Debian's libgrpc++-dev with apt-get if missing and running as root). Each round runs, for
 unary calls and for a bidi stream: the C++ reference, bench/grpcio_pingpong.py (a plain grpcio
 script: what grpcio can do from Python) and `commbench p2p-latency -t grpc --grpc-call ...`, one after
-another. Prints medians over rounds of the one-way p50 (us; and MB/s = size / one-way time at the
-largest size) with the ratios commbench / C++ and commbench / script (medians of per-round ratios).
+another, in an order that rotates over the rounds (bench/common.py), each at one size with the same
+iteration and warm-up counts (``loops``; commbench's -i/-x, never cut by its point cap) and the same
+allocator settings; raw values go to a JSONL file as measured. Prints medians over rounds of the
+one-way p50 (us; and MB/s = size / one-way time at the largest size) with the ratios
+commbench / C++ and commbench / script (medians of per-round ratios).
 Also commbench's grpc-cpp transport (gRPC's C++ API through commbench's extension). Goals: grpc-cpp
 8 B <= 1.15x the C++ reference, and its 4 MiB bandwidth >= 0.95x the reference that receives into
 memory of its own (C++copy): gRPC's C++ API hands a received message over in its own slices, so
@@ -22,28 +25,17 @@ set for themselves (GLIBC_TUNABLES = commbench.core.measure.buffers.MALLOC_TUNAB
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from commbench.core.measure.buffers import MALLOC_TUNABLES
+from common import CACHE, Comparison, commbench_rows, free_port, matched_env, parse_size
 
-BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "commbench" / "grpc-ref"
+REF = CACHE / "grpc-ref"
 KINDS = ("unary", "stream")
-
-
-def parse_size(text: str) -> int:
-    mult = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:].upper(), 1)
-    return int(text[:-1] if mult > 1 else text) * mult
 
 
 def loops(size: int) -> tuple[int, int]:
@@ -52,7 +44,7 @@ def loops(size: int) -> tuple[int, int]:
 
 
 def build() -> Path:
-    exe = CACHE / "grpc_pingpong"
+    exe = REF / "grpc_pingpong"
     src = HERE / "grpc_pingpong.cc"
     if exe.exists() and exe.stat().st_mtime > src.stat().st_mtime:
         return exe
@@ -63,30 +55,26 @@ def build() -> Path:
                        stdout=subprocess.DEVNULL)
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc++"], capture_output=True, text=True,
                            check=True).stdout.split()
-    CACHE.mkdir(parents=True, exist_ok=True)
+    REF.mkdir(parents=True, exist_ok=True)
     p = subprocess.run(["g++", "-O2", "-std=c++17", str(src), "-o", str(exe), *flags], capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"vs_grpc_cpp: building {src.name} failed:\n{p.stderr[-3000:]}")
     return exe
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, sizes: list[int]) -> dict[int, float]:
-    """Start a server, run the client once per size; {size: one-way p50 us}."""
+def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, sizes: list[int],
+             counts: tuple[int, int] | None = None) -> dict[int, float]:
+    """Start a server, run the client once per size (``counts``: iterations and warm-up, else ``loops``);
+    {size: one-way p50 us}."""
     port = str(free_port())
-    env = {**os.environ, "GLIBC_TUNABLES": MALLOC_TUNABLES}  # the allocator commbench's ranks run with
+    env = matched_env()  # the allocator commbench's ranks run with
     srv = subprocess.Popen([*server, port, *extra], stdout=subprocess.PIPE, text=True, env=env)
     try:
         if srv.stdout.readline().strip() != "listening":
             sys.exit(f"vs_grpc_cpp: {server[0]} did not start")
         out = {}
         for size in sizes:
-            n, w = loops(size)
+            n, w = counts or loops(size)
             line = subprocess.run([*client, f"127.0.0.1:{port}", kind, str(size), str(n), str(w), *extra],
                                   capture_output=True, text=True, timeout=600, check=True, env=env).stdout.split()
             out[size] = float(line[1])
@@ -96,18 +84,11 @@ def pingpong(server: list[str], client: list[str], extra: list[str], kind: str, 
         srv.wait()
 
 
-def exact(sizes: list[int]) -> str:
-    """-m for exactly these sizes: a list, or MIN:MAX for one (a lone size is OSU's maximum: a sweep)."""
-    return ",".join(map(str, sizes)) if len(sizes) > 1 else f"{sizes[0]}:{sizes[0]}"
-
-
-def commbench(transport: str, kind: str, sizes: list[int]) -> dict[int, float]:
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "r.jsonl"
-        subprocess.run([str(BIN / "commbench"), "p2p-latency", "-t", transport, "--grpc-call", kind, "-m", exact(sizes),
-                        "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
-        rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
-    return {int(r["size"]): float(r["p50_us"]) for r in rows}
+def commbench(transport: str, kind: str, size: int) -> float:
+    n, w = loops(size)
+    rows = commbench_rows(["p2p-latency", "-t", transport, "--grpc-call", kind, "-m", f"{size}:{size}", "-i", str(n),
+                           "-x", str(w)], matched_env())
+    return float(rows[0]["p50_us"])
 
 
 TOOLS = ("C++", "C++copy", "grpc-cpp", "grpcio", "grpciocopy", "grpc")  # references, -t grpc-cpp, scripts, -t grpc
@@ -117,6 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="8,64K,1M,4M")
+    ap.add_argument("--raw", type=Path, help="raw values to this JSONL file (default: in the cache directory)")
     a = ap.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     exe = build()
@@ -126,22 +108,16 @@ def main() -> None:
              "C++copy": ([str(exe), "server"], [str(exe), "client"], ["copy"]),
              "grpcio": ([*py, "server"], [*py, "client"], []),
              "grpciocopy": ([*py, "server"], [*py, "client"], ["copy"])}
-    rounds = []
-    t0 = time.monotonic()
-    for r in range(a.rounds):
-        got = {}
-        for kind in KINDS:
-            for name in TOOLS:
-                got[(name, kind)] = pingpong(*tools[name], kind, sizes) if name in tools else \
-                    commbench(name, kind, sizes)
-        rounds.append(got)
-        print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    points = [(kind, size) for kind in KINDS for size in sizes]
+    cmp = Comparison("vs_grpc_cpp", TOOLS, a.rounds, a.raw, {"points": points})
+    cmp.run(points, lambda name, p: pingpong(*tools[name], p[0], [p[1]])[p[1]] if name in tools else
+            commbench(name, *p))
 
     def ratio(kind: str, size: int, num: str, den: str) -> float:
-        return statistics.median(rd[(num, kind)][size] / rd[(den, kind)][size] for rd in rounds)
+        return cmp.ratio(num, den, (kind, size))
 
-    print(f"# gRPC ping-pong, one-way p50 us (MB/s at the largest size = size / one-way), {a.rounds} interleaved "
-          "rounds, medians; ratios: medians of per-round ratios")
+    print(f"# gRPC ping-pong, one-way p50 us (MB/s at the largest size = size / one-way), {a.rounds} rounds "
+          "(order rotating), medians; ratios: medians of per-round ratios")
     print("# C++: bench/grpc_pingpong.cc; C++copy: the same, copying each received message into its own buffer "
           "(as grpc-cpp receives into the caller's); grpc-cpp: commbench -t grpc-cpp; grpcio: "
           "bench/grpcio_pingpong.py; grpciocopy: the same building each message from a buffer and copying each "
@@ -150,12 +126,12 @@ def main() -> None:
           f" {'cpp/C++':>8s} {'cpp/copy':>8s} {'grpc/py':>8s} {'grpc/pyc':>8s}")
     for kind in KINDS:
         for size in sizes:
-            med = {t: statistics.median(rd[(t, kind)][size] for rd in rounds) for t in TOOLS}
+            med = {t: cmp.median(t, (kind, size)) for t in TOOLS}
             print(f"{kind:7s} {size:8d} " + " ".join(f"{med[t]:10.2f}" for t in TOOLS) +
                   f" {ratio(kind, size, 'grpc-cpp', 'C++'):8.2f} {ratio(kind, size, 'grpc-cpp', 'C++copy'):8.2f}"
                   f" {ratio(kind, size, 'grpc', 'grpcio'):8.2f} {ratio(kind, size, 'grpc', 'grpciocopy'):8.2f}")
         big = max(sizes)
-        mbs = {t: big / statistics.median(rd[(t, kind)][big] for rd in rounds) for t in TOOLS}
+        mbs = {t: big / cmp.median(t, (kind, big)) for t in TOOLS}
         print(f"{kind:7s} {'MB/s':>8s} " + " ".join(f"{mbs[t]:10.1f}" for t in TOOLS) +
               f" {1 / ratio(kind, big, 'grpc-cpp', 'C++'):8.2f} {1 / ratio(kind, big, 'grpc-cpp', 'C++copy'):8.2f}"
               f" {1 / ratio(kind, big, 'grpc', 'grpcio'):8.2f} {1 / ratio(kind, big, 'grpc', 'grpciocopy'):8.2f}")

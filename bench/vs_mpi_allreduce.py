@@ -2,32 +2,28 @@
 
     .venv/bin/python bench/vs_mpi_allreduce.py [--rounds 5] [--ranks 4] [--size 4M]
 
-Prints busbw of both and the ratio emulated / native (target >= 0.7 at 4 MiB and 4 ranks):
-the median of per-round ratios over interleaved rounds. Uses the mpiexec next to this Python.
+Prints busbw of both and the ratio emulated / native (target >= 0.7 at 4 MiB and 4 ranks): the
+median of per-round ratios over rounds whose order rotates (bench/common.py); both run OSU's
+collective loop counts for the size and the same allocator settings; raw values go to a JSONL file.
+Uses the mpiexec next to this Python.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
+
+from common import BIN, Comparison, commbench_rows, matched_env, osu_loops, parse_size
 
 from commbench.launch.local import mpiexec_env
 
-BIN = Path(sys.executable).parent
 
-
-def busbw(algorithm: str, ranks: int, size: str) -> float:
-    with tempfile.TemporaryDirectory() as d, mpiexec_env() as env:
-        out = Path(d) / "r.jsonl"
-        subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", str(ranks), str(BIN / "commbench"),
-                        "allreduce", "-t", "mpi", "-a", algorithm, "-b", size, "-e", size, "-o", str(out)],
-                       check=True, capture_output=True, env=env)
-        return next(json.loads(line) for line in out.read_text().splitlines() if '"row"' in line)["busbw"]
+def busbw(algorithm: str, ranks: int, size: int) -> float:
+    n, w = osu_loops("collective", size)
+    with mpiexec_env(matched_env()) as env:
+        args = ["allreduce", "-t", "mpi", "-a", algorithm, "-b", str(size), "-e", str(size), "-i", str(n), "-x", str(w)]
+        rows = commbench_rows(args, env, [str(BIN / "mpiexec"), "--oversubscribe", "-n", str(ranks)])
+    return rows[0]["busbw"]
 
 
 def main() -> None:
@@ -35,16 +31,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--size", default="4M")
+    ap.add_argument("--raw", type=Path, help="raw values to this JSONL file (default: in the cache directory)")
     a = ap.parse_args()
-    native, ring = [], []
-    for r in range(a.rounds):
-        native.append(busbw("native", a.ranks, a.size))
-        ring.append(busbw("ring", a.ranks, a.size))
-        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
-    ratio = statistics.median(x / y for x, y in zip(ring, native, strict=True))
-    print(f"# emulated ring vs MPI_Allreduce, {a.ranks} ranks, {a.size}, {a.rounds} interleaved rounds; busbw GB/s")
-    print(f"MPI_Allreduce (native)  {statistics.median(native):8.3f}   rounds: {', '.join(f'{x:.3f}' for x in native)}")
-    print(f"ring over mpi transport {statistics.median(ring):8.3f}   rounds: {', '.join(f'{x:.3f}' for x in ring)}")
+    point = (a.ranks, parse_size(a.size))
+    cmp = Comparison("vs_mpi_allreduce", ("native", "ring"), a.rounds, a.raw, {"ranks": a.ranks, "size": point[1]})
+    cmp.run([point], lambda algorithm, p: busbw(algorithm, *p))
+    native, ring = cmp.of("native", point), cmp.of("ring", point)
+    ratio = cmp.ratio("ring", "native", point)
+    print(f"# emulated ring vs MPI_Allreduce, {a.ranks} ranks, {a.size}, {a.rounds} rounds (order rotating); "
+          "busbw GB/s")
+    for label, tool, got in (("MPI_Allreduce (native) ", "native", native), ("ring over mpi transport", "ring", ring)):
+        print(f"{label} {cmp.median(tool, point):8.3f}   rounds: {', '.join(f'{x:.3f}' for x in got)}")
     print(f"ratio ring / native (median of per-round ratios): {ratio:.3f}  target >= 0.7  "
           f"{'MET' if ratio >= 0.7 else 'MISSED'}")
 

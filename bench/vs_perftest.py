@@ -12,9 +12,9 @@ perftest's default tx depth 128). `--only latency|bandwidth` runs one half, `--s
 median (perftest's t_typical, commbench's p50), us. Bandwidth: MB/s = 10^6 B/s (perftest's
 MB/sec are 2^20 B/s, converted). Prints medians over rounds and the ratio commbench / perftest, the
 median of each round's ratio (the guest's speed drifts between rounds; a round's two runs are close
-in time; odd rounds run commbench first, so that a drift cancels), with every round's ratio
-(latency: above 1 = commbench slower; bandwidth: below 1 = commbench slower). perftest runs with
--F (a VM has no stable CPU clock); the header says how far perftest's cycles-to-microseconds rate is
+in time; the tools take each place in turn over the rounds, so that a drift cancels: bench/common.py),
+with every round's ratio (latency: above 1 = commbench slower; bandwidth: below 1 = commbench slower).
+perftest runs with -F (a VM has no stable CPU clock); the header says how far perftest's cycles-to-microseconds rate is
 from the TSC's measured rate (``perftest_clock``). Goals: >= 64 KiB within 0.9-1.1x of perftest for latency and
 bandwidth. Under QEMU's software CPU (the rxe guest) every number is a software number: read the
 ratios, not the microseconds.
@@ -28,7 +28,6 @@ over that); the three take each place in the order in turn over the rounds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -40,7 +39,7 @@ from functools import partial
 from pathlib import Path
 
 import pyverbs_floor  # bench/ is on sys.path
-from vs_grpc_cpp import exact, free_port
+from common import Comparison, commbench_rows, exact, free_port, matched_env
 
 BIN = Path(sys.executable).parent
 DEV = os.environ.get("COMMBENCH_IB_DEV", "rxe0")
@@ -50,13 +49,6 @@ LAT = [("send", "busy", "ib_send_lat", []), ("write", "busy", "ib_write_lat", []
        ("send", "blocking", "ib_send_lat", ["-e"])]
 BW = [("send", "busy", "ib_send_bw", []), ("send", "blocking", "ib_send_bw", ["-e"]),
       ("write", "busy", "ib_write_bw", [])]  # ib_write_bw has no -e: "Events feature not available on WRITE verb"
-
-
-def in_turn(runs: dict, r: int) -> tuple[str, ...]:
-    """The tools of ``runs`` in round r's order: each takes each place in turn over the rounds, so that
-    a drift of the guest's speed cancels (two tools: odd rounds run commbench first)."""
-    tools = tuple(t for t in ("perftest", "floor", "commbench") if t in runs)
-    return tools[r % len(tools):] + tools[:r % len(tools)]
 
 
 def bw_messages(size: int, messages: int) -> int:
@@ -86,11 +78,7 @@ def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:
 
 
 def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int, dict]:
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "r.jsonl"
-        subprocess.run([str(BIN / "commbench"), bench, "-t", "verbs", "--ib-dev", DEV, "--gid-index", GID, *args,
-                        "-m", exact(sizes), "-o", str(f)], check=True, stdout=subprocess.DEVNULL)
-        rows = [json.loads(x) for x in f.read_text().splitlines() if '"row"' in x]
+    rows = commbench_rows([bench, "-t", "verbs", "--ib-dev", DEV, "--gid-index", GID, *args, "-m", exact(sizes)])
     return {int(r["size"]): r for r in rows}
 
 
@@ -164,6 +152,7 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true",
                     help="send latency and bandwidth also from bench/pyverbs_floor.py, perftest's loops in bare "
                          "pyverbs: what Python and pyverbs cost, apart from commbench's own code")
+    ap.add_argument("--raw", type=Path, help="raw values to this JSONL file (default: in the cache directory)")
     ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES, metavar="N,N",
                     help="message sizes in bytes (default 8,65536,1048576)")
     a = ap.parse_args()
@@ -171,47 +160,45 @@ def main() -> None:
     if not shutil.which("ib_send_lat"):
         sys.exit("vs_perftest: perftest is not installed (apt-get install perftest)")
     clock = perftest_clock()
-    lat: dict[tuple, list[float]] = {}
-    bw: dict[tuple, list[float]] = {}
-    t0 = time.monotonic()
-    for r in range(a.rounds):
-        for op, poll, tool, extra in LAT if a.only != "bandwidth" else []:
-            runs = {"perftest": partial(perftest_latency, tool, extra, sizes, a.iterations),
-                    "commbench": partial(commbench_latency, op, poll, sizes, a.iterations)}
-            if a.floor and op == "send":
-                runs["floor"] = partial(floor_latency, poll, sizes, a.iterations)
-            for who in in_turn(runs, r):
-                for size, us in runs[who]().items():
-                    lat.setdefault((who, op, poll, size), []).append(us)
-            print(f"  latency {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-        for op, poll, tool, extra in BW if a.only != "latency" else []:
-            for size in sizes:  # the same number of messages for both (commbench: windows of 64)
-                n = bw_messages(size, a.bw_messages)
-                runs = {"perftest": partial(perftest_bandwidth, tool, extra, size, n),
-                        "commbench": partial(commbench_bandwidth, op, poll, size, n)}
-                if a.floor and op == "send":
-                    runs["floor"] = partial(floor_bandwidth, poll, size, n)
-                for who in in_turn(runs, r):
-                    bw.setdefault((who, op, poll, size), []).append(runs[who]())
-            print(f"  bandwidth {op} {poll} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-        print(f"round {r + 1}/{a.rounds} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-    print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} interleaved rounds, medians; "
+    os.environ.update(matched_env())  # every tool's processes: the allocator settings commbench's ranks use
+    points = [("lat", op, poll, size) for op, poll, _, _ in (LAT if a.only != "bandwidth" else []) for size in sizes]
+    points += [("bw", op, poll, size) for op, poll, _, _ in (BW if a.only != "latency" else []) for size in sizes]
+    tool_of = {(k, op, poll): (tool, extra) for k, rows in (("lat", LAT), ("bw", BW)) for op, poll, tool, extra in rows}
+
+    def measure(who: str, point: tuple) -> float | None:
+        kind, op, poll, size = point
+        tool, extra = tool_of[(kind, op, poll)]
+        if who == "floor" and not (a.floor and op == "send"):
+            return None
+        if kind == "lat":
+            fn = {"perftest": partial(perftest_latency, tool, extra), "commbench": partial(commbench_latency, op, poll),
+                  "floor": partial(floor_latency, poll)}[who]
+            return fn([size], a.iterations)[size]
+        n = bw_messages(size, a.bw_messages)  # the same number of messages for all (commbench: windows of 64)
+        run = {"perftest": partial(perftest_bandwidth, tool, extra),
+               "commbench": partial(commbench_bandwidth, op, poll), "floor": partial(floor_bandwidth, poll)}[who]
+        return run(size, n)
+
+    cmp = Comparison("vs_perftest", ("perftest", "floor", "commbench"), a.rounds, a.raw,
+                     {"device": DEV, "gid_index": GID, "points": points, "clock": clock})
+    cmp.run(points, measure)
+    print(f"# commbench verbs vs perftest on {DEV} (GID {GID}), {a.rounds} rounds (order rotating), medians; "
           "latency one-way p50 us, bandwidth MB/s; cb/pt = median of the rounds' ratios")
     print(f"# perftest's clock: {clock}")
     print(f"{'test':24s} {'size':>8s} {'perftest':>10s} {'commbench':>10s} {'cb/pt':>7s}  rounds")
     floor_rows = []
-    for table, rows, fmt in ((lat, LAT if a.only != "bandwidth" else [], ".2f"),
-                             (bw, BW if a.only != "latency" else [], ".1f")):
+    for kind, rows, fmt in (("lat", LAT if a.only != "bandwidth" else [], ".2f"),
+                            ("bw", BW if a.only != "latency" else [], ".1f")):
         for op, poll, tool, extra in rows:
             for size in sizes:
-                p, c = table[("perftest", op, poll, size)], table[("commbench", op, poll, size)]
-                ratios = [y / x for x, y in zip(p, c, strict=True)]
+                pt = (kind, op, poll, size)
+                p, c = cmp.of("perftest", pt), cmp.of("commbench", pt)
+                ratios = cmp.per_round("commbench", "perftest", pt)
                 name = f"{tool}{' -e' if extra else ''}"
                 print(f"{name:24s} {size:8d} {statistics.median(p):10{fmt}} {statistics.median(c):10{fmt}} "
                       f"{statistics.median(ratios):7.2f}  {' '.join(f'{r:.2f}' for r in ratios)}")
-                f = table.get(("floor", op, poll, size))
-                if f:
-                    floor_rows.append((name, size, p, f, c, fmt))
+                if cmp.has("floor", pt):
+                    floor_rows.append((name, size, p, cmp.of("floor", pt), c, fmt))
     if floor_rows:
         print("# the floor: bench/pyverbs_floor.py, perftest's loop in bare pyverbs (what Python and pyverbs cost); "
               "fl/pt its ratio to perftest, cb/fl commbench's to it (medians of the rounds' ratios)")

@@ -5,17 +5,18 @@
 - tcp 64 B one-way latency, blocking: commbench vs `sockperf ping-pong --tcp` (target ratio <= 1.25)
 - tcp 4 MiB bandwidth: commbench (osu_bw loop) vs `iperf3` (target ratio >= 0.95)
 - grpc vs tcp at 8 B (latency) and 4 MiB (bandwidth), each gRPC mode
-Rounds interleave the tools so that the machine's slow and quick phases hit both sides alike;
-each ratio is of the medians over rounds. Installs sockperf and iperf3 with apt-get if missing (root).
+Every tool runs for the same seconds, with the same allocator settings, in an order that rotates over
+the rounds (bench/common.py), so that the machine's slow and quick phases hit all alike; raw values
+go to a JSONL file; each ratio is of the medians over rounds. Installs sockperf and iperf3 with
+apt-get if missing (root).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,19 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import Comparison, free_port, matched_env, need
+
 PY = sys.executable
-
-
-def need(tool: str) -> None:
-    if shutil.which(tool):
-        return
-    subprocess.run(["apt-get", "install", "-y", "-qq", tool], check=True, capture_output=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server(cmd: list[str]) -> subprocess.Popen:
@@ -81,6 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--raw", type=Path, help="raw values to this JSONL file (default: in the cache directory)")
     a = ap.parse_args()
     for tool in ("sockperf", "iperf3"):
         need(tool)
@@ -100,13 +92,12 @@ def main() -> None:
             probes[f"commbench grpc {mode}/{call} 8B lat (us)"] = lambda f=flags: commbench("p2p-latency", "8", s, *f)
             probes[f"commbench grpc {mode}/{call} 4M bw (MB/s)"] = lambda f=flags: commbench("p2p-bandwidth", "4M",
                                                                                            s, *f)
-    samples: dict[str, list[float]] = {k: [] for k in probes}
-    for r in range(a.rounds):
-        for name, probe in probes.items():
-            samples[name].append(probe())
-        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+    os.environ.update(matched_env())
+    cmp = Comparison("vs_reference", tuple(probes), a.rounds, a.raw, {"seconds": s})
+    cmp.run([("all",)], lambda name, _: probes[name]())
+    samples = {k: cmp.of(k, ("all",)) for k in probes}
     med = {k: statistics.median(v) for k, v in samples.items()}
-    print(f"# commbench vs reference tools, {a.rounds} interleaved rounds of {s:g} s each; medians")
+    print(f"# commbench vs reference tools, {a.rounds} rounds (order rotating) of {s:g} s each; medians")
     for k, v in samples.items():
         print(f"{k:44s} {med[k]:10.2f}   rounds: {', '.join(f'{x:.2f}' for x in v)}")
     iperf = max(med["iperf3 default 128K writes (MB/s)"], med["iperf3 -l 1M (MB/s)"])

@@ -6,8 +6,10 @@ One-way latency (p50) at 8 B and 4 MiB (p2p-latency) and bandwidth at 4 MiB (p2p
 64) for grpc raw/unary, grpc raw/stream, grpc-cpp unary and tf-grpc, the C++ gRPC unary
 ping-pong of bench/vs_grpc_cpp.py, and a plain TensorFlow script doing what the tf-grpc transport
 does (bench/tf_pingpong.py: as many round trips per tf.function, and 4x as many to show TF's
-per-transfer cost alone) (latency only); rounds interleave them and medians are printed with the
-ratios tf-grpc / each (latency: above 1 means TF is slower; bandwidth: above 1 means TF moves more).
+per-transfer cost alone) (latency only); latency with the same counts for commbench and the C++
+reference (300 iterations, 30 warm-up), the same allocator settings, in an order that rotates over
+the rounds (bench/common.py), raw values to a JSONL file; medians are printed with the ratios
+tf-grpc / each (latency: above 1 means TF is slower; bandwidth: above 1 means TF moves more).
 Goals: tf-grpc 8 B <= 1.1x the plain TF script (commbench adds nothing to TF's cost) and <= 3x the
 C++ reference (what TF itself costs per transfer; TF's, not commbench's).
 """
@@ -15,13 +17,13 @@ C++ reference (what TF itself costs per transfer; TF's, not commbench's).
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from common import Comparison, commbench_rows, matched_env
 from vs_grpc_cpp import build, pingpong  # the C++ gRPC reference ping-pong (bench/ is on sys.path)
 
 from commbench.core.measure.message import Message
@@ -29,18 +31,12 @@ from commbench.transports.tf_grpc import rounds_per_function
 
 CPP = "C++ gRPC unary"
 SCRIPT, SCRIPT4 = "TF script", "TF script x4"  # bench/tf_pingpong.py: the transport's round trips per function, 4x
+LAT_COUNTS = (300, 30)  # iterations, warm-up: commbench's and the C++ reference's
 
 CONFIGS = {"grpc raw/unary": ["-t", "grpc", "--grpc-call", "unary"],
            "grpc raw/stream": ["-t", "grpc", "--grpc-call", "stream"],
            "grpc-cpp unary": ["-t", "grpc-cpp", "--grpc-call", "unary"], "tf-grpc": ["-t", "tf-grpc"]}
-
-
-def rows(bench: str, args: list[str], extra: list[str]) -> list[dict]:
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "r.jsonl"
-        subprocess.run([sys.executable, "-m", "commbench", bench, *args, *extra, "-o", str(out)], check=True,
-                       capture_output=True, text=True)
-        return [r for r in map(json.loads, out.read_text().splitlines()) if r.get("type") == "row"]
+POINTS = [("lat", 8), ("lat", 4 << 20), ("bw", 4 << 20)]
 
 
 def tf_script(size: int, times: int) -> float:
@@ -56,23 +52,30 @@ def tf_script(size: int, times: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--raw", type=Path, help="raw values to this JSONL file (default: in the cache directory)")
     a = ap.parse_args()
     exe = build()
     refs = [CPP, SCRIPT, SCRIPT4]
-    lat: dict[str, dict[int, list[float]]] = {k: {8: [], 4 << 20: []} for k in [*CONFIGS, *refs]}
-    bw: dict[str, list[float]] = {k: [] for k in CONFIGS}
-    for r in range(a.rounds):
-        for name, args in CONFIGS.items():
-            for row in rows("p2p-latency", args, ["-m", "8,4M", "-i", "300", "-x", "30"]):
-                lat[name][row["size"]].append(row["p50_us"])
-            bw[name] += [row["mb_s"] for row in rows("p2p-bandwidth", args, ["-m", "4M:4M", "-i", "10"])
-                         if row["size"] == 4 << 20]
-        for size, us in pingpong([str(exe), "server"], [str(exe), "client"], [], "unary", [8, 4 << 20]).items():
-            lat[CPP][size].append(us)
-        for name, times in ((SCRIPT, 1), (SCRIPT4, 4)):
-            for size in (8, 4 << 20):
-                lat[name][size].append(tf_script(size, times))
-        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+    os.environ.update(matched_env())
+
+    def measure(name: str, point: tuple) -> float | None:
+        what, size = point
+        if name in CONFIGS:
+            if what == "lat":
+                n, w = LAT_COUNTS
+                return commbench_rows(["p2p-latency", *CONFIGS[name], "-m", f"{size}:{size}", "-i", str(n), "-x",
+                                       str(w)])[0]["p50_us"]
+            return commbench_rows(["p2p-bandwidth", *CONFIGS[name], "-m", f"{size}:{size}", "-i", "10"])[0]["mb_s"]
+        if what == "bw":
+            return None
+        if name == CPP:
+            return pingpong([str(exe), "server"], [str(exe), "client"], [], "unary", [size], LAT_COUNTS)[size]
+        return tf_script(size, 1 if name == SCRIPT else 4)
+
+    cmp = Comparison("vs_tf_grpc", (*CONFIGS, *refs), a.rounds, a.raw, {"points": POINTS})
+    cmp.run(POINTS, measure)
+    lat = {k: {size: cmp.of(k, ("lat", size)) for size in (8, 4 << 20)} for k in (*CONFIGS, *refs)}
+    bw = {k: cmp.of(k, ("bw", 4 << 20)) for k in CONFIGS}
     med = statistics.median
     print(f"{'transport':18s} {'lat 8B us':>10s} {'lat 4MiB us':>12s} {'bw 4MiB MB/s':>13s}")
     for name in [*CONFIGS, *refs]:
