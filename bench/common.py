@@ -9,7 +9,8 @@
   tool explicitly (commbench's ``-i``/``-x`` counts are never cut by its point cap).
 - ``matched_env``: the environment every tool's processes get: the allocator settings commbench's
   ranks set for themselves (``MALLOC_TUNABLES``) and the same page backing.
-- ``commbench_rows``: run a commbench command (under mpiexec if asked) and return its rows.
+- ``commbench_rows``: run a commbench command (under mpiexec if asked) and return its rows;
+  ``imported``: another tool's output through commbench's importers (``commbench import``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from commbench.core.measure.buffers import MALLOC_TUNABLES
+from commbench.launch.local import mpiexec_env
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -91,14 +93,23 @@ def exact(sizes: Sequence[int]) -> str:
 
 def commbench_rows(args: Sequence[str], env: dict | None = None, mpiexec: Sequence[str] | None = None,
                    timeout: float = 1800) -> list[dict]:
-    """Rows of ``commbench ARGS -o FILE`` (started by ``mpiexec`` if given: that launcher's command)."""
-    with tempfile.TemporaryDirectory() as d:
+    """Rows of ``commbench ARGS -o FILE`` (started by ``mpiexec`` if given: that launcher's command, with
+    the environment the wheel's Open MPI needs here: root allowed, a TMPDIR of its own)."""
+    with tempfile.TemporaryDirectory() as d, mpiexec_env(env) as menv:
         f = Path(d) / "r.jsonl"
         cmd = [*(mpiexec or []), str(BIN / "commbench"), *args, "-o", str(f)]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=menv if mpiexec else env, timeout=timeout)
         if p.returncode:
             sys.exit(f"{' '.join(cmd[:6])} ... failed ({p.returncode}):\n{p.stderr[-2000:]}")
         return [r for r in map(json.loads, f.read_text().splitlines()) if r.get("type") == "row"]
+
+
+def imported(tool: str, text: str, **hints):
+    """Another tool's output read by commbench's own importer (``commbench import``): its Imported, whose
+    rows hold commbench's keys and units."""
+    from commbench.importers import parser_of
+
+    return parser_of(tool).parse(text, f"<{tool} output>", **hints)
 
 
 def versions() -> dict:

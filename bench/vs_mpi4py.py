@@ -50,9 +50,8 @@ def mpi4py_bench(size: int, array: str = "numpy") -> tuple[float, float]:
 
 def commbench(bench: str, size: int) -> dict:
     n, w = osu_loops("bw" if bench == "p2p-bandwidth" else "latency", size)
-    with mpiexec_env(matched_env()) as env:
-        rows = commbench_rows([bench, "-t", "mpi", "-m", f"{size}:{size}", "-i", str(n), "-x", str(w)], env,
-                              [str(BIN / "mpiexec"), "-n", "2"])
+    rows = commbench_rows([bench, "-t", "mpi", "-m", f"{size}:{size}", "-i", str(n), "-x", str(w)], matched_env(),
+                          [str(BIN / "mpiexec"), "-n", "2"])
     return rows[0]
 
 

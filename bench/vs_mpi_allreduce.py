@@ -15,14 +15,11 @@ from pathlib import Path
 
 from common import BIN, Comparison, commbench_rows, matched_env, osu_loops, parse_size
 
-from commbench.launch.local import mpiexec_env
-
 
 def busbw(algorithm: str, ranks: int, size: int) -> float:
     n, w = osu_loops("collective", size)
-    with mpiexec_env(matched_env()) as env:
-        args = ["allreduce", "-t", "mpi", "-a", algorithm, "-b", str(size), "-e", str(size), "-i", str(n), "-x", str(w)]
-        rows = commbench_rows(args, env, [str(BIN / "mpiexec"), "--oversubscribe", "-n", str(ranks)])
+    args = ["allreduce", "-t", "mpi", "-a", algorithm, "-b", str(size), "-e", str(size), "-i", str(n), "-x", str(w)]
+    rows = commbench_rows(args, matched_env(), [str(BIN / "mpiexec"), "--oversubscribe", "-n", str(ranks)])
     return rows[0]["busbw"]
 
 

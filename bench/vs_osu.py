@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -42,7 +41,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from common import BIN, CACHE, LARGE, REPO, Comparison, commbench_rows, matched_env, osu_loops
+from common import BIN, CACHE, LARGE, REPO, Comparison, commbench_rows, imported, matched_env, osu_loops
 
 from commbench.launch.local import mpiexec_env
 
@@ -54,7 +53,7 @@ AR_SIZES = [4, 65536, 1 << 20]
 BENCHES = {"latency": ("pt2pt/standard/osu_latency", "p2p-latency", "avg_us"),
            "bw": ("pt2pt/standard/osu_bw", "p2p-bandwidth", "mb_s"),
            "bibw": ("pt2pt/standard/osu_bibw", "p2p-bibw", "mb_s"),
-           "allreduce": ("collective/blocking/osu_allreduce", "allreduce", "time_us")}
+           "allreduce": ("collective/blocking/osu_allreduce", "allreduce", "time_us")}  # rows' keys: commbench's
 KIND = {"latency": "latency", "bw": "bw", "bibw": "bw", "allreduce": "collective"}  # OSU's loop counts
 TOOLS = ("omb_c", "omb_py", "commbench")
 
@@ -101,14 +100,9 @@ def mpiexec(n: int, args: list[str], env: dict) -> str:
     return p.stdout
 
 
-def table(out: str) -> dict[int, float]:
-    """'size value ...' lines of OSU's and OMB-Py's output."""
-    got = {}
-    for line in out.splitlines():
-        m = re.match(r"^\s*(\d+)\s+([\d.]+)", line)
-        if m:
-            got[int(m.group(1))] = float(m.group(2))
-    return got
+def table(out: str, key: str) -> dict[int, float]:
+    """{size: value} of OSU's or OMB-Py's output, read by commbench's importer (commbench import)."""
+    return {r["size"]: r[key] for r in imported("osu", out).rows}
 
 
 def omb_py_loops(size: int, iters: int, warmup: int) -> list[str]:
@@ -128,11 +122,11 @@ def measure(src: Path, a: argparse.Namespace, env: dict, env_py: dict, tool: str
         dtype = ["-T", "mpi_float"] if name == "allreduce" else []
         out = mpiexec(n, [str(src / "c/mpi" / c_path), "-m", f"{size}:{size}", "-i", str(iters), "-x", str(warmup),
                           *dtype], env)
-        return table(out)[size]
+        return table(out, key)[size]
     if tool == "omb_py":
         out = mpiexec(n, [sys.executable, str(src / "python/run.py"), "--benchmark", name, "--buffer", "numpy",
                           "--min", str(size), "--max", str(size), *omb_py_loops(size, iters, warmup)], env_py)
-        return table(out)[size]
+        return table(out, key)[size]
     sizes = ["-a", "native", "-b", str(size), "-e", str(size)] if name == "allreduce" else ["-m", f"{size}:{size}"]
     rows = commbench_rows([cb, "-t", "mpi", "--hugepages", a.hugepages, *sizes, "-i", str(iters), "-x", str(warmup)],
                           env, mpiexec_cmd(n))

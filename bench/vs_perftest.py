@@ -39,7 +39,7 @@ from functools import partial
 from pathlib import Path
 
 import pyverbs_floor  # bench/ is on sys.path
-from common import Comparison, commbench_rows, exact, free_port, matched_env
+from common import Comparison, commbench_rows, exact, free_port, imported, matched_env
 
 BIN = Path(sys.executable).parent
 DEV = os.environ.get("COMMBENCH_IB_DEV", "rxe0")
@@ -56,8 +56,9 @@ def bw_messages(size: int, messages: int) -> int:
     return max(200, min(messages, messages * 65536 // size))
 
 
-def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:
-    """Run a perftest server and its client on this host; the client's result line, split."""
+def perftest(tool: str, size: int, iters: int, extra: list[str]) -> dict:
+    """Run a perftest server and its client on this host; the client's result row, read by commbench's
+    importer (commbench import: p50_us from t_typical, mb_s in 10^6 B/s)."""
     port = str(free_port())
     common = [tool, "-d", DEV, "-x", GID, "-F", "-s", str(size), "-n", str(iters), "-p", port, *extra]
     srv = subprocess.Popen(common, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -70,11 +71,10 @@ def perftest(tool: str, size: int, iters: int, extra: list[str]) -> list[str]:
     finally:
         srv.kill()
         srv.wait()
-    for line in p.stdout.splitlines():
-        fields = line.split()
-        if fields and fields[0] == str(size) and len(fields) >= 4:
-            return fields
-    raise SystemExit(f"vs_perftest: no result line from {tool} -s {size}:\n{p.stdout}{p.stderr}")
+    rows = [r for r in imported("perftest", p.stdout).rows if r["size"] == size] if p.returncode == 0 else []
+    if not rows:
+        raise SystemExit(f"vs_perftest: no result line from {tool} -s {size}:\n{p.stdout}{p.stderr}")
+    return rows[0]
 
 
 def commbench(bench: str, args: list[str], sizes: list[int] = SIZES) -> dict[int, dict]:
@@ -109,7 +109,7 @@ def perftest_clock() -> str:
 
 def perftest_latency(tool: str, extra: list[str], sizes: list[int], iters: int) -> dict[int, float]:
     """perftest's one-way median (t_typical), us, per size."""
-    return {size: float(perftest(tool, size, iters, extra)[4]) for size in sizes}
+    return {size: perftest(tool, size, iters, extra)["p50_us"] for size in sizes}
 
 
 def commbench_latency(op: str, poll: str, sizes: list[int], iters: int) -> dict[int, float]:
@@ -132,7 +132,7 @@ def floor_bandwidth(poll: str, size: int, messages: int) -> float:
 
 def perftest_bandwidth(tool: str, extra: list[str], size: int, messages: int) -> float:
     """perftest's bandwidth, MB/s (its MiB/s converted)."""
-    return float(perftest(tool, size, messages, extra)[3]) * 1.048576
+    return perftest(tool, size, messages, extra)["mb_s"]
 
 
 def commbench_bandwidth(op: str, poll: str, size: int, messages: int) -> float:

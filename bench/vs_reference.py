@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Comparison, free_port, matched_env, need
+from common import Comparison, free_port, imported, matched_env, need
 
 PY = sys.executable
 
@@ -44,7 +43,7 @@ def sockperf_latency(size: int, seconds: float) -> float:
     finally:
         srv.kill()
         srv.wait()
-    return float(re.search(r"Latency is ([\d.]+) usec", out).group(1))
+    return imported("sockperf", out, size=size).rows[0]["avg_us"]
 
 
 def iperf3_mbs(seconds: float, length: str | None) -> float:
@@ -56,7 +55,7 @@ def iperf3_mbs(seconds: float, length: str | None) -> float:
                              check=True).stdout
     finally:
         srv.wait(10)
-    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 8e6
+    return imported("iperf3", out).rows[0]["mb_s"]
 
 
 def commbench(bench: str, size: str, seconds: float, *flags: str) -> float:

@@ -59,11 +59,12 @@ def build_parser() -> Parser:
         add_common(p, tr, own_sizes=cls.plan_points.__func__ is not Benchmark.plan_points.__func__)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls, **cls.common_defaults)
-    from commbench import compare, devices, hosts, payloads_cli, report, show
+    from commbench import compare, devices, hosts, importers, payloads_cli, report, show
     from commbench.training import predict, train
 
     compare.add_parser(sub, tr)
     show.add_parser(sub)
+    importers.add_parser(sub)
     payloads_cli.add_parser(sub)
     devices.add_parser(sub)
     hosts.add_parser(sub)

@@ -48,6 +48,10 @@ def label_of(meta: dict) -> str:
     """A run's configuration label, from its transport's declaration and the options it recorded."""
     from commbench import transports
 
+    imp = meta.get("imported")
+    if isinstance(imp, dict):  # another tool's output (commbench import): its name, and its mean if no median
+        mean = (meta.get("metric") or {}).get("key") == "avg_us"
+        return f"{imp.get('tool')} {imp.get('version') or ''}".strip() + (" (mean)" if mean else "")
     o = meta["options"]
     cls = transports.get(str(o.get("transport")))
     net = cls.Options(**{f.name: o[f.name] for f in fields(cls.Options) if f.name in o})

@@ -160,6 +160,13 @@ class Benchmark(ABC):
     def header(cls, meta: dict) -> list[str]:
         """The '#' lines above the table, built from the run's metadata only (so `show` can redo them)."""
         o = meta["options"]
+        imp = meta.get("imported")
+        if isinstance(imp, dict):  # another tool's output (commbench import)
+            return [f"# {imp.get('tool')} {imp.get('version') or ''} output imported from {imp.get('file')} "
+                    f"as {cls.name} rows".replace("  ", " "),
+                    f"# measured: {o.get('transport')} ({o.get('mode')})   ranks: {o.get('ranks')}   "
+                    f"command: {' '.join(imp.get('command') or []) or 'not in the output'}",
+                    *(f"# {n}" for n in imp.get("notes") or []), f"# units: {cls.units}"]
         check = {None: "off", False: "off", True: "every message (timings include checking)",
                  "every": "every message (timings include checking)",
                  "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}

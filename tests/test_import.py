@@ -1,0 +1,164 @@
+"""`commbench import`: other tools' real output (captured on this machine: OSU 7.4 C and OMB-Py built
+from ../shared/tools, sockperf, iperf3 -J; perftest from the Soft-RoCE guest; nccl-tests in its
+documented format, current and pre-2.10) read into commbench rows that show, summary, report and
+report --compare treat as any run; malformed and truncated files get one line and exit 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import commbench
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.cli import main
+from commbench.core.output.results import read_runs
+from commbench.importers import detect
+from commbench.presentation import read_checked
+
+FIX = Path(__file__).parent / "fixtures" / "import"
+
+# file, extra flags, benchmark, transport, first row's (size, key, value as the tool printed it)
+CASES = [
+    ("osu_latency.txt", [], "p2p-latency", "mpi", None),
+    ("osu_bw.txt", [], "p2p-bandwidth", "mpi", None),
+    ("osu_bibw.txt", [], "p2p-bibw", "mpi", None),
+    ("osu_allreduce_4ranks_full.txt", ["--ranks", "4"], "allreduce", "mpi", None),
+    ("omb_py_latency.txt", [], "p2p-latency", "mpi", None),
+    ("omb_py_bibw.txt", [], "p2p-bibw", "mpi", None),
+    ("omb_py_allreduce_4ranks.txt", ["--ranks", "4"], "allreduce", "mpi", None),
+    ("ib_send_lat.txt", [], "p2p-latency", "verbs", None),
+    ("ib_write_bw.txt", [], "p2p-bandwidth", "verbs", None),
+    ("all_reduce_perf_2ranks.txt", [], "allreduce", "nccl", (8, "time_us", 21.43)),
+    ("all_reduce_perf_old_format.txt", [], "allreduce", "nccl", (8, "time_us", 14.89)),
+    ("sockperf_pingpong_tcp_64.txt", ["--size", "64"], "p2p-latency", "tcp", None),
+    ("iperf3_tcp.json", [], "p2p-bandwidth", "tcp", None),
+]
+
+
+def first_printed(name: str) -> tuple[int, float]:
+    """The first result line's size and value as the tool printed them (the test's own reading)."""
+    text = (FIX / name).read_text()
+    if name.endswith(".json"):
+        doc = json.loads(text)
+        return doc["start"]["test_start"]["blksize"], doc["end"]["sum_received"]["bits_per_second"] / 8e6
+    if name.startswith("sockperf"):
+        return 64, float(re.search(r"avg-latency=([\d.]+)", text).group(1))
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0].isdigit() and re.fullmatch(r"[\d.]+", f[1]) and not line.startswith("#"):
+            if name.startswith("ib_"):  # perftest: #bytes #iterations then values
+                return int(f[0]), float(f[4] if "lat" in name else f[3]) * (1 if "lat" in name else 1.048576)
+            return int(f[0]), float(f[1])
+    raise AssertionError(f"no result line in {name}")
+
+
+KEY = {"p2p-latency": "avg_us", "p2p-bandwidth": "mb_s", "p2p-bibw": "mb_s", "allreduce": "time_us"}
+
+
+@pytest.mark.parametrize("name,flags,bench,transport,first", CASES, ids=[c[0] for c in CASES])
+def test_each_tools_output_becomes_commbench_rows(tmp_path, name, flags, bench, transport, first):
+    if not (FIX / name).exists():
+        pytest.skip(f"fixture {name} not captured")
+    out = tmp_path / "imported.jsonl"
+    r = commbench("import", str(FIX / name), *flags, "-o", str(out))
+    assert r.code == 0, r.err
+    (run,) = read_checked(out)
+    assert run.meta["bench"] == bench and run.meta["imported"]["file"].endswith(name)
+    assert run.rows and all(row["transport"] == transport and row["bench"] == bench for row in run.rows)
+    row = run.rows[0]
+    if first:  # read off the fixture by eye
+        assert (row["size"], row[first[1]]) == (first[0], first[2])
+    else:
+        size, value = first_printed(name)
+        key = "p50_us" if name == "ib_send_lat.txt" else KEY[bench]
+        assert row["size"] == size and row[key] == pytest.approx(value, rel=1e-6)
+    shown = commbench("show", str(out))
+    assert shown.code == 0 and "imported from" in shown.out and str(row["size"]) in shown.out
+
+
+def test_detected_without_from():
+    for name, tool in [("osu_latency.txt", "osu"), ("omb_py_latency.txt", "osu"), ("all_reduce_perf_2ranks.txt",
+                                                                                   "nccl-tests"),
+                       ("sockperf_pingpong_tcp_64.txt", "sockperf"), ("iperf3_tcp.json", "iperf3"),
+                       ("ib_send_lat.txt", "perftest"), ("ib_write_bw.txt", "perftest")]:
+        if (FIX / name).exists():
+            assert detect((FIX / name).read_text()) == tool, name
+
+
+def test_allreduce_busbw_needs_the_ranks(tmp_path):
+    out = tmp_path / "a.jsonl"
+    assert commbench("import", str(FIX / "osu_allreduce_4ranks_full.txt"), "-o", str(out)).code == 0
+    (run,) = read_runs(out)
+    assert "busbw" not in run.rows[0] and run.meta["metric"] == {"key": "time_us", "better": "lower"}
+    out4 = tmp_path / "b.jsonl"
+    assert commbench("import", str(FIX / "osu_allreduce_4ranks_full.txt"), "--ranks", "4", "-o", str(out4)).code == 0
+    row = read_runs(out4)[0].rows[-1]
+    assert row["busbw"] == pytest.approx(row["size"] / row["time_us"] / 1e3 * 2 * 3 / 4)  # nccl-tests' factor
+
+
+def test_imported_osu_beside_a_commbench_run(tmp_path):
+    """report --compare of a commbench run and OSU's output of the same benchmark: matched by size,
+    OSU's mean against commbench's mean (OSU prints no median); summary and a report page too."""
+    cb = tmp_path / "cb.jsonl"
+    r = commbench("p2p-latency", "-t", "tcp", "-m", "1:64", "-i", "200", "-x", "20", "-o", str(cb))
+    assert r.code == 0, r.err
+    osu = tmp_path / "osu.jsonl"
+    assert commbench("import", str(FIX / "osu_latency.txt"), "-o", str(osu)).code == 0
+    rep = commbench("report", "--compare", str(osu), str(cb), "-o", str(tmp_path / "rep"))
+    assert rep.code == 0, rep.err
+    for size in (1, 2, 4, 8, 16, 32, 64):
+        assert re.search(rf"^\S*\s*p2p-latency\s+{size}\b.*avg_us", rep.out, re.M), rep.out
+    both = commbench("report", str(cb), str(osu), "-o", str(tmp_path / "page"))
+    assert both.code == 0, both.err
+    assert (tmp_path / "page" / "p2p-latency.png").stat().st_size > 0
+    s = commbench("summary", str(cb), str(osu))
+    assert s.code == 0, s.err
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n", "no result lines"),
+    ("hello\n", "not the output of a tool"),
+    ("{\"start\": {\"connecting_to\": {}}}", "without end.sum_received"),
+    ("{\"start\": {\"connecting_to\": {}}, \"error\": \"unable to connect to server\"}", "iperf3 reported an error"),
+    ("sockperf: ====> avg-latency=27.948 (std-dev=30.804)\n", "give --size"),
+])
+def test_malformed_output_is_one_line_exit_2(tmp_path, text, needle):
+    f = tmp_path / "out.txt"
+    f.write_text(text)
+    r = commbench("import", str(f))
+    assert r.code == 2 and needle in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_unreadable_inputs_are_one_line_exit_2(tmp_path):
+    (tmp_path / "bin").write_bytes(b"\x00\x01\x02")
+    for args in (["import", str(tmp_path / "missing.txt")], ["import", str(tmp_path)],
+                 ["import", str(tmp_path / "bin")], ["import", str(FIX / "osu_latency.txt"), "--ranks", "-1"],
+                 ["import", str(FIX / "osu_latency.txt"), "-o", str(tmp_path / "x.txt")]):
+        r = commbench(*args)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err, (args, r.err)
+
+
+FIXTURES = sorted(p.name for p in FIX.iterdir()) if FIX.is_dir() else []
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(FIXTURES), cut=st.floats(0, 1), junk=st.binary(max_size=40))
+def test_truncated_or_damaged_output_never_tracebacks(name, cut, junk):
+    """Any fixture cut anywhere, with bytes appended: rows for what is whole (exit 0), or one line (exit 2).
+    In-process (main() as the command runs it): an exception escaping it would be a traceback."""
+    data = (FIX / name).read_bytes()
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "cut.txt"
+        f.write_bytes(data[:int(len(data) * cut)] + junk)
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            rc = main(["import", str(f), "--size", "64", "--ranks", "4"])
+    assert rc in (0, 2), err.getvalue()
+    assert len(err.getvalue().strip().splitlines()) <= 1, err.getvalue()
