@@ -17,6 +17,7 @@ from commbench import presentation
 from commbench.core.config.argtypes import MAX_ITERATIONS, SECONDS, integer
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
+from commbench.core.output.results import results_files
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.core.run.placement import detect
 from commbench.launch.local import launch, launch_mpi, mpiexec_command
@@ -76,7 +77,7 @@ def add_parser(sub, transports: dict) -> None:
                    help="run only configurations whose label contains NAME (repeatable), e.g. --only grpc")
     p.set_defaults(func=compare, transports=transports)
     s = sub.add_parser("summary", help="the compare summary table from saved p2p-latency / p2p-bandwidth files")
-    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
     s.set_defaults(func=summary)
 
 
@@ -168,5 +169,5 @@ def print_summary(paths: Sequence[Path | str]) -> None:
 
 
 def summary(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    print_summary(args.files)
+    print_summary(results_files(args.files))
     return 0

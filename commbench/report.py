@@ -22,7 +22,7 @@ from pathlib import Path
 
 from commbench import presentation
 from commbench.core.errors import UsageError
-from commbench.core.output.results import Run
+from commbench.core.output.results import Run, results_files
 
 
 def metric_of(meta: dict) -> dict:
@@ -305,7 +305,7 @@ def compare(a: str, b: str):
     pd = pandas()
     da, db = load(read_all([a])), load(read_all([b]))
     keys = [k for k in ("bench", *point_keys()) if k in da.columns and k in db.columns]
-    how = [k for k in ("transport", "mode", "poll") if k in keys]
+    how = [k for k in ("transport", "mode", "poll", "algorithm") if k in keys]
     if how and len(da[how].drop_duplicates()) == 1 and len(db[how].drop_duplicates()) == 1:
         keys = [k for k in keys if k not in how]  # one configuration per file: compare them point by point
     m = da.merge(db, on=keys, suffixes=("_a", "_b"))
@@ -396,7 +396,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    files = list(args.files)
+    files = results_files(args.files)
     if not files and not args.compare:
         raise UsageError("report needs results files (commbench report RUN.jsonl ...) or --compare A B")
     cmp = None

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 
 from commbench import presentation
 from commbench.core.errors import UsageError
+from commbench.core.output.results import results_files
 from commbench.core.output.table import header_line, row_line
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("show", help="print a results file (.jsonl or .csv) as the run's table")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
     p.set_defaults(func=show)
 
 
@@ -41,6 +42,6 @@ def render(path: str) -> list[str]:
 
 
 def show(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    for path in args.files:
+    for path in results_files(args.files):
         print("\n".join(render(path)))
     return 0

