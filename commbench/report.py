@@ -148,9 +148,15 @@ def line_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, objec
         p, key = kinds[bench], g["metric"].iloc[0]
         if p.x not in g:
             continue
+        title = ylabel = f"{bench}: {key}"
+        if g["metric"].nunique() > 1:  # another tool's output gives another metric (OSU: the mean, no median)
+            key, g = "value", g.assign(value=[row[m] for m, row in zip(g["metric"], g.to_dict("records"),
+                                                                          strict=True)])
+            g["series"] = [f"{s} [{m}]" if m != p.metric else s for s, m in zip(g["series"], g["metric"], strict=True)]
+            title, ylabel = f"{bench}: {p.metric}, or the metric in [ ]", f"{p.metric} or [ ]"
         by_size = p.x == "size"
         path = out / f"{bench}.png"
-        _line_plot(plt, g, p.x, key, f"{bench}: {key}", key, "message size (B)" if by_size else p.x, path,
+        _line_plot(plt, g, p.x, key, title, ylabel.split(": ")[-1], "message size (B)" if by_size else p.x, path,
                    logx=by_size, logy=by_size)
         table = g.pivot_table(index=p.x, columns="series", values=key) if by_size else \
             g[["series", *dict.fromkeys(c for c in (p.x, "ps", key, "mb_s") if c in g)]]
@@ -315,16 +321,20 @@ def compare(a: str, b: str):
         if f"{key}_a" not in r or r[f"{key}_a"] is None or r[f"{key}_a"] != r[f"{key}_a"]:
             continue
         va, vb = float(r[f"{key}_a"]), float(r[f"{key}_b"])
-        ratio = vb / va if va else float("nan")
-        better = (ratio > 1) == higher
-        speed = vb / va if higher else va / vb if vb else float("nan")
+        if not (va > 0 and vb > 0):  # a value rounded to 0 (nccl-tests' busbw of tiny messages): no ratio
+            ratio, verdict = float("nan"), "no ratio (a zero)"
+        else:
+            ratio = vb / va
+            better = (ratio > 1) == higher
+            speed = ratio if higher else va / vb
+            verdict = "same" if abs(ratio - 1) < 0.02 else \
+                f"{max(speed, 1 / speed):.2f}x {'better' if better else 'worse'}"
         shown = [str(r[k]) for k in keys if k not in ("bench", "payload") and r[k] == r[k] and r[k] is not None]
         if "payload" in keys and str(r["payload"]) != str(r.get("size")):
             shown.insert(0, str(r["payload"]))
         point = " ".join(shown)
-        rows.append({"bench": r["bench"], "point": point, "metric": key, "a": va, "b": vb,
-                     "b_over_a": ratio, "verdict": "same" if abs(ratio - 1) < 0.02 else
-                     f"{max(speed, 1 / speed):.2f}x {'better' if better else 'worse'}"})
+        rows.append({"bench": r["bench"], "point": point, "metric": key, "a": va, "b": vb, "b_over_a": ratio,
+                     "verdict": verdict})
     if not rows:
         raise UsageError(f"{a} and {b} have no points in common (same benchmark, transport, mode, size...)")
     return pd.DataFrame(rows)

@@ -118,8 +118,22 @@ def test_imported_osu_beside_a_commbench_run(tmp_path):
     both = commbench("report", str(cb), str(osu), "-o", str(tmp_path / "page"))
     assert both.code == 0, both.err
     assert (tmp_path / "page" / "p2p-latency.png").stat().st_size > 0
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert "(OMB 7.4) busy [avg_us]" in page and "<td>0.27</td>" in page  # OSU's line: its mean, marked
     s = commbench("summary", str(cb), str(osu))
     assert s.code == 0, s.err
+
+
+def test_compare_with_values_rounded_to_zero(tmp_path):
+    """nccl-tests prints busbw 0.00 for tiny messages: report --compare says there is no ratio there
+    (it divided by zero: a traceback) and compares the rest."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert commbench("import", str(FIX / "all_reduce_perf_2ranks.txt"), "-o", str(a)).code == 0
+    assert commbench("import", str(FIX / "all_reduce_perf_old_format.txt"), "-o", str(b)).code == 0
+    r = commbench("report", "--compare", str(a), str(b), "-o", str(tmp_path / "rep"))
+    assert r.code == 0, r.err
+    assert re.search(r"^allreduce\s+8 2\s+busbw.*no ratio \(a zero\)$", r.out, re.M), r.out
+    assert re.search(r"^allreduce\s+1024 256\s+busbw\s+0\.04\s+0\.1\s+2\.5\s+2\.50x better$", r.out, re.M), r.out
 
 
 @pytest.mark.parametrize("text,needle", [
