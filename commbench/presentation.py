@@ -46,6 +46,9 @@ def declared_keys(bench: str) -> dict:
     return declared(RUNNER, cls.row_keys().values()) if cls else {}
 
 
+POINT_NUMBERS = ("size", "count", "batch", "workers", "ps")  # keys that tell points apart, besides a kind's x
+
+
 def _number(v: object) -> bool:
     if isinstance(v, list):
         return all(_number(x) for x in v)
@@ -68,10 +71,22 @@ def read_checked(path, need_rows: bool = True) -> list:
             if bench not in schemas:
                 schemas[bench] = ([(k, c) for k, c in declared_keys(bench).items() if c.unit], of(bench, kinds))
             numeric, p = schemas[bench]
+            if not isinstance(row.get("bench", ""), str):
+                raise UsageError(f"{path}: row {i}: bench is {str(row['bench'])[:40]!r}, not a benchmark's name; "
+                                 "was the file edited?")
             for k, c in numeric:
                 if k in row and not _number(row[k]):
                     raise UsageError(f"{path}: row {i}: {k} is {str(row[k])[:40]!r}, not a number ({c.unit}); "
                                      "was the file edited?")
+            scalars = (p.metric, p.x, *POINT_NUMBERS) if p is not None else POINT_NUMBERS
+            for k in scalars:  # what rows are matched, sorted and drawn by: one number each
+                v = row.get(k)
+                if v is not None and (isinstance(v, (bool, list, dict, str))):
+                    raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, not a number; was the file edited?")
+            for k in (p.series if p is not None else ()):
+                v = row.get(k)
+                if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                    raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, not a name; was the file edited?")
             if p is not None and p.figure == "line" and p.x not in row:
                 raise UsageError(f"{path}: row {i} has no {p.x}: not a {bench} row as commbench writes them")
     return runs

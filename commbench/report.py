@@ -314,6 +314,9 @@ def compare(a: str, b: str):
     how = [k for k in ("transport", "mode", "poll", "algorithm") if k in keys]
     if how and len(da[how].drop_duplicates()) == 1 and len(db[how].drop_duplicates()) == 1:
         keys = [k for k in keys if k not in how]  # one configuration per file: compare them point by point
+    for k in keys:  # a key missing from every row of one file reads as object (None), numbers as int64
+        if da[k].dtype != db[k].dtype:
+            da[k], db[k] = da[k].astype(object), db[k].astype(object)
     m = da.merge(db, on=keys, suffixes=("_a", "_b"))
     rows = []
     for _, r in m.iterrows():

@@ -7,9 +7,8 @@ The JSON is parsed as data with a depth limit; nothing in it is evaluated.
 
 from __future__ import annotations
 
-import json
-
 from commbench.core.errors import UsageError
+from commbench.core.output.results import shallow_json
 from commbench.importers import Imported
 
 
@@ -28,8 +27,8 @@ def _get(obj, *path):
 
 def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        doc = shallow_json(text)
+    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         raise UsageError(f"{path}: not iperf3 -J output (JSON that does not parse: "
                          f"{getattr(exc, 'msg', 'nested too deeply')})") from None
     if not isinstance(doc, dict):

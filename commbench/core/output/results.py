@@ -230,9 +230,26 @@ def read_runs(path: str | os.PathLike, need_rows: bool = False) -> list[Run]:
     for run in runs:
         if not isinstance(run.meta.get("bench"), str) or not isinstance(run.meta.get("options"), dict):
             raise UsageError(f"{p}: a metadata row without the benchmark and its options: not written by commbench")
+        for key, kind in META_SHAPES.items():
+            v = run.meta.get(key)
+            if v is not None and not _shaped(v, kind):
+                raise UsageError(f"{p}: the metadata's {key} is {str(v)[:40]!r}, not {kind[1]}; was the file edited?")
     if need_rows and not any(run.rows for run in runs):
         raise UsageError(f"{p}: no result rows in this file (only metadata: the run ended before its first point)")
     return runs
+
+
+META_SHAPES = {"hosts": (list, "a list of host names"), "command": (list, "a command line (a list of words)"),
+               "versions": (dict, "a table of versions"), "metric": (dict, "a metric (key, better)"),
+               "imported": (dict, "an import's description")}
+
+
+def _shaped(v: object, kind: tuple) -> bool:
+    if not isinstance(v, kind[0]):
+        return False
+    if kind[0] is list:
+        return all(isinstance(x, str) for x in v)
+    return all(isinstance(k, str) for k in v)
 
 
 def _finite(p: Path, lineno: int, row: dict) -> dict:
@@ -243,13 +260,42 @@ def _finite(p: Path, lineno: int, row: dict) -> dict:
     return row
 
 
+MAX_NESTING = 64  # a commbench row nests 3 deep; a line nested past this is refused before it is parsed
+
+
+def shallow_json(text: str, limit: int = MAX_NESTING) -> object:
+    """json.loads for text from a user's file, refusing (RecursionError) nesting past ``limit`` before
+    parsing: the parser's own limit is the interpreter's recursion limit, and unwinding from it
+    prints 'Exception ignored' lines to stderr."""
+    if text.count("[") + text.count("{") > limit:
+        depth = 0
+        in_string = escaped = False
+        for ch in text:
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch in "[{":
+                depth += 1
+                if depth > limit:
+                    raise RecursionError(f"nested more than {limit} deep")
+            elif ch in "]}":
+                depth -= 1
+    return json.loads(text)
+
+
 def _read_jsonl(p: Path, text: str) -> Iterator[Run]:
     run = None
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = shallow_json(line)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{p}:{lineno}: not a JSON row ({exc.msg}); was the file cut short or edited?") from None
         except RecursionError:
@@ -273,7 +319,7 @@ def _read_csv(p: Path, text: str) -> Iterator[Run]:
     if not lines or not lines[0].startswith(META_PREFIX):
         raise UsageError(f"{p}:1: not a commbench CSV (the first line should start with {META_PREFIX.strip()!r})")
     try:
-        meta = json.loads(lines[0][len(META_PREFIX):])
+        meta = shallow_json(lines[0][len(META_PREFIX):])
     except json.JSONDecodeError as exc:
         raise UsageError(f"{p}:1: bad metadata line ({exc.msg})") from None
     except RecursionError:
