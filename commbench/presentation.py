@@ -75,7 +75,7 @@ def read_checked(path, need_rows: bool = True) -> list:
                 raise UsageError(f"{path}: row {i}: bench is {str(row['bench'])[:40]!r}, not a benchmark's name; "
                                  "was the file edited?")
             for k, c in numeric:
-                if k in row and not _number(row[k]):
+                if k in row and (not _number(row[k]) or isinstance(row[k], list) and not c.many):
                     raise UsageError(f"{path}: row {i}: {k} is {str(row[k])[:40]!r}, not a number ({c.unit}); "
                                      "was the file edited?")
             scalars = (p.metric, p.x, *POINT_NUMBERS) if p is not None else POINT_NUMBERS

@@ -72,7 +72,7 @@ class PSThroughput(Benchmark):
                Column("pull_p50_ms", "Pull p50", 9, MS, "ms", "median variable pull RPC"),
                Column("pull_p99_ms", "p99", 8, MS, "ms", "99th percentile pull (empty under 100 RPCs)"),
                Column("shard_mb", "Shard MB", -16, doc="MB each shard holds, '/'-separated (text)"), WRONG]
-    keys = [key("shard_steps", "count", "steps each shard applied (a list)"),
+    keys = [key("shard_steps", "count", "steps each shard applied (a list)", many=True),
             key("final_value", doc="shard 0's first variable element after the run (validation)"),
             key("expected_value", doc="what final_value must be after shard 0's steps"),
             key("ps_mode", doc="sync, async or tf: how shards apply pushes"),

@@ -55,7 +55,7 @@ def check_socket_options(opts: SocketOptions) -> None:
                 s.bind((opts.bind, 0))
         except (OSError, UnicodeError, TypeError, ValueError) as exc:  # TypeError: a name that is not text
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise UsageError(f"--bind {opts.bind!r}: cannot listen there ({why}); give an address of this machine "
+            raise UsageError(f"--bind {opts.bind}: cannot listen there ({why}); give an address of this machine "
                              "(ip -brief addr) or leave --bind out") from None
 
 

@@ -20,18 +20,22 @@ class Column:
     unit: str = ""  # of the value in the results file ("us", "MB/s", "B", ...; "" for none)
     doc: str = ""  # what it is, for the results reference
     optional: bool = False  # rows may lack it (e.g. only with some transports or options)
+    many: bool = False  # a list of values (one per shard, ...), not one
 
     def cell(self, value: object) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            text = self.fmt.format(value)
+            try:
+                text = self.fmt.format(value)
+            except ValueError:  # a float where a count was declared (a file edited, another tool's): as it is
+                text = f"{value:g}"
         else:
             text = "-" if value is None else str(value)
         return text.rjust(self.width) if self.width > 0 else text.ljust(-self.width)
 
 
-def key(name: str, unit: str = "", doc: str = "", optional: bool = False) -> Column:
+def key(name: str, unit: str = "", doc: str = "", optional: bool = False, many: bool = False) -> Column:
     """A results key that is not printed."""
-    return Column(name, "", 0, unit=unit, doc=doc, optional=optional)
+    return Column(name, "", 0, unit=unit, doc=doc, optional=optional, many=many)
 
 
 def declared(*groups: Sequence[Column]) -> dict[str, Column]:
