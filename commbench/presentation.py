@@ -87,6 +87,8 @@ def read_checked(path, need_rows: bool = True) -> list:
                 v = row.get(k)
                 if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
                     raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, not a name; was the file edited?")
+            if p is not None and p.columns and p.metric not in row:  # one row per run: it is the run's result
+                raise UsageError(f"{path}: row {i} has no {p.metric}: not a {bench} row as commbench writes them")
             if p is not None and p.figure == "line" and p.x not in row:
                 raise UsageError(f"{path}: row {i} has no {p.x}: not a {bench} row as commbench writes them")
     return runs

@@ -170,19 +170,23 @@ class Benchmark(ABC):
         check = {None: "off", False: "off", True: "every message (timings include checking)",
                  "every": "every message (timings include checking)",
                  "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}
-        lines = [f"# commbench {cls.name} v{meta['versions']['commbench']}: {cls.help}",
-                 f"# transport: {o['transport']} ({o['mode']})   ranks: {o['ranks']}   "
-                 f"hosts: {', '.join(sorted(set(meta['hosts'])))}",
-                 f"# loops: {o['loops']}   validate: {check.get(o.get('validate'), o.get('validate'))}",
+        versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+        validate = o.get("validate")
+        validate = check.get(validate, validate) if isinstance(validate, (str, bool, type(None))) else validate
+        lines = [f"# commbench {cls.name} v{versions.get('commbench', '?')}: {cls.help}",
+                 f"# transport: {o.get('transport', '?')} ({o.get('mode', '?')})   ranks: {o.get('ranks', '?')}   "
+                 f"hosts: {', '.join(sorted(set(meta.get('hosts') or [])))}",
+                 f"# loops: {o.get('loops', '?')}   validate: {validate}",
                  f"# units: {cls.units}"]
         cpu = meta.get("cpu")
-        warn = machine.crowded(cpu, cpu.get("spinning", 0)) if isinstance(cpu, dict) and "busy" in cpu else None
-        if warn:
-            lines.append(warn)
+        if isinstance(cpu, dict) and all(isinstance(cpu.get(k), (int, float)) for k in ("busy", "cpus", "spinning")):
+            warn = machine.crowded(cpu, int(cpu["spinning"]))
+            if warn:
+                lines.append(warn)
         mem = meta.get("memory")
-        if mem:
-            lines.insert(3, f"# buffers: touched before each point; huge pages {mem['hugepages']} "
-                            f"(system THP: {mem['system_thp']})")
+        if isinstance(mem, dict):
+            lines.insert(3, f"# buffers: touched before each point; huge pages {mem.get('hugepages', '?')} "
+                            f"(system THP: {mem.get('system_thp', '?')})")
         if o.get("payload_spec"):
             lines.insert(2, f"# payload: {o['payload_spec']}")
         elif (m := o.get("message_size")) and not any(c in m for c in ":,"):  # OSU's -m MAX surprises
