@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -426,7 +427,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     except OSError as exc:
         raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
     ours = any((out / f"report.{ext}").exists() for ext in ("html", "md"))  # a report's folder from before
-    made = figures(load(runs), out)
+    with warnings.catch_warnings():  # matplotlib's overflow on absurd values (a file's 1e308 B) is not the user's news
+        warnings.simplefilter("ignore", RuntimeWarning)
+        made = figures(load(runs), out)
     if ours:  # its figures this report does not make again would sit beside the new page, looking current
         for old in set(out.glob("*.png")) - {png for _, png, _ in made}:
             old.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import io
 import json
 import random
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -63,10 +64,12 @@ def command_lines(draw):
 
 
 def run(argv: list[str]) -> tuple[int, str]:
+    """Exit status and stderr, a warning counted as the lines Python would print for it."""
     err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
         rc = cli.main(argv)
-    return rc, err.getvalue()
+    return rc, err.getvalue() + "".join(f"{x.category.__name__}: {x.message}\n" for x in w)
 
 
 @pytest.fixture(scope="module")

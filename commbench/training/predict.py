@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -499,6 +500,15 @@ def schema() -> dict[str, Column]:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """predict, with numpy's warnings about absurd inputs (a sweep of 1e308 B: overflow, an ill-conditioned
+    fit) kept off the terminal: what such inputs give is refused or printed, in one place each."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", np.exceptions.RankWarning)
+        return _run(args, argv)
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     link = p2p_link(args.p2p)
     runs = train_rows(args.train) if args.train else []
     row, meta = runs[-1] if runs else ({}, {})

@@ -180,7 +180,11 @@ def results_files(paths: Sequence[str]) -> list[str]:
     out: list[str] = []
     for path in paths:
         p = Path(path)
-        if not p.is_dir():
+        try:
+            is_dir = p.is_dir()
+        except OSError:  # a name too long to look up: reading it says so, in one line
+            is_dir = False
+        if not is_dir:
             out.append(path)
             continue
         found = sorted(str(f) for f in p.iterdir() if f.suffix in FORMATS and f.is_file())
