@@ -156,11 +156,10 @@ def print_summary(paths: Sequence[Path | str]) -> None:
                 row["bw4m"] = by_size[4 << 20].get(metric)
     baseline = next((label for label, name, _ in configurations()), "")
     base = rows.get(baseline, {})
-    for row in rows.values():
-        if "lat8" in row and "lat8" in base:
-            row["lat_ratio"] = row["lat8"] / base["lat8"]
-        if "bw4m" in row and "bw4m" in base:
-            row["bw_ratio"] = row["bw4m"] / base["bw4m"]
+    for row in rows.values():  # a ratio where both values are there and the base is not zero
+        for key, ratio in (("lat8", "lat_ratio"), ("bw4m", "bw_ratio")):
+            if row.get(key) is not None and base.get(key):
+                row[ratio] = row[key] / base[key]
     print("# commbench compare: one-way latency (median, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
     print(f"# ratios against {baseline}: Lat/base at 8 B (lower is better), BW/base at 4 MiB (higher is better)")
     print(header_line(SUMMARY))

@@ -138,7 +138,12 @@ def figures(df, out: Path) -> list[tuple[str, Path, object]]:
     made = []
     for figure, benches in by_figure.items():
         sub = df[df.bench.isin(benches)]
-        made += FIGURES[figure](plt, sub, out, {b: presentation.of(b, kinds) for b in benches})
+        try:
+            made += FIGURES[figure](plt, sub, out, {b: presentation.of(b, kinds) for b in benches})
+        except (ValueError, TypeError, KeyError, ZeroDivisionError, OverflowError) as exc:
+            # read_checked lets through what a row may hold; what cannot be drawn together is the file's
+            raise UsageError(f"cannot draw the {figure} figure of {', '.join(benches)} from these rows "
+                             f"({str(exc)[:80]}); was a file edited?") from None
     return made
 
 
