@@ -350,13 +350,13 @@ def compare(a: str, b: str):
 
 
 def command(run: Run) -> str:
-    return " ".join(run.meta.get("command", []))
+    return " ".join(run.meta.get("command") or [])
 
 
 def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) -> Path:
     if fmt == "md":
         lines = ["# commbench report", "", "| file | benchmark | hosts | command |", "|---|---|---|---|"]
-        lines += [f"| {Path(f).name} | {r.meta.get('bench')} | {', '.join(sorted(set(r.meta.get('hosts', []))))} | "
+        lines += [f"| {Path(f).name} | {r.meta.get('bench')} | {', '.join(sorted(set(r.meta.get('hosts') or [])))} | "
                   f"`{command(r)}` |" for f, r in runs]
         for title, png, table in made:
             lines += ["", f"## {title}", "", f"![{title}]({png.name})", "", _md_table(table)]
@@ -370,7 +370,7 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
              "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style>",
              "<h1>commbench report</h1><table><tr><th>file</th><th>benchmark</th><th>hosts</th><th>command</th></tr>"]
     parts += [f"<tr><td>{html.escape(Path(f).name)}</td><td>{html.escape(str(r.meta.get('bench')))}</td>"
-              f"<td>{html.escape(', '.join(sorted(set(r.meta.get('hosts', [])))))}</td>"
+              f"<td>{html.escape(', '.join(sorted(set(r.meta.get('hosts') or []))))}</td>"
               f"<td><code>{html.escape(command(r))}</code></td></tr>" for f, r in runs]
     parts.append("</table>")
     for title, png, table in made:

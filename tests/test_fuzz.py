@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import random
 import tempfile
 import warnings
@@ -26,6 +27,9 @@ from commbench import cli
 from commbench.launch import local
 
 FIX = Path(__file__).parent / "fixtures"
+# The same examples every run (CI stays a regression test); COMMBENCH_FUZZ_EXPLORE=1 draws new ones each
+# run, to look for what is not found yet (do that before a change lands, several times).
+FIXED = os.environ.get("COMMBENCH_FUZZ_EXPLORE") != "1"
 SKIP = {"hosts", "train", "compare", "devices"}  # they start namespaces, TensorFlow or real runs: tested elsewhere
 
 
@@ -82,8 +86,8 @@ def no_launch():
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, derandomize=FIXED,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(argv=command_lines())
 def test_any_command_line_is_run_or_refused_in_one_line(no_launch, argv, tmp_path_factory):
     with tempfile.TemporaryDirectory() as d, contextlib.chdir(d):  # relative outputs land here
@@ -117,7 +121,7 @@ READERS = [["show"], ["summary"], ["report", "-o", "rep"], ["predict", "--p2p"],
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=FIXED)
 @given(name=st.sampled_from(sorted(p.name for p in FIX.glob("*.jsonl"))),
        how=st.sampled_from(["truncate", "binary", "deep", "nan", "types", "drop"]),
        reader=st.sampled_from(READERS), seed=st.integers(0, 2 ** 32))
