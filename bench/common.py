@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -95,10 +96,10 @@ def commbench_rows(args: Sequence[str], env: dict | None = None, mpiexec: Sequen
                    timeout: float = 1800) -> list[dict]:
     """Rows of ``commbench ARGS -o FILE`` (started by ``mpiexec`` if given: that launcher's command, with
     the environment the wheel's Open MPI needs here: root allowed, a TMPDIR of its own)."""
-    with tempfile.TemporaryDirectory() as d, mpiexec_env(env) as menv:
+    with tempfile.TemporaryDirectory() as d, (mpiexec_env(env) if mpiexec else contextlib.nullcontext(env)) as menv:
         f = Path(d) / "r.jsonl"
         cmd = [*(mpiexec or []), str(BIN / "commbench"), *args, "-o", str(f)]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=menv if mpiexec else env, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=menv, timeout=timeout)
         if p.returncode:
             sys.exit(f"{' '.join(cmd[:6])} ... failed ({p.returncode}):\n{p.stderr[-2000:]}")
         return [r for r in map(json.loads, f.read_text().splitlines()) if r.get("type") == "row"]

@@ -81,11 +81,11 @@ def read_checked(path, need_rows: bool = True) -> list:
             scalars = (p.metric, p.x, *POINT_NUMBERS) if p is not None else POINT_NUMBERS
             for k in scalars:  # what rows are matched, sorted and drawn by: one number each
                 v = row.get(k)
-                if v is not None and (isinstance(v, (bool, list, dict, str))):
+                if isinstance(v, (bool, list, dict, str)):
                     raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, not a number; was the file edited?")
             for k in (p.series if p is not None else ()):
                 v = row.get(k)
-                if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                if isinstance(v, bool) or (v is not None and not isinstance(v, (str, int, float))):
                     raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, not a name; was the file edited?")
             if p is not None and p.columns and p.metric not in row:  # one row per run: it is the run's result
                 raise UsageError(f"{path}: row {i} has no {p.metric}: not a {bench} row as commbench writes them")

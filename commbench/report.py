@@ -154,7 +154,7 @@ def line_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, objec
         p, key = kinds[bench], g["metric"].iloc[0]
         if p.x not in g:
             continue
-        title = ylabel = f"{bench}: {key}"
+        title, ylabel = f"{bench}: {key}", key
         if g["metric"].nunique() > 1:  # another tool's output gives another metric (OSU: the mean, no median)
             key, g = "value", g.assign(value=[row[m] for m, row in zip(g["metric"], g.to_dict("records"),
                                                                           strict=True)])
@@ -162,7 +162,7 @@ def line_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, objec
             title, ylabel = f"{bench}: {p.metric}, or the metric in [ ]", f"{p.metric} or [ ]"
         by_size = p.x == "size"
         path = out / f"{bench}.png"
-        _line_plot(plt, g, p.x, key, title, ylabel.split(": ")[-1], "message size (B)" if by_size else p.x, path,
+        _line_plot(plt, g, p.x, key, title, ylabel, "message size (B)" if by_size else p.x, path,
                    logx=by_size, logy=by_size)
         table = g.pivot_table(index=p.x, columns="series", values=key) if by_size else \
             g[["series", *dict.fromkeys(c for c in (p.x, "ps", key, "mb_s") if c in g)]]

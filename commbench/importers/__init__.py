@@ -11,7 +11,6 @@ printed as ``show`` prints a file.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import platform
 import re
@@ -58,22 +57,23 @@ def detect(text: str) -> str | None:
 
 
 def meta_of(imp: Imported, path: str, text: str) -> dict:
-    """A metadata row as a run's, saying where the numbers came from."""
-    from commbench import __version__
+    """A run's metadata row (``run_metadata``), saying where the numbers came from: the tool's command
+    and version instead of this one's, and a run id from the text's digest."""
+    from commbench.core.output.results import run_metadata
 
     digest = hashlib.sha256(text.encode(errors="replace")).hexdigest()
-    return {"type": "meta", "bench": imp.bench, "run_id": f"import-{digest[:6]}",
-            "start": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "command": imp.command or [imp.tool], "hosts": [platform.node()], "platform": platform.platform(),
-            "versions": {"commbench": __version__, imp.tool: imp.version or "unknown"},
-            "options": {"transport": imp.transport, "mode": imp.mode, "ranks": imp.ranks, "loops": "the tool's own",
-                        "validate": None},
-            **({"metric": imp.metric} if imp.metric else {}),
-            "imported": {"tool": imp.tool, "version": imp.version, "command": imp.command, "file": str(path),
-                         "sha256": digest, "notes": imp.notes}}
+    options = {"transport": imp.transport, "mode": imp.mode, "ranks": imp.ranks, "loops": "the tool's own",
+               "validate": None}
+    meta = run_metadata(imp.bench, options, [platform.node()], [])
+    meta["versions"][imp.tool] = imp.version or "unknown"
+    meta.update(run_id=f"import-{digest[:6]}", command=imp.command or [imp.tool],
+                **({"metric": imp.metric} if imp.metric else {}),
+                imported={"tool": imp.tool, "version": imp.version, "command": imp.command, "file": str(path),
+                          "sha256": digest, "notes": imp.notes})
+    return meta
 
 
-def rows_of(imp: Imported, meta: dict, path: str) -> list[dict]:
+def rows_of(imp: Imported, meta: dict) -> list[dict]:
     """The rows with the runner's keys, checked against the benchmark's declared keys."""
     from commbench.presentation import declared_keys
 
@@ -104,7 +104,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from commbench.core.output.results import ResultsWriter, check_output_path, read_text_file
+    from commbench.core.output.results import check_output_path, read_text_file
     from commbench.show import render
 
     if args.ranks < 0 or args.size < 0:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if not imp.rows:
             raise UsageError(f"{path}: no result lines in this {tool} output (cut short before its first size?)")
         meta = meta_of(imp, path, text)
-        runs.append((meta, rows_of(imp, meta, path)))
+        runs.append((meta, rows_of(imp, meta)))
     if out is None:
         import tempfile
 
@@ -137,17 +137,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             _write(f, runs)
             print("\n".join(render(str(f))))
         return 0
-    _write(out, runs, ResultsWriter)
+    _write(out, runs)
     print(f"# {sum(len(r) for _, r in runs)} rows from {len(runs)} file(s) written to {out}")
     return 0
 
 
-def _write(path: Path, runs, writer=None) -> None:
+def _write(path: Path, runs) -> None:
     from commbench.core.output.results import ResultsWriter
     from commbench.presentation import declared_keys
 
     for meta, rows in runs:
-        w = (writer or ResultsWriter)(path, meta, list(declared_keys(meta["bench"])))
+        w = ResultsWriter(path, meta, list(declared_keys(meta["bench"])))
         for row in rows:
             w.row(row)
         w.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.core.errors import UsageError
 from commbench.importers import NUM, Imported
 
@@ -72,5 +73,5 @@ def _row(bench: str, size: int, value: float, extra: list[float], dtype: tuple[s
     if len(extra) >= 3:
         row.update(time_min_us=extra[0], time_max_us=extra[1], iterations=int(extra[2]))
     if ranks >= 2 and row["algbw"] is not None:
-        row["busbw"] = row["algbw"] * 2 * (ranks - 1) / ranks  # nccl-tests' bus factor for all-reduce
+        row["busbw"] = row["algbw"] * AllReduceBench.bus_factor(ranks)  # as commbench's all-reduce rows
     return row
