@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from conftest import free_port, grpc_cpp, spawn, srun_ranks
+from conftest import commbench, free_port, grpc_cpp, spawn, srun_ranks, table_rows
 
 from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.output.results import read_runs
@@ -310,6 +310,40 @@ def test_rendezvous_bounds_strangers_before_the_token():
         assert peak_threads <= thread_bound and peak_rss < rss_bound, (peak_threads, peak_rss)
         assert f"more than {MAX_UNPROVEN} connections without the run token" in stderr
         assert "frame too large" in stderr
+
+
+@pytest.mark.slow
+def test_a_start_up_flood_does_not_keep_the_ranks_out():
+    """A flooder that holds 400 connections to the rendezvous and both data ports from before the run
+    starts, re-opening at once whatever is closed (so the gates' MAX_UNPROVEN slots stay full), does not
+    keep the ranks out: a new connection over the cap evicts the oldest unproven one, and a rank proves
+    itself within a round trip. The run completes; its wall time with and without the flood is printed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = _port_below_ephemeral(3)  # flood sockets take ephemeral source ports: keep P + 1 + r off them
+    run = ("p2p-latency", "-m", "8,64K", "-i", "200", "-x", "20", "--port", str(port), "--timeout", "30")
+    t0 = time.monotonic()
+    quiet = commbench(*run)
+    alone = time.monotonic() - t0
+    assert quiet.code == 0, quiet.err
+    flooder = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flooder.py")), "400",
+                                str(port), str(port + 1), str(port + 2)], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)  # flooding before anything listens, as from the moment the run starts
+        t0 = time.monotonic()
+        flooded = commbench(*run, timeout=120)
+        under = time.monotonic() - t0
+    finally:
+        flooder.terminate()
+        opened, greeted = map(int, flooder.communicate(timeout=30)[0].split())
+    print(f"start-up flood: run {alone:.1f} s alone, {under:.1f} s under 400 re-opening connections "
+          f"({opened} opened, {greeted} frames read by the flooder)")
+    assert flooded.code == 0, flooded.err
+    assert [r[0] for r in table_rows(flooded.out)] == ["8", "65536"]
+    assert opened > 2 * 400, "the flood never re-opened: the slots were not contested"
+    assert "connections without the run token; the oldest goes" in flooded.err
 
 
 def wait_for_listener(port: int) -> None:

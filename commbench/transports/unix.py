@@ -37,7 +37,7 @@ class UnixTransport(TcpTransport):
         name = f"\0commbench-{world.members[world.rank]}-{secrets.token_hex(8)}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(name)
-        listener.listen(128)
+        listener.listen(socket.SOMAXCONN)
         return listener, name
 
     def open(self, addr: str, timeout: float) -> socket.socket:

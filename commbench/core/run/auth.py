@@ -79,6 +79,8 @@ def authenticate(sock: socket.socket, token: str, hello: dict, deadline: float) 
     body["proof"] = proof(token, "client", challenge, mine, body)
     send_frame(sock, 1, body)
     kind, obj, _ = read_frame(sock, HELLO_MAX_JSON, 0, deadline)
+    if obj.get("kind") == "busy":  # evicted by a flood before the listener read the hello
+        raise Busy()
     if kind != PROVEN or not isinstance(obj.get("proof"), str) or \
             not hmac.compare_digest(obj["proof"], proof(token, "server", challenge, mine)):
         raise Impostor("it did not prove it knows the run token")

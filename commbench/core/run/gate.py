@@ -5,9 +5,13 @@ frame (a small JSON object proving it knows the run token, core/run/auth.py: the
 crosses the wire) within ``HELLO_TIMEOUT``, however its bytes trickle; the gate checks the proof,
 proves itself in turn, and hands over only connections that proved themselves. Until it has, nothing
 larger than ``HELLO_MAX_JSON`` is read for it, no thread is started for it, and at most
-``MAX_UNPROVEN`` such connections are held at once: more are told 'busy' and closed at once (a rank
-of the run that meets a flood tries again). Only the hello's own bytes are read, so whatever a proven
-peer sends after it stays in the socket for its link.
+``MAX_UNPROVEN`` such connections are held at once. A new one over the cap evicts the oldest (told
+'busy' and closed): a peer of the run proves itself within a round trip, so the slot held longest
+without a proof is the likeliest stranger's, and a flood that keeps re-opening connections cannot keep
+a rank out (it would have to open ``MAX_UNPROVEN`` of them within the rank's round trip). Hellos that
+have arrived are read before more connections are accepted, and at most ``ACCEPT_BATCH`` are accepted
+between two reads. Only the hello's own bytes are read, so whatever a proven peer sends after it stays
+in the socket for its link.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from commbench.core.run.framing import HEADER, FrameError, decode_header, encode
 HELLO_TIMEOUT = 5.0  # s for a whole hello
 HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown
 MAX_UNPROVEN = 128  # connections held at once without the token
+ACCEPT_BATCH = MAX_UNPROVEN // 4  # accepted between two reads of the hellos that have arrived
 HELLO, BUSY = 1, 3  # frame kinds shared with the rendezvous (its HELLO and ERR): {"kind": "busy"} over the cap
 
 
@@ -67,14 +72,14 @@ class Gate:
         adopts them or ``refuse``s them (a rank this listener does not expect)."""
         now = time.monotonic()
         soonest = min((u.deadline for u in self.unproven.values()), default=now + timeout)
-        done = []
-        for key, _ in self.selector.select(max(0.0, min(timeout, soonest - now))):
-            if key.fileobj is self.listener:
-                self._accept()
-            else:
+        done, ready = [], self.selector.select(max(0.0, min(timeout, soonest - now)))
+        for key, _ in ready:  # the hellos first: accepting may evict the oldest unproven connections
+            if key.fileobj is not self.listener and key.fileobj in self.unproven:
                 hello = self._read(self.unproven[key.fileobj])
                 if hello:
                     done.append(hello)
+        if any(key.fileobj is self.listener for key, _ in ready):
+            self._accept()
         now = time.monotonic()
         for u in [u for u in self.unproven.values() if u.deadline <= now]:
             self._drop(u)
@@ -82,7 +87,7 @@ class Gate:
         return done
 
     def _accept(self) -> None:
-        while True:
+        for _ in range(ACCEPT_BATCH):
             try:
                 conn, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -95,11 +100,13 @@ class Gate:
                     return
                 raise  # the listener itself is closed or shut down
             conn.setblocking(False)
-            if len(self.unproven) >= MAX_UNPROVEN:
+            if len(self.unproven) >= MAX_UNPROVEN:  # dicts keep insertion order: the first is the oldest
+                oldest = next(iter(self.unproven.values()))
+                self._drop(oldest)
                 with contextlib.suppress(OSError):
-                    conn.send(encode(BUSY, {"kind": "busy"}))
-                self.refuse(conn, addr, f"more than {MAX_UNPROVEN} connections without the run token", quiet=True)
-                continue
+                    oldest.conn.send(encode(BUSY, {"kind": "busy"}))
+                self.refuse(oldest.conn, oldest.addr, f"more than {MAX_UNPROVEN} connections without the run token; "
+                            "the oldest goes", quiet=True)
             u = _Unproven(conn, addr, time.monotonic() + HELLO_TIMEOUT)
             try:
                 conn.send(encode(auth.CHALLENGE, {"nonce": u.challenge}))  # small: the socket buffer takes it

@@ -19,5 +19,5 @@ def bind_listener(host: str, port: int, what: str) -> socket.socket:
         fix = "choose a free port with --port (or leave it out to pick one)" if exc.errno == errno.EADDRINUSE else \
             "give an address of this machine with --bind or --iface (ip -brief addr)"
         raise UsageError(f"cannot listen for the {what} on {host}:{port}: {exc.strerror}; {fix}") from None
-    sock.listen(128)
+    sock.listen(socket.SOMAXCONN)  # a flood's connections queue here, not in place of a rank's
     return sock
