@@ -252,3 +252,36 @@ def test_the_capture_keeps_what_came_before_it_was_stopped(tmp_path):
     flows = [f for f in data["flows"] if (tuple(f["src"]), tuple(f["dst"])) == (peer, here)]
     assert data["drops"] == 0 and len(flows) == 1
     assert sum(n for _, n in flows[0]["segments"]) == total
+
+
+@root
+def test_the_kernel_passes_the_capture_only_incoming_tcp(tmp_path):
+    """The capture's socket filter (TCP_IN_ONLY) lets the kernel drop what the capture does not read:
+    in a namespace of the test's own (nothing else on its loopback), 20,000 UDP datagrams and the
+    outgoing copies of a TCP exchange never reach the capture; the exchange's incoming segments do."""
+    from commbench.core.capture.packets import Capture
+    from commbench.launch.private_net import entered, private_loopback
+
+    with private_loopback() as ns:
+        cap = Capture(tmp_path / "c.json", [], ns)
+        with entered(ns):
+            u, v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            srv = socket.create_server(("127.0.0.1", 0))
+        with u, v, srv:
+            v.bind(("127.0.0.1", 0))
+            port = srv.getsockname()[1]
+            for _ in range(20000):
+                u.sendto(b"x" * 100, v.getsockname())
+            with entered(ns):
+                c = socket.create_connection(srv.getsockname())
+            a, _ = srv.accept()
+            with a, c:
+                for _ in range(50):
+                    c.sendall(b"y" * 1000)
+                    a.recv(4096)
+        data = cap.stop(timeout=60).data
+    print(f"kernel passed {data['passed']} packets to the capture")
+    flows = [f for f in data["flows"] if f["dst"][1] == port]
+    assert flows and sum(n for _, n in flows[0]["segments"]) == 50 * 1000
+    # SYN, SYN-ACK, ACK, 50 segments and their ACKs, the FINs: each once (incoming), no datagram
+    assert data["passed"] < 200 and data["drops"] == 0, data["passed"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -433,14 +434,18 @@ def test_ps_training_keeps_every_variable_on_the_ps(tmp_path):
 def test_train_traffic_shows_what_tensorflow_sends_per_step(tmp_path):
     """TF's PS training on the wire: each gradient and each variable crosses worker <-> PS as its own
     RecvTensor RPC (the PS calls the worker for gradients, the worker the PS for variables), the bytes
-    are the model's plus framing, and the chief drives each worker's step with a few small RPCs."""
+    are the model's plus framing, and the chief drives each worker's step with a few small RPCs. Beside
+    an iperf3 flood on this machine's loopback the capture counts the same bytes per step (the run has
+    a network namespace of its own, and the kernel passes the capture only incoming TCP)."""
     from commbench.profiles.store import load
 
-    out = tmp_path / "train.jsonl"
-    r = commbench("train", "--model", "small-cnn", "--strategy", "ps", "--workers", "2", "--ps", "1",
-                  "--steps", "8", "--warmup-steps", "2", "--batch", "8", "--traffic", "-o", str(out), timeout=400)
-    assert r.code == 0, r.err
-    rows = {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == "train-traffic"}
+    def traffic(out: Path) -> tuple[dict, str]:
+        r = commbench("train", "--model", "small-cnn", "--strategy", "ps", "--workers", "2", "--ps", "1",
+                      "--steps", "8", "--warmup-steps", "2", "--batch", "8", "--traffic", "-o", str(out), timeout=400)
+        assert r.code == 0, r.err
+        return {(x["from"], x["to"]): x for x in read_runs(out)[0].rows if x["bench"] == "train-traffic"}, r.out
+
+    rows, stdout = traffic(tmp_path / "train.jsonl")
     model = load("small_cnn")
     tensors, nbytes = len(model.tensors), model.nbytes
     ps_worker, worker_ps = rows[("ps", "worker")], rows[("worker", "ps")]
@@ -450,7 +455,44 @@ def test_train_traffic_shows_what_tensorflow_sends_per_step(tmp_path):
         assert nbytes < x["bytes_step"] < 1.1 * nbytes, x  # bytes by direction: one model's worth each way
     chief = rows[("chief", "worker")]
     assert chief["rpcs_step"] >= 1 and chief["bytes_step"] < 0.1 * nbytes
-    assert "# traffic on the wire, the 8 measured steps" in r.out
+    assert "# traffic on the wire, the 8 measured steps" in stdout
+    with loopback_flood() as flooded_bytes:
+        beside, _ = traffic(tmp_path / "flooded.jsonl")
+    print(f"iperf3 moved {flooded_bytes() / 1e9:.1f} GB on loopback beside the run")
+    assert flooded_bytes() > 1e9, "the flood was not on"
+    for pair in (("ps", "worker"), ("worker", "ps")):
+        print(pair, "bytes/step alone", rows[pair]["bytes_step"], "beside the flood", beside[pair]["bytes_step"])
+        assert beside[pair]["bytes_step"] == pytest.approx(rows[pair]["bytes_step"], rel=0.01)
+
+
+@contextlib.contextmanager
+def loopback_flood():
+    """iperf3 sending on this machine's loopback (two streams, as fast as it goes) meanwhile; yields a
+    function that tells how many bytes it has moved (once it has stopped: its final report)."""
+    import shutil
+    import socket
+
+    if not shutil.which("iperf3"):
+        pytest.skip("iperf3 is not installed (launchers/setup.sh --dev installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import time
+
+    time.sleep(0.5)
+    client = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", port, "-P", "2", "-t", "600", "-J"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    moved = [0.0]
+    try:
+        yield lambda: moved[0]
+    finally:
+        client.send_signal(2)  # SIGINT: iperf3 stops and prints its report
+        out = client.communicate(timeout=30)[0]
+        server.kill()
+        server.wait()
+        with contextlib.suppress(ValueError, KeyError):
+            moved[0] = json.loads(out)["end"]["sum_sent"]["bytes"]
 
 
 # -- the README's prediction recipe, end to end ------------------------------------------------------

@@ -24,6 +24,7 @@ from pathlib import Path
 from commbench.core.errors import say
 from commbench.core.run.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.run.sockets import bind_listener
+from commbench.launch.private_net import entered, private_loopback
 
 GRACE = 2.0
 POLL = 0.25  # s between the launcher's looks at its ranks
@@ -34,11 +35,12 @@ ENV_LAUNCHER = "COMMBENCH_LAUNCHER_PID"
 
 
 def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1",
-           hosts: int = 0, tolerant: bool = False, host_set: str = "") -> int:
+           hosts: int = 0, tolerant: bool = False, host_set: str = "", netns: str = "") -> int:
     """Start n ranks; with ``hosts`` rank r runs in emulated host r mod hosts of set ``host_set``
     (``commbench hosts up``); ``tolerant``: a rank that fails leaves the others running (cluster
-    evaluations report it)."""
-    prefix: list[list[str]] = [[] for _ in range(n)]
+    evaluations report it); ``netns``: every rank, and the rendezvous, in that network namespace
+    (private_net.py)."""
+    prefix: list[list[str]] = [["ip", "netns", "exec", netns] if netns else [] for _ in range(n)]
     nodes = [""] * n
     if hosts:
         from commbench.core.run.hostset import host_name
@@ -47,7 +49,8 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
         host = placement_for(hosts, host_set)["root_address"]
         nodes = [host_name(r % hosts, host_set) for r in range(n)]
         prefix = [["ip", "netns", "exec", node] for node in nodes]
-    listener = bind_listener(host, port, "rendezvous")
+    with entered(netns) if netns else contextlib.nullcontext():
+        listener = bind_listener(host, port, "rendezvous")
     root = f"{host}:{listener.getsockname()[1]}"
     token = secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
@@ -194,7 +197,7 @@ exec ip netns exec "$host" unshare --uts sh -c "hostname $host && $*"
 ENV_MPI_HOSTS = "COMMBENCH_MPI_HOSTS"  # set by launch_mpi for ranks it places in emulated hosts
 
 
-def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "") -> int:
+def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "", netns: str = "") -> int:
     """n ranks of this command under mpiexec on this machine (the mpi transport's local launcher):
     MPI must start the ranks for them to share one MPI world (see mpiexec_environ for its TMPDIR).
     With ``hosts``: rank r in emulated host r mod hosts, each host a node of Open MPI's own: its ssh
@@ -227,6 +230,8 @@ def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "") 
                    "-x", f"{ENV_MPI_HOSTS}={hosts}"]
             if n > (os.cpu_count() or 1):  # every host's daemon sees one rank on a machine of its own: say
                 cmd[1:1] = ["--mca", "mpi_yield_when_idle", "1"]  # that its cores are shared (oversubscribed)
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd]
         return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
 
 
@@ -241,6 +246,7 @@ class How:
     output: str | None = None  # checked before any rank starts
     mpiexec: bool = False  # the transport starts its ranks with its library's launcher (own-launcher)
     tolerant: bool = False  # the ranks outlive a failed peer (cluster evaluations)
+    private_net: bool = False  # --traffic: the run in a network namespace of its own (private_net.py)
 
 
 def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
@@ -260,9 +266,11 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
                              f"({os.cpu_count()} CPUs): start more with mpirun or srun across hosts")
         if how.output:
             check_output_path(how.output)
-        if how.mpiexec:
-            return launch_mpi(n, argv, how.hosts, how.host_set)
-        return launch(n, argv, how.timeout, how.port, hosts=how.hosts, tolerant=how.tolerant, host_set=how.host_set)
+        with private_loopback() if how.private_net and not how.hosts else contextlib.nullcontext("") as netns:
+            if how.mpiexec:
+                return launch_mpi(n, argv, how.hosts, how.host_set, netns)
+            return launch(n, argv, how.timeout, how.port, hosts=how.hosts, tolerant=how.tolerant,
+                          host_set=how.host_set, netns=netns)
     if how.hosts and placement.launcher != "local" and os.environ.get(ENV_MPI_HOSTS) != str(how.hosts):
         raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
                          "under mpirun or srun the launcher places them")

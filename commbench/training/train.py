@@ -144,7 +144,8 @@ def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     what = f"train --strategy {o.strategy} with {o.workers} workers" + \
         (f" and {o.ps} PS" if o.strategy == "ps" else "")
-    placement = here_or_launch(n, argv, How(o.timeout, o.port, o.hosts, o.host_set, o.output), what)
+    placement = here_or_launch(n, argv, How(o.timeout, o.port, o.hosts, o.host_set, o.output,
+                                                     private_net=o.traffic), what)
     if isinstance(placement, int):
         return placement
     return run_rank(placement, o)

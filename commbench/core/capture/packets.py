@@ -202,7 +202,7 @@ class Capturer:
             self.now = t_ns
             f.reader.feed(payload)
 
-    def result(self, drops: int) -> dict:
+    def result(self, drops: int, passed: int = 0) -> dict:
         """What the capture saw; each RPC as [t_ns, flow, method, request bytes, response bytes] (DATA)."""
         back = {}
         for i, f in enumerate(self.flows):
@@ -213,7 +213,7 @@ class Capturer:
             r = back.get((f.dst, f.src))
             resp = self.flows[r].reader.data.get(stream, 0) if r is not None and self.flows[r].reader else 0
             rpcs.append((t, i, path, f.reader.data.get(stream, 0), resp))
-        return {"drops": drops, "truncated": self.truncated,
+        return {"drops": drops, "passed": passed, "truncated": self.truncated,
                 "flows": [{"src": list(f.src), "dst": list(f.dst), "client": f.client, "segments": f.segments,
                            "gaps": len(f.early), "http2": None if f.reader is None else (f.reader.broken or "ok")}
                           for f in self.flows],
@@ -268,6 +268,37 @@ def _take_packet(cap: Capturer, sock: socket.socket, view: memoryview, anc: int)
     return t_ns
 
 
+# A classic BPF program for the packet socket: the kernel passes on only what the capture reads
+# (incoming TCP over IPv4 or IPv6), so other traffic and loopback's outgoing copies cost the capture
+# nothing and cannot fill its buffer. (code, jump if true, jump if false, k), as in linux/filter.h.
+LD_W, LDH, LDB, JEQ, RET = 0x20, 0x28, 0x30, 0x15, 0x06
+SKF_AD_PKTTYPE = 0xFFFFF000 + 4  # SKF_AD_OFF + SKF_AD_PKTTYPE: the packet's direction
+SO_ATTACH_FILTER = 26
+TCP_IN_ONLY = [  # a jump goes to the next instruction + its offset
+    (LD_W, 0, 0, SKF_AD_PKTTYPE),  # 0
+    (JEQ, 8, 0, PACKET_OUTGOING),  # 1: outgoing -> 10
+    (LDH, 0, 0, 12),  # 2: ethertype
+    (JEQ, 0, 2, 0x0800),  # 3: IPv4 -> 4, else -> 6
+    (LDB, 0, 0, 14 + 9),  # 4: IPv4's protocol
+    (JEQ, 3, 4, 6),  # 5: TCP -> 9, else -> 10
+    (JEQ, 0, 3, 0x86DD),  # 6: IPv6 -> 7, else -> 10
+    (LDB, 0, 0, 14 + 6),  # 7: IPv6's next header
+    (JEQ, 0, 1, 6),  # 8: TCP -> 9, else -> 10
+    (RET, 0, 0, 0xFFFFFFFF),  # 9: keep the whole frame
+    (RET, 0, 0, 0),  # 10: drop
+]
+
+
+def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
+    """Attach a classic BPF program to a socket (SO_ATTACH_FILTER)."""
+    import ctypes
+
+    code = b"".join(struct.pack("HBBI", *ins) for ins in program)
+    buf = ctypes.create_string_buffer(code, len(code))
+    prog = struct.pack("HP", len(program), ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, prog)
+
+
 def capture_main(out: str, excluded: str = "") -> int:
     """The capture process: see the module's docstring."""
     try:
@@ -280,6 +311,12 @@ def capture_main(out: str, excluded: str = "") -> int:
     except OSError:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 20)
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    attach_filter(sock, TCP_IN_ONLY)
+    while True:  # what was queued before the filter came: read and dropped
+        try:
+            sock.recv(1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            break
     sock.settimeout(0.2)
     cap = Capturer(int(p) for p in excluded.split(",") if p)
     stop: list[int] = []  # when the signal came (wall clock ns)
@@ -303,8 +340,8 @@ def capture_main(out: str, excluded: str = "") -> int:
     except (BlockingIOError, InterruptedError):
         pass
     stats = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-    drops = struct.unpack("II", stats)[1]
-    Path(out).write_text(json.dumps(cap.result(drops)))
+    passed, drops = struct.unpack("II", stats)  # passed: what the kernel's filter let through
+    Path(out).write_text(json.dumps(cap.result(drops, passed)))
     return 0
 
 
