@@ -191,7 +191,7 @@ def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     c = config.common
     how = How(c.timeout, c.port, c.hosts, c.host_set, c.output, "own-launcher" in transport_cls.able(config.net),
-              bench_cls.tolerant, c.traffic)
+              bench_cls.tolerant, c.traffic or "open-server" in transport_cls.able(config.net))
     placement = here_or_launch(config.ranks, argv, how, bench_cls.name)
     if isinstance(placement, int):
         return placement

@@ -161,3 +161,124 @@ def test_a_listener_greets_with_a_fresh_challenge_each_time():
             nonces.add(obj["nonce"])
     srv.close()
     assert len(nonces) == 3
+
+
+def _rank_processes(launcher_pid: int, within: float = 60) -> list:
+    """The rank processes of a local launch (their environment has the run token), once all are up."""
+    import psutil
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        ranks = []
+        for p in psutil.Process(launcher_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "COMMBENCH_TOKEN" in p.environ() and "COMMBENCH_RANK" in p.environ():
+                    ranks.append(p)
+        if len(ranks) >= 2:
+            return ranks
+        time.sleep(0.05)
+    raise AssertionError("the ranks did not start")
+
+
+root = pytest.mark.skipif(__import__("os").geteuid() != 0, reason="network namespaces and packet sockets need root")
+
+
+@root
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_a_whole_run_never_puts_its_token_on_the_wire(transport):
+    """Every byte on the loopback of a namespace holding one whole run (launcher, rendezvous, ranks),
+    read by a packet socket there: the run's token (which the test reads from a rank's environment)
+    appears nowhere, as text or as bytes, while the rendezvous's frames and the data do."""
+    import subprocess
+    import sys
+
+    from conftest import ENV
+
+    from commbench.launch.private_net import entered, private_loopback
+
+    with private_loopback() as ns:
+        with entered(ns):
+            cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+        cap.settimeout(0.2)
+        seen, going = bytearray(), threading.Event()
+
+        def read() -> None:
+            while not going.is_set():
+                with contextlib.suppress(TimeoutError):
+                    seen.extend(cap.recv(1 << 17))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        launcher = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "commbench", "p2p-latency",
+                                     "-t", transport, "-m", "8,64K", "--time", "3", "--warmup-time", "0.2"],
+                                    env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        token = _rank_processes(launcher.pid)[0].environ()["COMMBENCH_TOKEN"]
+        out, err = launcher.communicate(timeout=120)
+        going.set()
+        reader.join(5)
+        cap.close()
+    assert launcher.returncode == 0, err
+    print(f"{transport}: {len(seen) / 1e6:.1f} MB captured, token {token[:6]}... not in it")
+    assert len(seen) > 1e6 and b"CBv1" in seen  # the data, and the rendezvous's frames
+    for form in (token.encode(), bytes.fromhex(token), token[:16].encode(), token[16:].encode()):
+        assert form not in seen
+
+
+@root
+@pytest.mark.slow
+def test_tensorflow_servers_are_out_of_reach_of_the_machines_other_processes():
+    """TensorFlow's gRPC server has no authentication. As root the local launcher runs a tf-grpc run in
+    a network namespace of its own: the TF servers' ports, which the ranks listen on, refuse a
+    connection from this test's namespace, and no 'no authentication' note is printed."""
+    import subprocess
+    import sys
+
+    from conftest import ENV
+
+    launcher = subprocess.Popen([sys.executable, "-m", "commbench", "p2p-latency", "-t", "tf-grpc", "-m", "8",
+                                 "--time", "20", "--warmup-time", "0.2"], env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        ranks = _rank_processes(launcher.pid)
+        here = __import__("os").readlink("/proc/self/ns/net")
+        ports: set[int] = set()
+        deadline = time.monotonic() + 60
+        spaces = {__import__("os").readlink(f"/proc/{p.pid}/ns/net") for p in ranks}
+        while len(ports) < 3 and time.monotonic() < deadline:  # the rendezvous, both TF servers
+            for p in ranks:  # the listening sockets of the rank's namespace (psutil reads this one's)
+                for table in ("tcp", "tcp6"):
+                    with contextlib.suppress(OSError):
+                        ports |= {int(line.split()[1].split(":")[1], 16) for line in
+                                  open(f"/proc/{p.pid}/net/{table}").read().splitlines()[1:]
+                                  if line.split()[3] == "0A"}
+            time.sleep(0.2)
+        refused = 0
+        for port in ports:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            except ConnectionRefusedError:
+                refused += 1
+    finally:
+        out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    assert len(spaces) == 1 and here not in spaces, (here, spaces)
+    assert len(ports) >= 3 and refused == len(ports), ports
+    assert "no authentication" not in err, err
+
+
+def test_a_reachable_tensorflow_server_is_named_in_one_line(monkeypatch, capsys):
+    """Where the run has no namespace of its own (not root, mpirun, srun), rank 0 says in one line
+    that TensorFlow's servers have no authentication; inside the run's own namespace it says nothing."""
+    from commbench.core.run.placement import ENV_NETNS
+    from commbench.transports import _tf_bind
+
+    monkeypatch.delenv(ENV_NETNS, raising=False)
+    _tf_bind.exposure("127.0.0.1")
+    _tf_bind.exposure("10.0.0.5")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all("no authentication" in x for x in lines)
+    assert "other processes of this machine" in lines[0] and "anyone who reaches 10.0.0.5" in lines[1]
+    monkeypatch.setenv(ENV_NETNS, "cbrun1")
+    _tf_bind.exposure("127.0.0.1")
+    assert capsys.readouterr().err == ""

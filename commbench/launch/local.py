@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commbench.core.errors import say
-from commbench.core.run.placement import ENV_FD, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
+from commbench.core.run.placement import ENV_FD, ENV_NETNS, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.run.sockets import bind_listener
 from commbench.launch.private_net import entered, private_loopback
 
@@ -54,7 +54,8 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     root = f"{host}:{listener.getsockname()[1]}"
     token = secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
-    base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token, ENV_LAUNCHER: str(os.getpid())}
+    base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token, ENV_LAUNCHER: str(os.getpid()),
+            **({ENV_NETNS: netns} if netns else {})}
     try:
         for r in range(n):
             env = {**base, ENV_RANK: str(r), **({ENV_NODE: nodes[r]} if nodes[r] else {})}
@@ -232,6 +233,7 @@ def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "", 
                 cmd[1:1] = ["--mca", "mpi_yield_when_idle", "1"]  # that its cores are shared (oversubscribed)
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
+            env[ENV_NETNS] = netns
         return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
 
 
@@ -246,7 +248,8 @@ class How:
     output: str | None = None  # checked before any rank starts
     mpiexec: bool = False  # the transport starts its ranks with its library's launcher (own-launcher)
     tolerant: bool = False  # the ranks outlive a failed peer (cluster evaluations)
-    private_net: bool = False  # --traffic: the run in a network namespace of its own (private_net.py)
+    private_net: bool = False  # the run in a network namespace of its own, as root (private_net.py): --traffic,
+    # and TensorFlow's servers (no authentication: only the run's processes can reach them there)
 
 
 def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
@@ -266,7 +269,8 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
                              f"({os.cpu_count()} CPUs): start more with mpirun or srun across hosts")
         if how.output:
             check_output_path(how.output)
-        with private_loopback() if how.private_net and not how.hosts else contextlib.nullcontext("") as netns:
+        private = how.private_net and not how.hosts and os.geteuid() == 0
+        with private_loopback() if private else contextlib.nullcontext("") as netns:
             if how.mpiexec:
                 return launch_mpi(n, argv, how.hosts, how.host_set, netns)
             return launch(n, argv, how.timeout, how.port, hosts=how.hosts, tolerant=how.tolerant,

@@ -145,7 +145,7 @@ def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     what = f"train --strategy {o.strategy} with {o.workers} workers" + \
         (f" and {o.ps} PS" if o.strategy == "ps" else "")
     placement = here_or_launch(n, argv, How(o.timeout, o.port, o.hosts, o.host_set, o.output,
-                                                     private_net=o.traffic), what)
+                                                     private_net=True), what)
     if isinstance(placement, int):
         return placement
     return run_rank(placement, o)
@@ -168,6 +168,8 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         addr = world.store.local_address
         port = _tf_port(o, world.rank, addr)
         tf_bind.confine(addr, port)
+        if world.rank == 0:
+            tf_bind.exposure(addr)
         endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
         capture = traffic.start(world, run.on_close, root_netns(o.host_set) if o.hosts else None) \
             if o.traffic else None

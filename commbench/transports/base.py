@@ -143,7 +143,8 @@ class Transport(ABC):
     def able(cls, opts: Options) -> frozenset[str]:
         """What the transport can do with these options: ``capabilities``, ``poll:MODE`` per poll mode,
         and ``validate`` (it can check message contents); ``own-launcher``: it starts its ranks with its
-        library's launcher (mpiexec)."""
+        library's launcher (mpiexec); ``open-server``: its ranks run a server without authentication
+        (TensorFlow's), which the local launcher, as root, puts in a network namespace of the run's own."""
         return cls.capabilities | {f"poll:{m}" for m in cls.poll_modes} | {"validate"}
 
     @classmethod

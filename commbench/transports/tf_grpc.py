@@ -145,7 +145,7 @@ class TfGrpcTransport(Transport):
     def able(cls, opts: Options) -> frozenset[str]:
         """No ``validate``: it sends each message's tensors as they were at the first send (TF constants)
         and rank 1 is a bare TF server."""
-        return super().able(opts) - {"validate"}
+        return (super().able(opts) - {"validate"}) | {"open-server"}
 
     @classmethod
     def check_usable(cls, opts: Options) -> None:
@@ -168,6 +168,8 @@ class TfGrpcTransport(Transport):
             s.bind((addr, 0))
             port = s.getsockname()[1]
         tf_bind.confine(addr, port)  # both tasks start a server (task 0's by connect_to_cluster)
+        if world.rank == 0:
+            tf_bind.exposure(addr)
         endpoints = world.allgather_json("tf-grpc", f"{addr}:{port}")
         tf = _tf()
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})

@@ -24,6 +24,7 @@ from commbench.core.run.token import token_path
 ENV_RANK, ENV_SIZE, ENV_ROOT, ENV_TOKEN, ENV_FD = (
     "COMMBENCH_RANK", "COMMBENCH_SIZE", "COMMBENCH_ROOT", "COMMBENCH_TOKEN", "COMMBENCH_RDV_FD")
 ENV_NODE = "COMMBENCH_NODE"  # the emulated host a local rank runs in (commbench hosts)
+ENV_NETNS = "COMMBENCH_NETNS"  # the network namespace the local launcher made for this run alone
 PORT_BASE, PORT_SPAN = 20000, 20000
 
 

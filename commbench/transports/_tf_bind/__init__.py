@@ -75,3 +75,17 @@ def confine(address: str, port: int) -> None:
         raise Unavailable("TensorFlow's bind() shim is not loaded in this process: its server would listen on "
                           "every interface")
     os.environ[ENV_BIND] = f"{address} {port}"
+
+
+def exposure(address: str) -> None:
+    """One line (rank 0) when the run's TF servers can be reached by other processes of this machine
+    (or its network): TensorFlow's gRPC server has no authentication. Not said when the local launcher
+    put the run in a network namespace of its own (as root), where only the run's processes are."""
+    from commbench.core.errors import say
+    from commbench.core.run.placement import ENV_NETNS
+
+    if not os.environ.get(ENV_NETNS):
+        where = "other processes of this machine" if address.startswith("127.") else f"anyone who reaches {address}"
+        say(f"note: TensorFlow's servers have no authentication and {where} can run operations in them while "
+            "the run lasts; as root the local launcher gives the run a network namespace of its own "
+            "(docs/faults.md)")
