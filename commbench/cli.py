@@ -6,6 +6,8 @@ Bad input ends in one line on stderr naming the problem and the fix, exit status
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -16,11 +18,12 @@ from commbench import __version__
 from commbench.core.capture import traffic
 from commbench.core.config.options import Options, flag_of
 from commbench.core.config.run import DEFAULT_SIZES, CommonOptions, RunConfig
-from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
+from commbench.core.errors import CommbenchError, PeerError, RunAborted, Unavailable, UsageError, say
 from commbench.core.measure.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.measure.sizes import parse_range, parse_size
 from commbench.core.output.results import FORMATS
 from commbench.core.run.hostset import default_set
+from commbench.core.run.placement import end_stuck_step
 
 if TYPE_CHECKING:
     from commbench.benchmarks.base import Benchmark
@@ -245,6 +248,19 @@ def check_capabilities(bench: str, needs: frozenset[str], transport_cls: type[Tr
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    if code:
+        from commbench.core.run import mpi_env
+
+        if mpi_env.initialized():  # a failed run: MPI_Finalize would wait for a peer that may be stopped or gone
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os._exit(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
@@ -253,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except CommbenchError as exc:
         say(str(exc))
+        if isinstance(exc, PeerError):  # a peer died, stopped or hung: under srun, it must not hold the step
+            end_stuck_step()
         return exc.exit_code
     except KeyboardInterrupt:
         say("interrupted")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -127,3 +128,43 @@ def srun_ranks(job: int, tokens: Path, *args: str, n: int = 2) -> tuple[list[sub
         assert time.monotonic() < deadline, "rank 0 published no token"
         time.sleep(0.02)
     return ranks, path
+
+
+def signal_a_rank(cmd: list[str], env: dict, victim: int, sig: int, out: Path,
+                  limit: float = 60) -> tuple[float, Result]:
+    """Start a run (``cmd`` writes its rows to ``out``), wait until its ranks are measuring, send ``sig``
+    to rank ``victim`` (found by the environment mark every launcher passes on) and return the seconds
+    until the launcher exited, and its result; whatever is left is killed."""
+    import time
+    import uuid
+
+    import psutil
+
+    mark = uuid.uuid4().hex
+    p = subprocess.Popen(cmd, env={**env, "COMMBENCH_TEST_MARK": mark}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    ranks: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + 120
+    while (len(ranks) < 2 or not (out.exists() and out.stat().st_size)) and time.monotonic() < deadline:
+        for q in psutil.process_iter():
+            try:
+                e = q.environ()
+            except psutil.Error:
+                continue
+            rank = next((e[v] for v in ("COMMBENCH_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID") if v in e), None)
+            if e.get("COMMBENCH_TEST_MARK") == mark and rank is not None and "commbench" in " ".join(q.cmdline()):
+                ranks.setdefault(int(rank), q)
+        time.sleep(0.2)
+    assert len(ranks) >= 2 and out.exists(), "the run did not start"
+    time.sleep(2)  # measuring by now
+    t0 = time.monotonic()
+    ranks[victim].send_signal(sig)
+    try:
+        stdout, stderr = p.communicate(timeout=limit)
+    finally:
+        for q in [*ranks.values()]:
+            with contextlib.suppress(psutil.Error):
+                q.kill()
+        if p.poll() is None:
+            p.kill()
+    return time.monotonic() - t0, Result(p.returncode, stdout, stderr)

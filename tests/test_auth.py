@@ -51,7 +51,7 @@ class Recorder:
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        with src, dst:
+        with src, dst, contextlib.suppress(OSError):  # either end may reset: the relay just ends
             while chunk := src.recv(65536):
                 self.seen += chunk
                 dst.sendall(chunk)

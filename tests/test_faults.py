@@ -384,6 +384,23 @@ def test_stray_grpc_calls_are_refused(transport):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_stopped_rank_under_mpiexec_ends_the_run_within_the_timeout(tmp_path, victim):
+    """Under mpiexec (no commbench launcher watching /proc) a stopped rank, rank 0 (which serves the
+    rendezvous) or not: the survivor names it and exits within --timeout + 2 s without MPI_Finalize
+    (which waited for the stopped rank forever), and mpiexec ends the job."""
+    from conftest import BIN, mpi_env, signal_a_rank
+
+    out = tmp_path / "r.jsonl"
+    took, r = signal_a_rank([str(BIN / "mpiexec"), "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8:8",
+                             "-i", "10000000", "--timeout", "5", "-o", str(out)], mpi_env(tmp_path), victim,
+                            signal.SIGSTOP, out)
+    print(f"mpiexec ended {took:.1f} s after rank {victim} was stopped (--timeout 5)")
+    assert r.code != 0 and f"rank {victim} " in r.err, r.err
+    assert took < 5 + 2 + 1, r.err
+
+
+@pytest.mark.slow
 def test_stopped_rank_ends_the_run_within_the_timeout():
     """A rank stopped (SIGSTOP) mid-run: the launcher ends within --timeout + 2 s of the stop, kills what
     is left, names the stopped rank and exits non-zero."""

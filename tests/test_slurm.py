@@ -235,3 +235,30 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
         assert (work / "cl" / "report" / "report.html").exists() and "# findings (2 endpoints" in out
     finally:
         down(d)
+
+
+def test_a_stopped_rank_does_not_hold_the_step(slurm, tmp_path):
+    """srun waits for every task: a rank stopped (SIGSTOP) mid-run would hold the allocation until its
+    time limit. The survivor names it within --timeout, and ends the step (scancel) a moment later."""
+    from conftest import signal_a_rank
+
+    out = tmp_path / "r.jsonl"
+    took, r = signal_a_rank(["srun", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8:8", "-i", "10000000",
+                             "--timeout", "5", "-o", str(out)], slurm, 1, signal.SIGSTOP, out)
+    print(f"srun ended {took:.1f} s after rank 1 was stopped (--timeout 5)")
+    assert r.code != 0
+    assert "rank 1 " in r.err, r.err
+    assert took < 5 + 4, r.err
+
+
+def test_srun_mpi_starts_every_time(slurm):
+    """Start-up under srun with MPI (PMIx), again and again: one run in six once hung 180 s before
+    "lost the rendezvous ... timed out". Every one of ten must finish, each within 60 s."""
+    times = []
+    for _ in range(10):
+        t0 = time.monotonic()
+        r = srun(slurm, "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", "mpi", "-m", "8",
+                 "-i", "100", "--timeout", "20", timeout=60)
+        times.append(round(time.monotonic() - t0, 1))
+        assert r.returncode == 0, (times, r.stderr)
+    print("srun start-ups (s):", times)

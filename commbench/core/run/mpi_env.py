@@ -109,6 +109,11 @@ def mpi() -> Any:
     return _MPI
 
 
+def initialized() -> bool:
+    """True once this process has called MPI_Init (and not yet MPI_Finalize)."""
+    return _MPI is not None and _MPI.Is_initialized() and not _MPI.Is_finalized()
+
+
 def check_world_size(expected: int, launcher: str) -> Any:
     """MPI's COMM_WORLD must hold every rank the launcher started; a size-1 singleton per task means
     srun used the wrong (or no) MPI plugin."""

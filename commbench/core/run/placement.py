@@ -12,6 +12,7 @@ A process with none of them was not launched, and the CLI starts the local launc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -147,3 +148,24 @@ def node_address(name: str) -> str:
             return field.split("=", 1)[1]
     raise UsageError(f"cannot resolve the first node of the step, {name!r}, and scontrol does not know its "
                      "address; set COMMBENCH_ROOT=host:port")
+
+
+STEP_END_DELAY = 1.0  # s for the other ranks to say what they saw before the step is ended
+
+
+def end_stuck_step() -> None:
+    """Under srun, after a peer failed this rank: end the job step (``scancel --signal=KILL``) a moment
+    after this rank exits. srun waits for every task, and a stopped or hung one would hold the
+    allocation until its time limit (mpirun ends the job when a rank exits non-zero; the local launcher
+    kills a stopped rank itself). The delay lets the other ranks print their own line first; if every
+    task has ended by then, the step is over and this does nothing."""
+    import shutil
+
+    job, step = os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURM_STEP_ID", "")
+    scancel = shutil.which("scancel")
+    if not (job.isdigit() and step.isdigit() and "SLURM_PROCID" in os.environ and scancel):
+        return
+    with contextlib.suppress(OSError):
+        subprocess.Popen(["sh", "-c", f'sleep {STEP_END_DELAY:g}; exec "$0" --quiet --signal=KILL {job}.{step}',
+                          scancel], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)

@@ -33,13 +33,14 @@ assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello an
 class _Member:
     """A proven connection (a rank, or a rank's watchdog): bytes in and out, and its one pending GET."""
 
-    __slots__ = ("sock", "rank", "host", "watchdog", "inbuf", "outbuf", "pending", "clean")
+    __slots__ = ("sock", "rank", "host", "watchdog", "inbuf", "outbuf", "pending", "clean", "held")
 
     def __init__(self, sock: socket.socket, rank: int, host: str, watchdog: bool) -> None:
         self.sock, self.rank, self.host, self.watchdog = sock, rank, host, watchdog
         self.inbuf, self.outbuf = bytearray(), bytearray()
         self.pending: tuple[str, float, float] | None = None  # (key, deadline, timeout) of a GET waiting
         self.clean = False  # said goodbye
+        self.held: tuple[float, float] | None = None  # a watchdog's beat held for news: (deadline, stale_after)
 
 
 class StoreServer:
@@ -64,6 +65,7 @@ class StoreServer:
         self._conns: dict[socket.socket, _Member] = {}
         self._waiting: dict[str, set[_Member]] = {}  # key -> members whose GET waits for it
         self._deadlines: list[tuple[float, int, _Member]] = []  # heap of pending GETs' deadlines
+        self._held: set[_Member] = set()  # watchdogs whose beat waits for news (a long poll)
         self._seq = 0
         self.requests = 0  # answered so far (the loop's load, for the record)
         self.gate = Gate(listener, "rank 0", token)
@@ -93,6 +95,7 @@ class StoreServer:
                 for conn, addr, hello in self.gate.wait(0):  # also drops hellos that ran out of time
                     self._admit(conn, addr, hello)
                 self._expire()
+                self._release()
         except (OSError, ValueError):  # the listener was closed under the gate's selector
             pass
         finally:
@@ -160,9 +163,14 @@ class StoreServer:
                 self.beats.pop(m.rank, None)
             return self._drop(m)
         if m.watchdog:
-            if kind == BEAT:
+            if kind == BEAT:  # answered when there is news (a rank stale, failed, aborted) or after ``wait``
                 self.beats[m.rank] = (time.monotonic(), m.host)
-                self._send(m, OK, self._status(float(obj.get("stale_after", 60))))
+                stale_after, wait = float(obj.get("stale_after", 60)), min(60.0, float(obj.get("wait", 0)))
+                if wait > 0 and not self._news(stale_after):
+                    m.held = (time.monotonic() + wait, stale_after)
+                    self._held.add(m)
+                else:
+                    self._send(m, OK, self._status(stale_after))
             return
         if kind == SET:
             key = str(obj["key"])
@@ -222,6 +230,26 @@ class StoreServer:
             if m.pending and m.pending[1] == deadline:
                 self._answer(m, m.pending[0], m.pending[2])
 
+    def _news(self, stale_after: float) -> bool:
+        """Anything a watchdog acts on: the run aborted, or (unless tolerant) failed or has a stale rank."""
+        if self.aborted:
+            return True
+        if self.tolerant:
+            return False
+        oldest = min((t for t, _ in self.beats.values()), default=time.monotonic())
+        return bool(self.failed) or time.monotonic() - oldest > stale_after
+
+    def _release(self) -> None:
+        """Answer the held beats that have news or whose wait is over (the loop comes by every 0.5 s)."""
+        if not self._held:
+            return
+        now = time.monotonic()
+        news = {s: self._news(s) for s in {m.held[1] for m in self._held}}
+        for m in [m for m in self._held if m.held[0] <= now or news[m.held[1]]]:
+            self._held.discard(m)
+            stale_after, m.held = m.held[1], None
+            self._send(m, OK, self._status(stale_after))
+
     def _send(self, m: _Member, kind: int, obj: dict, blob: bytes = b"") -> None:
         m.outbuf += encode(kind, obj, blob)
         if self._flush(m) and m.outbuf:
@@ -248,6 +276,7 @@ class StoreServer:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.selector.unregister(m.sock)
         m.sock.close()
+        self._held.discard(m)
         if m.pending:
             self._waiting.get(m.pending[0], set()).discard(m)
             m.pending = None
@@ -384,9 +413,24 @@ class StoreClient:
         ranks whose heartbeat is older than that many seconds."""
         return self._ask(STATUS, {} if stale_after is None else {"stale_after": stale_after})
 
-    def beat(self, stale_after: float) -> dict:
-        """Watchdog connection: report this rank alive; get the run's status back."""
-        return self._ask(BEAT, {"stale_after": stale_after})
+    def beat(self, stale_after: float, wait: float = 0.0) -> dict:
+        """Watchdog connection: report this rank alive; get the run's status back, at once if there is
+        news (a rank stale for ``stale_after`` s, failed, aborted), else after ``wait`` s (a long poll:
+        the watchdog sleeps in it). No answer within ``stale_after`` s: rank 0 is stopped or hung."""
+        with self.lock:
+            self._send(BEAT, {"stale_after": stale_after, "wait": wait})
+            try:
+                self.sock.settimeout(max(stale_after, wait + 1.0))
+                return read_frame(self.sock)[1]
+            except TimeoutError:
+                raise PeerError(f"rank 0 at {self.root}, which serves the rendezvous, stopped responding (no "
+                                f"answer to a heartbeat within {max(stale_after, wait + 1.0):g} s; hung or "
+                                "stopped; see --timeout)") from None
+            except (OSError, ConnectionError, FrameError) as exc:
+                raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+            finally:
+                with contextlib.suppress(OSError):
+                    self.sock.settimeout(self.timeout + 5)
 
     def _ask(self, kind: int, obj: dict) -> dict:
         with self.lock:
@@ -405,9 +449,14 @@ class StoreClient:
         with contextlib.suppress(PeerError), self.lock:
             self._send(ABORT, {"message": message, "code": code})
 
-    def close(self) -> None:
+    def bye(self) -> None:
+        """Say goodbye (the store forgets this connection's heartbeat and closes it, which also ends a
+        beat another thread is waiting in)."""
         with contextlib.suppress(OSError):
             send_frame(self.sock, BYE, {})
+
+    def close(self) -> None:
+        self.bye()
         self.sock.close()
 
     def _send(self, kind: int, obj: dict, blob: bytes = b"") -> None:

@@ -2,16 +2,19 @@
 
 Transports notice most failures themselves (a closed socket, a failed RPC) and say so. A rank
 blocked inside a C call (MPI_Recv, a gRPC stream) cannot; this thread, on its own rendezvous
-connection, heartbeats every half second and learns the run's status. If a rank has died (and
-the main thread has not reported it within GRACE s) or a rank's heartbeat is older than the
-timeout plus GRACE (a stopped or hung process), it prints one line naming that rank and host and ends this
-process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound). In a tolerant run
-(cluster evaluation) a dead or stopped peer is left to the waits that need it (core/run/collectives.py);
-losing rank 0, which serves the rendezvous, still ends every rank.
+connection, heartbeats and learns the run's status. A beat is a long poll: the store answers it at
+once when there is news (a rank died, aborted, or has not beaten for timeout + STALE_GRACE s: stopped
+or hung), else after INTERVAL s, and the thread sleeps in it; its answer is the next beat's cue. So
+whatever the launcher (local, mpirun, srun), every rank hears of a stopped peer within the store's
+0.5 s tick of its heartbeat going stale, at most timeout + STALE_GRACE + 0.5 s after the stop, and
+of a stopped rank 0 (no answer) as soon. It prints one line naming that rank and host and ends this
+process with exit status 1 (``os._exit``: a thread blocked in MPI cannot be unwound); a death is
+left GRACE s for the main thread to report itself. In a tolerant run (cluster evaluation) a dead or
+stopped peer is left to the waits that need it (core/run/collectives.py); losing rank 0, which
+serves the rendezvous, still ends every rank.
 
-While a point's timed loop runs (``quiet``), the thread sleeps: it beats once every timeout / 2 s
-instead of every INTERVAL, so the timing rank has no background wake-ups or rendezvous traffic
-(the server marks a rank stale only after timeout + GRACE), and it wakes the moment the loop ends.
+While a point's timed loop runs (``quiet``), a beat waits up to timeout / 2 s instead of INTERVAL:
+the timing rank has no background wake-ups or rendezvous traffic, and still hears news at once.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from commbench.core.errors import CommbenchError, say
+from commbench.core.run.placement import end_stuck_step
 from commbench.core.run.rendezvous import StoreClient
 
 INTERVAL = 0.5
 GRACE = 2.0  # for the main thread to report a failure itself
+STALE_GRACE = 1.0  # a heartbeat older than timeout + this is a stopped or hung rank (beats come every timeout / 2)
 ABORT_GRACE = 0.5  # after another rank aborted the run (rank 0 waits up to 3 s for the others to go)
 
 
@@ -48,11 +53,15 @@ class Watchdog:
     def _run(self) -> None:
         me = f"rank {self.world.rank} on host {self.world.host}"
         failed_since = None
-        while not self._sleep():
+        while not self.stopped.is_set():
+            wait = INTERVAL if self.loud.is_set() else self.quiet_interval
             try:
-                status = self.client.beat(self.timeout + GRACE)  # a transport's own timeout speaks first
+                status = self.client.beat(self.timeout + STALE_GRACE, wait)
             except CommbenchError as exc:
                 return self._die(f"{me}: {exc}")
+            news = status.get("aborted") or status.get("failed") or status.get("stale")
+            if news and self.stopped.wait(0.1):  # answered at once while there is news: no spinning
+                return
             if status.get("aborted"):  # the rank that aborted said why; this one ends quietly, soon
                 failed_since = failed_since or time.monotonic()
                 if time.monotonic() - failed_since > ABORT_GRACE:
@@ -68,18 +77,9 @@ class Watchdog:
                     return self._die(f"{me}: rank {rank} on host {host} stopped responding "
                                      f"(no heartbeat for {age:g} s; hung or stopped; see --timeout)")
 
-    def _sleep(self) -> bool:
-        """Wait for the next beat: INTERVAL, and while a timed loop runs, until it ends (at most
-        quiet_interval). True once stopped."""
-        if self.stopped.wait(INTERVAL):
-            return True
-        if not self.loud.is_set():
-            self.loud.wait(self.quiet_interval)
-        return self.stopped.is_set()
-
     @contextmanager
     def quiet(self) -> Iterator[None]:
-        """No beats (but one every timeout / 2 s) while the block runs: a timed loop."""
+        """Beats held up to timeout / 2 s (news still comes at once) while the block runs: a timed loop."""
         self.loud.clear()
         try:
             yield
@@ -90,10 +90,12 @@ class Watchdog:
         if self.stopped.is_set():
             return
         say(message)
+        end_stuck_step()
         os._exit(1)
 
     def stop(self) -> None:
         self.stopped.set()
         self.loud.set()
+        self.client.bye()  # the store closes the connection: a beat being waited in ends now
         self.thread.join(2 * INTERVAL + 1)
         self.client.close()
