@@ -36,3 +36,32 @@ def test_a_long_run_adds_no_memory_per_sample():
     assert grown < 64 * 1024, grown
     assert len(s.values()) == 1 << 12 and s.buf.nbytes == 8 << 12
     assert int(np.max(s.values())) == 1_000_000_007 + 199_999
+
+
+def test_a_reservoir_keeps_every_sample_up_to_its_cap_and_a_uniform_sample_beyond():
+    """Exact (every value, in order) up to the cap; beyond it the memory stays the cap's, the exact
+    minimum and maximum are in it, and its quantiles are those of the whole within sampling error."""
+    import numpy as np
+
+    from commbench.core.measure.samples import Reservoir
+
+    r = Reservoir(cap=1000)
+    a = np.arange(1, 801, dtype=np.int64)
+    r.add(a[:300])
+    r.add(a[300:])
+    assert list(r.values()) == list(a)
+    rng = np.random.default_rng(5)
+    whole = rng.lognormal(10, 1, 200_000).astype(np.int64)
+    r = Reservoir(cap=20_000)
+    for chunk in np.array_split(whole, 37):
+        r.add(chunk)
+    kept = r.values()
+    assert len(kept) == 20_000 and r.buf.nbytes == 20_000 * 8
+    assert kept.min() == whole.min() and kept.max() == whole.max()
+    for q in (0.5, 0.9, 0.99):
+        assert abs(np.quantile(kept, q) / np.quantile(whole, q) - 1) < 0.05, q
+    late = np.concatenate([np.zeros(100_000, np.int64), np.ones(100_000, np.int64)])
+    r = Reservoir(cap=10_000)
+    for chunk in np.array_split(late, 10):
+        r.add(chunk)
+    assert 0.45 < r.values().mean() < 0.55  # the second half is as present as the first: uniform, not recent

@@ -143,3 +143,15 @@ def run_ranks(bench_cls, n: int, payload: Payload, loops: Loops, validate: str |
 def one(size: int) -> Payload:
     """A point of one buffer of ``size`` bytes."""
     return Payload(str(size), (size,))
+
+
+def settled(measure, ok, tries: int = 3):
+    """A timing bound on a shared machine: measure again, at most ``tries`` times in all, while ``ok``
+    rejects the result (another job's load slows the rank threads; it cannot make a wire faster, so a
+    bound that holds once holds). Each retry is printed; the last result is returned for the asserts."""
+    for attempt in range(1, tries + 1):
+        got = measure()
+        if ok(got) or attempt == tries:
+            return got
+        print(f"timing bound missed on attempt {attempt} of {tries} (a loaded machine?): {got}; measuring again")
+    return got
