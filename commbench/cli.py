@@ -18,12 +18,11 @@ from commbench import __version__
 from commbench.core.capture import traffic
 from commbench.core.config.options import Options, flag_of
 from commbench.core.config.run import DEFAULT_SIZES, CommonOptions, RunConfig
-from commbench.core.errors import CommbenchError, PeerError, RunAborted, Unavailable, UsageError, say
+from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
 from commbench.core.measure.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.measure.sizes import parse_range, parse_size
 from commbench.core.output.results import FORMATS
 from commbench.core.run.hostset import default_set
-from commbench.core.run.placement import end_stuck_step
 
 if TYPE_CHECKING:
     from commbench.benchmarks.base import Benchmark
@@ -269,8 +268,6 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.exit_code
     except CommbenchError as exc:
         say(str(exc))
-        if isinstance(exc, PeerError):  # a peer died, stopped or hung: under srun, it must not hold the step
-            end_stuck_step()
         return exc.exit_code
     except KeyboardInterrupt:
         say("interrupted")

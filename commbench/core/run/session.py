@@ -16,7 +16,7 @@ from types import TracebackType
 
 from commbench.core.errors import CommbenchError, PeerError, RunAborted, UsageError, say
 from commbench.core.output.results import ResultsWriter, run_metadata
-from commbench.core.run.placement import Placement
+from commbench.core.run.placement import Placement, end_stuck_step
 from commbench.core.run.watchdog import Watchdog
 from commbench.core.run.world import World
 
@@ -43,6 +43,8 @@ def end_run(world: World, exc: Exception) -> None:
     if isinstance(exc, UsageError):
         world.abort(str(exc), 2)
     elif isinstance(exc, PeerError):
+        if not world.tolerant:  # a peer died, stopped or hung: under srun it must not hold the step
+            end_stuck_step()
         raise PeerError(f"rank {world.rank} on host {world.host}: {exc}") from None
     elif isinstance(exc, CommbenchError) and not isinstance(exc, RunAborted):  # e.g. a full disk
         say(str(exc))  # said before the others end (the launcher
