@@ -42,6 +42,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
     buffers.steady_malloc()
     bench = bench_cls(config)
     bind = config.net.bind if isinstance(config.net, SocketOptions) else None
+    transport_cls.before_rendezvous(config.net)
     with Session(placement, c.timeout, bind, config.options(), PACKAGES, bench.tolerant, config.plan()) as run:
         world = run.world
         capture = traffic.start(world, run.on_close, root_netns(c.host_set) if c.hosts else None) \

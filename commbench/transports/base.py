@@ -164,6 +164,11 @@ class Transport(ABC):
     def prepare_process(cls, opts: Options) -> None:
         """Called once in every process of a run before it launches or joins one (may re-execute it)."""
 
+    @classmethod
+    def before_rendezvous(cls, opts: Options) -> None:
+        """Called in every rank before the run's rendezvous starts: where a library's start-up is
+        collective (MPI_Init), every rank starts it here, where no rank waits on another's store."""
+
     def versions(self) -> dict[str, str]:
         """Versions of libraries this transport uses beyond the Python packages the results record."""
         return {}

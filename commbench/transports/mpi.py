@@ -161,6 +161,14 @@ class MpiTransport(Transport):
         return super().able(opts) | {"own-launcher"}
 
     @classmethod
+    def before_rendezvous(cls, opts: Options) -> None:
+        """MPI_Init now, in every rank at once. mpi4py runs it holding the GIL, so a rank 0 inside it
+        serves nothing (its store's thread waits for the GIL) until every rank has called it; started
+        later, under srun, rank 0 could enter it while rank 1 still waited for rank 0's store to answer:
+        each waited for the other until rank 1's store timeout (one start-up in six hung 180 s)."""
+        mpi()
+
+    @classmethod
     def check_usable(cls, opts: MpiOptions) -> None:
         import importlib.util
 
