@@ -100,7 +100,8 @@ def one(launcher: str, sig: signal.Signals, victim: int, timeout: float, transpo
     if launch.poll() is None:
         launch.kill()
     err = launch.communicate()[1]
-    named = [line.strip() for line in err.splitlines() if f"rank {victim} " in line]  # commbench's, or mpiexec's
+    named = [line.strip() for line in err.splitlines()  # commbench's line, or the launcher's (srun: "task 0: Killed")
+             if f"rank {victim} " in line or f"task {victim}: " in line]
     return {"launcher": launcher, "transport": transport, "signal": sig.name, "victim": victim, "timeout": timeout,
             "survivors_s": round(max(gone.values()), 2) if len(gone) == len(survivors) else None,
             "launcher_s": round(t_launcher, 2) if t_launcher is not None else None,
@@ -114,6 +115,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--launchers", default="local,mpiexec")
     ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--signals", default="SIGKILL,SIGSTOP")
     ap.add_argument("--raw", type=Path, default=None)
     a = ap.parse_args()
     raw = a.raw or CACHE / "bench" / f"faults-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
@@ -121,7 +123,7 @@ def main() -> int:
     rows = []
     with raw.open("a") as f:
         for launcher in a.launchers.split(","):
-            for sig in (signal.SIGKILL, signal.SIGSTOP):
+            for sig in (signal.Signals[s] for s in a.signals.split(",")):
                 for i in range(a.runs):
                     row = one(launcher, sig, i % 2 == 0 and 1 or 0, a.timeout, a.transport)
                     rows.append(row)
@@ -132,7 +134,7 @@ def main() -> int:
     print(f"\n# survivors out within --timeout + 2 = {bound:g} s, naming the rank; raw: {raw}")
     print("launcher  signal   runs  survivors s (median / max)  launcher s (max)  within  named")
     for launcher in a.launchers.split(","):
-        for sig in ("SIGKILL", "SIGSTOP"):
+        for sig in a.signals.split(","):
             rs = [r for r in rows if r["launcher"] == launcher and r["signal"] == sig]
             s = [r["survivors_s"] for r in rs if r.get("survivors_s") is not None]
             lt = [r["launcher_s"] for r in rs if r.get("launcher_s") is not None]
