@@ -211,7 +211,7 @@ def test_a_whole_run_never_puts_its_token_on_the_wire(transport):
         reader = threading.Thread(target=read)
         reader.start()
         launcher = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "commbench", "p2p-latency",
-                                     "-t", transport, "-m", "8,64K", "--time", "3", "--warmup-time", "0.2"],
+                                     "-t", transport, "-m", "8:8", "--time", "2", "--warmup-time", "0.2"],
                                     env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         token = _rank_processes(launcher.pid)[0].environ()["COMMBENCH_TOKEN"]
         out, err = launcher.communicate(timeout=120)
@@ -220,7 +220,7 @@ def test_a_whole_run_never_puts_its_token_on_the_wire(transport):
         cap.close()
     assert launcher.returncode == 0, err
     print(f"{transport}: {len(seen) / 1e6:.1f} MB captured, token {token[:6]}... not in it")
-    assert len(seen) > 1e6 and b"CBv1" in seen  # the data, and the rendezvous's frames
+    assert len(seen) > 1e5 and b"CBv1" in seen  # the data, and the rendezvous's frames
     for form in (token.encode(), bytes.fromhex(token), token[:16].encode(), token[16:].encode()):
         assert form not in seen
 
