@@ -19,6 +19,7 @@ import pytest
 from conftest import ENV, commbench, grpc_cpp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wire import settled
 
 from commbench.benchmarks.cluster import Cluster, endpoints, random_ring, serial, tournament
 from commbench.benchmarks.runner import RUNNER_KEYS
@@ -239,11 +240,17 @@ def test_the_slow_host_of_eight_is_found_and_no_other(host_set, tmp_path, transp
     up = commbench("hosts", "up", "8", "--rate", "1gbit", "--rate-of", "5=200mbit", "--set", host_set)
     assert up.code == 0 and f"cbh5.{host_set} at 200mbit" in up.out, up.err
     out = tmp_path / "c.jsonl"
-    r = commbench("cluster", "--hosts", "8", "--host-set", host_set, *transport, "-o", str(out), timeout=400)
-    assert r.code == 0, r.err
-    meta, rows = cluster_rows(out)
+
+    def evaluate():  # 8 emulated hosts share 2 cores: on a loaded machine the CPU, not a link, can be what is slow
+        out.unlink(missing_ok=True)
+        r = commbench("cluster", "--hosts", "8", "--host-set", host_set, *transport, "-o", str(out), timeout=400)
+        assert r.code == 0, r.err
+        meta, rows = cluster_rows(out)
+        return r, meta, [x for x in findings(rows) if x["kind"].startswith("slow")]
+
+    r, meta, slow = settled(evaluate, lambda got: [(x["kind"], x["a"]) for x in got[2]] ==
+                            [("slow-host", f"cbh5.{host_set}")] and 20 < got[2][0]["mb_s"] < 26)
     assert sorted(set(meta["hosts"])) == sorted(f"cbh{i}.{host_set}" for i in range(8))
-    slow = [x for x in findings(rows) if x["kind"].startswith("slow")]
     assert [(x["kind"], x["a"]) for x in slow] == [("slow-host", f"cbh5.{host_set}")], (slow, r.out)
     assert 20 < slow[0]["mb_s"] < 26, slow  # 200 Mbit/s = 25 MB/s
     assert f"slow-host: cbh5.{host_set}" in r.out
@@ -258,25 +265,52 @@ def test_a_rack_uplink_shows_in_bisection_not_in_the_pairs_inside_a_rack(host_se
     up = commbench("hosts", "up", "8", "--rate", "400mbit", "--racks", "2", "--uplink", "400mbit", "--set", host_set)
     assert up.code == 0 and "in 2 racks" in up.out, up.err
     out = tmp_path / "racks.jsonl"
-    r = commbench("cluster", "--hosts", "8", "--host-set", host_set, "--serial", "--tests", "pairwise,bisection",
-                  "--cuts", "10", "--bw-time", "1", "-o", str(out), timeout=400)
-    assert r.code == 0, r.err
-    _, rows = cluster_rows(out)
     rack = {f"cbh{i}.{host_set}": i // 4 for i in range(8)}
-    inside = [x["mb_s"] for x in rows if x["test"] == "pairwise" and rack[x["a"]] == rack[x["b"]]]
-    assert len(inside) == 12 and min(inside) > 0.8 * 50, inside  # serial: one pair, its hosts' rate
-    by_cut: dict[int, list[dict]] = {}
-    for x in rows:
-        if x["test"] == "bisection":
-            by_cut.setdefault(x["round"], []).append(x)
-    for cut, pairs in by_cut.items():
-        local = [x["mb_s"] for x in pairs if rack[x["a"]] == rack[x["b"]]]
-        for way in ((0, 1), (1, 0)):  # what crosses one way shares that way's uplink (50 MB/s; links are duplex)
-            cross = [x["mb_s"] for x in pairs if (rack[x["a"]], rack[x["b"]]) == way]
-            if len(cross) > 1:  # each pair measures its own 1 s window, and the windows start up to ~0.3 s apart
-                assert max(cross) < 0.85 * 50, (cut, way, cross)  # (in CI: 32.8 + 30.6), so each shares most of it
-        assert all(v > 0.5 * 50 for v in local), (cut, local)  # what stays in a rack is not held to an uplink's
-        # share (half of it, 25 MB/s, where two pairs cross one way); its hosts' rate less what four pairs streaming
-        # at once on 2 busy cores take: 36-41 MB/s seen in CI, 29-36 with another test suite running beside it
+
+    def evaluate() -> list[dict]:
+        out.unlink(missing_ok=True)
+        r = commbench("cluster", "--hosts", "8", "--host-set", host_set, "--serial", "--tests", "pairwise,bisection",
+                      "--cuts", "10", "--bw-time", "1", "-o", str(out), timeout=400)
+        assert r.code == 0, r.err
+        return cluster_rows(out)[1]
+
+    def problems(rows: list[dict]) -> list:
+        """What is not as the racks make it (on 2 shared cores a busy moment can look like a slow link)."""
+        found = []
+        inside = [x["mb_s"] for x in rows if x["test"] == "pairwise" and rack[x["a"]] == rack[x["b"]]]
+        if not (len(inside) == 12 and min(inside) > 0.8 * 50):  # serial: one pair, its hosts' rate
+            found.append(("inside", inside))
+        by_cut: dict[int, list[dict]] = {}
+        for x in rows:
+            if x["test"] == "bisection":
+                by_cut.setdefault(x["round"], []).append(x)
+        for cut, pairs in by_cut.items():
+            local = [x["mb_s"] for x in pairs if rack[x["a"]] == rack[x["b"]]]
+            for way in ((0, 1), (1, 0)):  # what crosses one way shares that way's uplink (50 MB/s; links are duplex)
+                cross = [x["mb_s"] for x in pairs if (rack[x["a"]], rack[x["b"]]) == way]
+                if len(cross) > 1 and max(cross) >= 0.85 * 50:  # each pair measures its own 1 s window, the windows
+                    found.append((cut, way, cross))  # start up to ~0.3 s apart (CI: 32.8 + 30.6): each shares most
+            if not all(v > 0.5 * 50 for v in local):  # what stays in a rack is not held to an uplink's share (half
+                found.append((cut, local))  # of it, 25 MB/s, where two pairs cross one way); its hosts' rate less
+            # what four pairs streaming at once on 2 busy cores take: 36-41 MB/s seen in CI, 29-36 with another
+            # test suite running beside it
+        return found
+
+    rows = settled(evaluate, lambda got: not problems(got))
+    assert not problems(rows), problems(rows)
     worst = min(x["mb_s"] for x in rows if x["test"] == "bisection-cut")
     assert worst < 0.8 * 4 * 50, worst  # a cut sends two pairs or more one way across (P = 1 - 0.43^10): below the sum
+
+
+def test_a_latency_suspect_is_measured_again_beside_a_control_pair():
+    """The host whose latency stands out is paired again with the host of median latency, and two
+    ordinary hosts make the control; it is named only if still slower than the control by the finding's
+    margin (a busy moment once tripled a host's latency under load)."""
+    from commbench.benchmarks.cluster import latency_recheck_plan, slow_again
+
+    lat = [7.9, 7.7, 7.4, 25.1, 7.6, 8.2, 7.3]
+    assert latency_recheck_plan(lat, 0.25) == [[3, 1, 4]]  # the median's host (7.7), then the next nearest
+    assert latency_recheck_plan([7.0, 7.1, float("nan"), 30.0], 0.25) == [[3, 1, 0]]
+    assert latency_recheck_plan([7.0, 30.0], 0.25) == []  # no control pair to be had: the finding stands
+    assert latency_recheck_plan(lat[:3] + lat[4:], 0.25) == []  # nothing stands out
+    assert slow_again((24.0, 7.9), 0.25) and not slow_again((8.4, 7.9), 0.25) and slow_again(None, 0.25)
