@@ -170,16 +170,21 @@ def one_mib_latency_us(tmp_path, name: str) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("rate,bps", [("100mbit", 100e6), ("1gbit", 1e9)])
 def test_a_shaped_link_delays_a_message_by_its_wire_time(emulated, tmp_path, rate, bps):
-    """1 MiB one way over a shaped link takes size / rate on top of the unshaped link's time, within
-    10 %: tbf's burst (what passes at once) is too small to hide part of the message."""
+    """1 MiB one way over a shaped link takes size / rate on top of the unshaped link's time: at least
+    90 % of it (tbf's burst, what passes at once, is too small to hide part of the message) and at most
+    120 % (another job's load only adds time: a sender kept off the CPU leaves a 1 Gbit/s link idle,
+    +11.5 % seen beside two yes loops and iperf3; idle, within 10 %). Each is the least of up to 3
+    measurements (unshaped then shaped, in turn), stopping once they agree."""
     wire = (1 << 20) * 8 / bps * 1e6
+    seen: list[tuple[float, float]] = []
 
-    def pair() -> tuple[float, float]:  # the unshaped reference measured just before, each attempt
+    def pair() -> tuple[float, float]:  # the least of every (shaped, unshaped) so far
         assert emulated("2").code == 0  # unshaped
         base = one_mib_latency_us(tmp_path, "base")
         assert emulated("2", "--rate", rate).code == 0
-        return one_mib_latency_us(tmp_path, rate), base
+        seen.append((one_mib_latency_us(tmp_path, rate), base))
+        return min(s for s, _ in seen), min(b for _, b in seen)
 
-    shaped, base = settled(pair, lambda sb: abs(sb[0] - (wire + sb[1])) / (wire + sb[1]) < 0.10)
+    shaped, base = settled(pair, lambda sb: 0.9 <= sb[0] / (wire + sb[1]) <= 1.2)
     print(f"{rate}: 1 MiB one way {shaped:.0f} us; wire {wire:.0f} + unshaped {base:.0f} us")
-    assert abs(shaped - (wire + base)) / (wire + base) < 0.10, (shaped, wire, base)
+    assert 0.9 <= shaped / (wire + base) <= 1.2, (shaped, wire, base)
