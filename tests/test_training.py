@@ -378,17 +378,33 @@ def test_tf_grpc_refuses_what_it_cannot_run():
 
 
 def _listening(launcher) -> set[str]:
-    """Addresses the launcher's ranks listen on, right now."""
+    """Addresses the launcher's ranks listen on, right now: each rank's own sockets (by inode) in its
+    own network namespace's tables (as root the run has a namespace of its own, which psutil, reading
+    this process's tables, does not see)."""
+    import contextlib
+    import ipaddress
+    import os
+
     import psutil
 
     found = set()
     for child in psutil.Process(launcher.pid).children(recursive=True):
-        try:
-            for c in child.net_connections("tcp"):
-                if c.status == psutil.CONN_LISTEN:
-                    found.add(c.laddr.ip)
-        except psutil.Error:
-            pass
+        with contextlib.suppress(OSError, psutil.Error):
+            inodes = set()
+            for fd in os.listdir(f"/proc/{child.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{child.pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+            for table in ("tcp", "tcp6"):
+                for line in open(f"/proc/{child.pid}/net/{table}").read().splitlines()[1:]:
+                    f = line.split()
+                    if f[3] != "0A" or f[9] not in inodes:
+                        continue
+                    raw = bytes.fromhex(f[1].split(":")[0])
+                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # little-endian words
+                    ip = ipaddress.ip_address(raw)
+                    found.add(f"::ffff:{ip.ipv4_mapped}" if getattr(ip, "ipv4_mapped", None) else str(ip))
     return found
 
 
