@@ -364,7 +364,13 @@ def test_stray_grpc_calls_are_refused(transport):
     launcher = spawn("p2p-latency", *transport, "-m", "0:64K", "-i", "1500", "-x", "10", "--port", str(port))
     target = f"127.0.0.1:{port + 1}"  # rank 0's data port
     codes = []
-    with grpc.insecure_channel(target) as ch, explained(launcher):
+    # the channel dials at once; a refused dial backs off (1 s, x1.6 each time): on a loaded machine the
+    # rank's port opened later than the backoff retried, after the run had ended. Dial when it listens,
+    # and retry quickly
+    with explained(launcher):
+        wait_for_listener(port + 1)
+    fast = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+    with grpc.insecure_channel(target, options=fast) as ch, explained(launcher):
         try:
             grpc.channel_ready_future(ch).result(timeout=60)
         except grpc.FutureTimeoutError:

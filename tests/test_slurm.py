@@ -192,9 +192,9 @@ def test_cluster_script_leaves_others_alone(slurm, tmp_path_factory, tmp_path):
     assert r.returncode == 0, r.stderr  # the first cluster, its munged included, still runs
 
 
-# runs last: it replaces the module's one-node cluster with two fake nodes
 def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
-    down(Path(slurm["SLURM_CONF"]).parent)
+    """A cluster of two fake nodes of its own, beside the module's one-node cluster (which it leaves
+    running: the tests after it use it)."""
     d = cluster(tmp_path_factory, 2)
     try:
         env = {**slurm, "SLURM_CONF": str(d / "slurm.conf")}

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import os
 import random
 import signal
 import threading
@@ -206,6 +207,8 @@ class VerbsLink(Link):
                     self._sleep_on(cq, min(deadline, check_at))
                 c = take()
                 spins += 1
+                if c is None and self.t.yield_idle:
+                    os.sched_yield()
                 if c is None and (sleeps or (spins & SPIN_CHECK) == 0) and (now := time.monotonic()) > check_at:
                     if now > deadline:
                         what = "message" if cq is self.rcq else "send completion"
@@ -725,6 +728,10 @@ class VerbsTransport(Transport):
         o = self.opts
         self.api = load_api()
         self.events = config.poll == "blocking"
+        # more ranks on this host than CPUs to run them: a busy poll yields the CPU when it finds nothing
+        # (as MPI's mpi_yield_when_idle), else a spinning rank holds up the peer it waits for
+        self.sharing = (world.hosts.count(world.host), len(os.sched_getaffinity(0)))
+        self.yield_idle = not self.events and self.sharing[0] > self.sharing[1]
         self.op, self.port, self.gid_index = o.verbs_op, o.ib_port, o.gid_index
         self.direct = o.verbs_direct == "on"
         self.ctx, self.dev, self.port_attr, self.gid, dattr = open_port(self.api, o.ib_dev, self.port,
@@ -750,7 +757,9 @@ class VerbsTransport(Transport):
 
     def mode(self) -> str:
         direct = f", direct placement >= {DIRECT_FROM >> 10} KiB" if self.direct else ""
-        return f"{self.op}, {self.dev}:{self.port}, {'events' if self.events else 'busy-poll'}{direct}"
+        ranks, cpus = self.sharing
+        busy = f"busy-poll, yielding when idle ({ranks} ranks on {cpus} CPUs)" if self.yield_idle else "busy-poll"
+        return f"{self.op}, {self.dev}:{self.port}, {'events' if self.events else busy}{direct}"
 
     def counters(self) -> dict[str, int]:
         """Messages received, and those placed straight into the receiver's buffers (--verbs-direct)."""
@@ -830,6 +839,8 @@ class VerbsTransport(Transport):
                     sleeper.proto.kept.append(got)
             else:
                 spins += 1
+                if self.yield_idle:
+                    os.sched_yield()
                 if (spins & SPIN_CHECK) == 0 and time.monotonic() > deadline:
                     raise PeerError(f"verbs progress: nothing moved within {self.timeout:g} s")
         for link in links:
