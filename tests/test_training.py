@@ -351,6 +351,21 @@ def test_tf_grpc_latency_and_bandwidth_at_two_sizes():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("bench", ["p2p-latency", "p2p-bandwidth"])
+def test_tf_grpc_says_nothing_and_traces_once_per_structure(bench):
+    """A sweep of sizes printed TF's "triggered tf.function retracing" warning 4 times (a trace per
+    size: a cost inside the sweep, from TF's Python logger). One function per structure, of any
+    length, traced before timing: with TF's logs asked for (TF_CPP_MIN_LOG_LEVEL=1) no retracing
+    warning; by default nothing at all on stderr."""
+    asked = commbench(bench, "-t", "tf-grpc", "-m", "8:64K", "-i", "10", "-x", "1", timeout=300,
+                      env={"TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert asked.code == 0 and len(table_rows(asked.out)) == 14, asked.err
+    assert "retracing" not in asked.err, asked.err
+    quiet = commbench(bench, "-t", "tf-grpc", "-m", "8:64K", "-i", "10", "-x", "1", timeout=300)
+    assert quiet.code == 0 and quiet.err == "", quiet.err
+
+
+@pytest.mark.slow
 def test_tf_grpc_passive_rank_waits_while_the_driver_measures():
     """Rank 1 (a bare TF server) has nothing to do in a point; it waits at the next barrier as long as
     rank 0 lives, not --timeout: a point several times longer than the timeout completes."""

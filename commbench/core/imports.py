@@ -21,9 +21,10 @@ TF_NOISE = ("WARNING: All log messages before absl::InitializeLog()", "oneDNN cu
 
 
 def import_tensorflow(missing: str):
-    """Import TensorFlow with its C++ INFO/WARNING logs off (TF_CPP_MIN_LOG_LEVEL=2 unless set) and its
-    start-up notices, written to fd 2 before any log level applies, dropped; anything else it writes
-    then is passed on. ``missing``: the one-line error if it is not installed."""
+    """Import TensorFlow with its C++ and Python INFO/WARNING logs off (TF_CPP_MIN_LOG_LEVEL=2 unless
+    set; set to 0 or 1, both speak) and its start-up notices, written to fd 2 before any log level
+    applies, dropped; anything else it writes then is passed on. ``missing``: the one-line error if it
+    is not installed."""
     import os
     import tempfile
 
@@ -31,6 +32,7 @@ def import_tensorflow(missing: str):
 
     if "tensorflow" in sys.modules and sys.modules["tensorflow"] is not None:
         return sys.modules["tensorflow"]
+    asked = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2") in ("0", "1")  # the user wants TF's logs
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved = os.dup(2)
@@ -49,4 +51,6 @@ def import_tensorflow(missing: str):
     sys.stderr.write("".join(kept))
     if tf is None:
         raise Unavailable(missing)
+    if not asked:  # TF's Python logger (e.g. its retracing warnings) too, which the variable does not reach
+        tf.get_logger().setLevel("ERROR")
     return tf

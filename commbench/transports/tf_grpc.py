@@ -52,41 +52,54 @@ class TfDriverLink(Link):
         super().__init__(peer, name)
         self.tf = tf
         self.pending: list[Message] = []
+        self._fns: dict[tuple, object] = {}
 
-        @tf.function
-        def window(batches):
+    def _traced(self, key: tuple, body, spec) -> object:
+        """One tf.function per structure (round trips, buffers per message), its buffers of any length
+        (one signature: no retracing per message size), traced here, before anything is timed."""
+        fn = self._fns.get(key)
+        if fn is None:
+            fn = self._fns[key] = self.tf.function(body, input_signature=[spec])
+            fn.get_concrete_function()
+        return fn
+
+    def _spec(self, n: int) -> list:
+        return [self.tf.TensorSpec([None], self.tf.uint8)] * n
+
+    def rounds(self, k: int, n: int):
+        """A tf.function making k round trips back to back with n buffers (unrolled: a while loop across
+        tasks costs control messages of its own each iteration, twice the time here)."""
+        tf = self.tf
+
+        def fn(xs):
+            for _ in range(k):
+                with tf.device(REMOTE):
+                    xs = [tf.identity(x) for x in xs]
+                with tf.device(LOCAL):
+                    xs = [tf.identity(x) for x in xs]
+            return xs
+
+        return self._traced(("rounds", k, n), fn, self._spec(n))
+
+    def window(self, shape: tuple[int, ...]):
+        """A tf.function moving a window of messages (``shape``: buffers per message) to task 1, and
+        one byte per buffer back."""
+        tf = self.tf
+
+        def fn(batches):
             with tf.device(REMOTE):
                 tails = [x[-1:] for xs in batches for x in xs]
             with tf.device(LOCAL):
                 return tf.concat([tf.identity(t) for t in tails], 0)
 
-        self.window = window
-        self._rounds: dict[int, object] = {}
-
-    def rounds(self, k: int):
-        """A tf.function making k round trips back to back (unrolled: a while loop across tasks costs
-        control messages of its own each iteration, twice the time here)."""
-        fn = self._rounds.get(k)
-        if fn is None:
-            tf = self.tf
-
-            @tf.function
-            def fn(xs):
-                for _ in range(k):
-                    with tf.device(REMOTE):
-                        xs = [tf.identity(x) for x in xs]
-                    with tf.device(LOCAL):
-                        xs = [tf.identity(x) for x in xs]
-                return xs
-
-            self._rounds[k] = fn
-        return fn
+        return self._traced(("window", shape), fn, [self._spec(n) for n in shape])
 
     def calls_per_caller(self, request: Message) -> int:
         return rounds_per_function(request)
 
     def caller(self, request: Message, reply: Message):
-        return partial(self._trips, self.rounds(rounds_per_function(request)), self.tensors(request), reply.arrays)
+        fn = self.rounds(rounds_per_function(request), len(request.sizes))
+        return partial(self._trips, fn, self.tensors(request), reply.arrays)
 
     def _trips(self, fn, xs: list, arrays: list) -> None:
         """Run a round-trip function on the request's tensors; what came back into the reply's arrays."""
@@ -107,7 +120,7 @@ class TfDriverLink(Link):
             raise PeerError(f"TensorFlow could not reach {self.name}: {exc.message.splitlines()[0]}") from None
 
     def call(self, request: Message, reply: Message) -> None:
-        self._trips(self.rounds(1), self.tensors(request), reply.arrays)
+        self._trips(self.rounds(1, len(request.sizes)), self.tensors(request), reply.arrays)
 
     def send(self, msg: Message) -> None:
         self.pending.append(msg)  # a window goes as one function at the next receive
@@ -115,7 +128,7 @@ class TfDriverLink(Link):
     def recv_into(self, msg: Message) -> None:
         if self.pending:
             batches, self.pending = [self.tensors(m) for m in self.pending], []
-            self._run(self.window, batches).numpy()
+            self._run(self.window(tuple(map(len, batches))), batches).numpy()
         msg.clear()  # the ack: nothing comes from rank 1 itself
 
     def serve(self, n, request, respond) -> None:
