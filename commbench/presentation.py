@@ -16,6 +16,7 @@ def presentations() -> dict[str, Presentation]:
 
     out = {name: cls.presentation() for name, cls in benchmarks.registry().items()}
     out.update(train=train.PRESENTATION, predict=predict.PRESENTATION)
+    out["train-compute"] = train.COMPUTE_PRESENTATION
     return out
 
 
@@ -40,6 +41,8 @@ def declared_keys(bench: str) -> dict:
         return declared(RUNNER, traffic.KEYS, train.schema(False).values() if base == "train" else [])
     if bench == "train":
         return train.schema(False)
+    if bench == "train-compute":
+        return train.compute_schema()
     if bench == "predict":
         return predict.schema()
     cls = benchmarks.registry().get(bench)

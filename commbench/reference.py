@@ -65,6 +65,7 @@ def results_page() -> str:
     lines += ["## --traffic rows (bench NAME-traffic)", "", "The runner's keys and these, per pair of roles.", "",
               *key_table(traffic.KEYS), ""]
     lines += ["## train", "", *key_table(train.schema(False).values()), ""]
+    lines += ["## train-compute (`train --compute-only`)", "", *key_table(train.compute_schema().values()), ""]
     lines += ["## predict", "", *key_table(predict.schema().values()), ""]
     return "\n".join(lines)
 

@@ -309,7 +309,8 @@ def traffic_figure(plt, tr, out: Path, kinds: dict) -> list[tuple[str, Path, obj
                                                            "rpcs_step"]])]
 
 
-FIGURES = {"line": line_figures, "pairs": pairs_figures, "training": training_figure, "traffic": traffic_figure}
+FIGURES = {"line": line_figures, "pairs": pairs_figures, "training": training_figure, "traffic": traffic_figure,
+           "none": lambda *_: []}  # none: rows without a figure of their own (train --compute-only)
 
 
 def compare(a: str, b: str):

@@ -6,9 +6,10 @@
 #    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty),
 #    over a sweep of those links (OUT/cal_sweep_none.jsonl)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
-#    real train run, REPEATS times (default 2: what a repeat moves is part of what is compared), and
-#    `commbench predict` from the sweep and the calibration only (plus W=3 for small_cnn at the rate
-#    in W3_RATE)
+#    `train --compute-only` (the compute step, W workers at once), then a real train run, REPEATS times
+#    (default 2: what a repeat moves is part of what is compared), and `commbench predict` from the
+#    sweep, the calibration and that compute run only: nothing from the runs it is compared with
+#    (plus W=3 for small_cnn at the rate in W3_RATE)
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
 # Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, QUICK=1 (short runs, 1 repeat), TRANSPORT (the
 # sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
@@ -58,9 +59,12 @@ for rate in $RATES; do
   for m in $MODELS; do for s in $STRATEGIES; do
     for w in 2 3; do
       [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
-      f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
+      f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
+      # the compute time from a run of its own just before (never from the runs it is compared with)
+      $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" -o "$c" \
+        2>>"$OUT/train.log" | tail -1 >&2
       for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
-      $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --overhead "$OUT/cal_${s}_none.jsonl" \
+      $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$c" --overhead "$OUT/cal_${s}_none.jsonl" \
         --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
         -o "$OUT/predict.jsonl" | sed -n 4p >&2
     done

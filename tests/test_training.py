@@ -267,6 +267,39 @@ def test_predict_compares_with_repeats_and_their_intervals(tmp_path):
         assert r["within"] is within, (r, step, ci)
 
 
+def test_a_prediction_given_a_compute_run_reads_nothing_of_the_run_it_is_compared_with(tmp_path):
+    """predict --compute FILE (train --compute-only rows): the compared train run's own compute and
+    slowest-worker times, however absurd, move nothing; without --compute they would (in-sample, said
+    so). A compute file without this model, W and batch names what it holds and the command to run."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [
+        {"size": s, "p50_us": 100 + s / 100, "p50_ci_lo_us": 99 + s / 100, "p50_ci_hi_us": 101 + s / 100}
+        for s in (8, 65536, 1 << 20)], transport="tcp")
+    shape = {"model": "small_cnn", "workers": 2, "batch": 32}
+    compute = _results(tmp_path / "c.jsonl", "train-compute", [
+        {**shape, "compute_ms": 40.0, "compute_ci_lo_ms": 39.0, "compute_ci_hi_ms": 41.5, "slowest_p50_ms": 44.0,
+         "slowest_ci_lo_ms": 43.0, "slowest_ci_hi_ms": 46.0}])
+    seen = set()
+    for own in (1.0, 40.0, 5000.0):
+        train = _results(tmp_path / f"t{own}.jsonl", "train", [
+            {**shape, "strategy": "ps", "ps": 1, "images_s": 900.0, "step_p50_ms": 70.0, "compute_ms": own,
+             "compute_ci_lo_ms": own * 0.5, "compute_ci_hi_ms": own * 2, "slowest_p50_ms": own * 3,
+             "slowest_ci_lo_ms": own * 2, "slowest_ci_hi_ms": own * 4}])
+        r = commbench("predict", "--p2p", p2p, "--train", train, "--compute", compute, "--json")
+        assert r.code == 0, r.err
+        out = json.loads(r.out)
+        assert out["compute_from"] == compute and out["compute_ms"] == 40.0 and out["measured_images_s"] == 900.0
+        seen.add(tuple(out[k] for k in ("images_s", "images_lo", "images_hi", "comm_ms", "step_ms")))
+        alone = commbench("predict", "--p2p", p2p, "--train", train)
+        assert "from the compared run itself (in-sample" in alone.out
+    assert len(seen) == 1, seen
+    r = commbench("predict", "--p2p", p2p, "--train", train, "--compute", compute, "--workers", "3")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "no compute time of small_cnn W=3 batch 32 (it holds small_cnn W=2 batch 32)" in r.err
+    assert "train --compute-only --model small_cnn --workers 3 --batch 32" in r.err
+    r = commbench("predict", "--p2p", p2p, "--train", train, "--compute", compute, "--compute-ms", "4")
+    assert r.code == 2 and "not both" in r.err
+
+
 def test_predict_wrong_kind_of_file(tmp_path):
     out = tmp_path / "bw.jsonl"
     assert commbench("p2p-bandwidth", "-m", "1K,64K", "-i", "5", "-o", str(out)).code == 0
@@ -297,6 +330,19 @@ def test_train_ps_small_then_predict(tmp_path):
     pred = json.loads(r.out)
     assert pred["measured_images_s"] == pytest.approx(row["images_s"]) and pred["shared_host"] is True
     assert pred["images_s"] > 0 and pred["error_pct"] is not None
+    # the compute time measured apart: two workers computing at once, nothing else
+    comp = tmp_path / "compute.jsonl"
+    r = commbench("train", "--compute-only", "--model", "small-cnn", "--workers", "2", "--batch", "32", "-o",
+                  str(comp), timeout=400)
+    assert r.code == 0 and r.err == "", r.err
+    (c,) = read_runs(comp)[0].rows
+    assert c["bench"] == "train-compute" and (c["model"], c["workers"], c["batch"]) == ("small_cnn", 2, 32)
+    assert c["compute_ci_lo_ms"] <= c["compute_ms"] <= c["compute_ci_hi_ms"] and c["slowest_p50_ms"] >= c["compute_ms"]
+    r = commbench("predict", "--p2p", str(p2p), "--train", str(out), "--compute", str(comp), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["compute_ms"] == c["compute_ms"]
+    r = commbench("train", "--compute-only", "--traffic")
+    assert r.code == 2 and "sends nothing to capture" in r.err
 
 
 @pytest.mark.slow
@@ -552,9 +598,11 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     assert [Path(f).name for f in o["overhead"]] == ["cal_ps_none.jsonl"]
     assert [Path(f).name for f in o["overhead_p2p"]] == ["cal_sweep_none.jsonl"]
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
+    assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
     assert row["measured_images_s"] > 0 and abs(row["error_pct"]) < 30, row
     inputs = [x for flag in ("overhead", "overhead_p2p") for f in o[flag] for x in (f"--{flag.replace('_', '-')}", f)]
-    again = commbench("predict", "--p2p", o["p2p"], "--train", o["train"], *inputs, "--json")
+    again = commbench("predict", "--p2p", o["p2p"], "--train", o["train"], "--compute", o["compute"], *inputs,
+                      "--json")
     assert again.code == 0, again.err
     assert json.loads(again.out)["images_s"] == row["images_s"]

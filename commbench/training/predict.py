@@ -346,6 +346,8 @@ PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strat
 KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the prediction is for"),
         key("model", doc="the model profile"), key("batch", "count", "images per step per worker"),
         key("measured_runs", "count", "--train: repeats of this shape", optional=True),
+        key("compute_from", doc="where the compute time came from: --compute's file, --compute-ms, or 'in-sample' "
+                                "(the compared train run's own)"),
         key("within", doc="--train: whether the predicted and measured intervals overlap", optional=True),
         key("overhead_ms", "ms", "TF's runtime cost per step, from the calibration (--overhead)"),
         key("min_beta_mb_s", "MB/s", "the smallest link bandwidth at which W workers beat one"),
@@ -367,8 +369,12 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=RANKS, help="default: the train run's")
     p.add_argument("--ps", type=RANKS, help="default: the train run's")
     p.add_argument("--batch", type=integer(1, 1 << 20), help="images per worker per step; default: the train run's")
+    p.add_argument("--compute", metavar="FILE",
+                   help="`train --compute-only` results (or another train run) of this model, W and batch: the "
+                        "compute step, measured apart from the run compared with (default: --train's own, "
+                        "in-sample)")
     p.add_argument("--compute-ms", type=number(above=0, hi=1e7, what=" (ms)"),
-                   help="one worker's step without communication; default: the train run's")
+                   help="one worker's step without communication (instead of --compute)")
     p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
     p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",
                    help="all ranks on one host share one path (auto: yes if the train run had one host)")
@@ -412,6 +418,22 @@ def train_rows(path: str) -> list[tuple[dict, dict]]:
 def compute_span(row: dict, compute_ms: float) -> Span:
     """A train row's compute time (or the one given) with its interval where the row has one."""
     return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
+
+
+def compute_rows(path: str, model: str, workers: int, batch: int) -> list[dict]:
+    """The compute rows (``train --compute-only``, or train runs) of this model, W and batch in a file."""
+    every = presentation.read_checked(path)
+    rows = [row for r in every for row in r.rows if row.get("bench", r.meta.get("bench")) in ("train-compute", "train")
+            and row.get("compute_ms") is not None]
+    if not rows:
+        raise UsageError(f"{path}: predict --compute needs `commbench train --compute-only -o FILE` results")
+    mine = [row for row in rows if (row.get("model"), row.get("workers"), row.get("batch")) == (model, workers, batch)]
+    if not mine:
+        have = sorted({f"{row.get('model')} W={row.get('workers')} batch {row.get('batch')}" for row in rows})
+        raise UsageError(f"{path}: no compute time of {model} W={workers} batch {batch} (it holds {', '.join(have)}); "
+                         f"measure it: commbench train --compute-only --model {model} --workers {workers} "
+                         f"--batch {batch} -o {path}")
+    return mine
 
 
 def slowest_span(row: dict) -> Span | None:
@@ -524,10 +546,18 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     strategy = pick(args.strategy, "strategy")
     workers, batch = int(pick(args.workers, "workers")), int(pick(args.batch, "batch"))
     ps = int(pick(args.ps, "ps")) if strategy == "ps" else 0
-    compute = Span.of(args.compute_ms) if args.compute_ms is not None else pooled(
-        [compute_span(r, r["compute_ms"]) for r in rows if r.get("compute_ms") is not None] or
-        [compute_span(row, pick(args.compute_ms, "compute_ms"))])
     prof = store.load(pick(args.model, "model"))
+    if args.compute and args.compute_ms is not None:
+        raise UsageError("predict: give --compute FILE or --compute-ms, not both")
+    if args.compute:
+        given = compute_rows(args.compute, prof.name, workers, batch)
+        compute, compute_from = pooled([compute_span(r, r["compute_ms"]) for r in given]), args.compute
+    elif args.compute_ms is not None:
+        compute, compute_from, given = Span.of(args.compute_ms), "--compute-ms", []
+    else:
+        compute = pooled([compute_span(r, r["compute_ms"]) for r in rows if r.get("compute_ms") is not None] or
+                         [compute_span(row, pick(args.compute_ms, "compute_ms"))])
+        compute_from, given = "in-sample", rows
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
@@ -535,7 +565,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rt, calibration = calibrate(args, strategy) if args.overhead else (Span.of(0.0), "")
     units = shape.units()
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
-    slowest_ = [s for s in map(slowest_span, rows) if s] if same and args.compute_ms is None else []
+    slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
 
     def at(c: float, s: float | None, lm: LinkModel, r: float, fast: bool = False) -> Prediction:
@@ -574,7 +604,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     m = out["measured_images_s"]
     out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
     out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
-    out["label"] = args.label
+    out["label"], out["compute_from"] = args.label, compute_from
     if args.output:
         save(args, out)
     if args.json:
@@ -588,7 +618,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(header_line(COLUMNS))
     print(row_line(COLUMNS, out))
     print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
-          f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f})")
+          f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
+          ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"
+           if compute_from == "in-sample" else compute_from))
     if args.overhead:
         print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'tensor'} "
               f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "

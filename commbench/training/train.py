@@ -62,6 +62,15 @@ CI_KEYS = [key("step_ci_lo_ms", "ms", "lower end of the median step's 95 % confi
            key("slowest_ci_lo_ms", "ms", "lower end of slowest_p50_ms's interval"),
            key("slowest_ci_hi_ms", "ms", "upper end of slowest_p50_ms's interval")]
 BENCH = key("bench", doc="train (train-traffic: --traffic rows)")
+_BY_NAME = {c.key: c for c in (*COLUMNS, *CI_KEYS)}
+COMPUTE_COLUMNS = [*(_BY_NAME[k] for k in ("model", "workers", "batch", "compute_ms")),
+                   Column("compute_before_ms", "Before", 9, "{:.2f}", "ms", "median compute step, first measurement"),
+                   Column("compute_after_ms", "After", 9, "{:.2f}", "ms", "median compute step, second measurement"),
+                   Column("slowest_p50_ms", "Slowest p50", 12, "{:.2f}", "ms", _BY_NAME["slowest_p50_ms"].doc)]
+COMPUTE_KEYS = [_BY_NAME[k] for k in ("compute_ci_lo_ms", "compute_ci_hi_ms", "slowest_ci_lo_ms", "slowest_ci_hi_ms")]
+COMPUTE_BENCH = key("bench", doc="train-compute (`train --compute-only`)")
+COMPUTE_PRESENTATION = Presentation("compute_ms", "lower", "none", "workers", ("model",), tuple(COMPUTE_COLUMNS),
+                                    "train --compute-only")
 PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strategy", "model"), tuple(COLUMNS),
                             "train")
 PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
@@ -89,6 +98,10 @@ class TrainOptions(Options):
     host_set: str = opt("", type=check_set, metavar="S",
                         help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET)")
     traffic: bool = opt(False, action="store_true", help=traffic.HELP + "; a step as the row counts them")
+    compute_only: bool = opt(False, action="store_true",
+                             help="measure the compute step alone (W workers computing at once, no TF cluster, "
+                                  "no training): what `predict --compute` takes, measured apart from the run it "
+                                  "predicts")
     output: str | None = opt(None, "-o", "--output", metavar="FILE",
                              help="write the result row: FILE.jsonl or FILE.csv (an existing file is replaced)")
 
@@ -108,6 +121,8 @@ def check_options(args: argparse.Namespace) -> TrainOptions:
         raise UsageError(f"unknown model {model!r} for train; known: {', '.join(IMAGE_MODELS)}")
     if not tf_installed():
         raise UsageError("train runs TensorFlow, which is not installed here: pip install 'commbench[tf]'")
+    if o.traffic and o.compute_only:
+        raise UsageError("train --compute-only sends nothing to capture: drop --traffic")
     if o.traffic:
         traffic.check_usable()
     return o.but(model=model)
@@ -118,7 +133,7 @@ def tf_installed() -> bool:
 
 
 def ranks(o: TrainOptions) -> int:
-    return 1 + o.workers + o.ps if o.strategy == "ps" else o.workers
+    return 1 + o.workers + o.ps if o.strategy == "ps" and not o.compute_only else o.workers
 
 
 def roles(o: TrainOptions) -> list[tuple[str, int]]:
@@ -142,13 +157,13 @@ def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     tf_bind.preload()  # every task runs a TF server: on the run's address only (see _tf_bind)
 
-    what = f"train --strategy {o.strategy} with {o.workers} workers" + \
-        (f" and {o.ps} PS" if o.strategy == "ps" else "")
+    what = f"train --compute-only with {o.workers} workers" if o.compute_only else \
+        f"train --strategy {o.strategy} with {o.workers} workers" + (f" and {o.ps} PS" if o.strategy == "ps" else "")
     placement = here_or_launch(n, argv, How(o.timeout, o.port, o.hosts, o.host_set, o.output,
                                                      private_net=True), what)
     if isinstance(placement, int):
         return placement
-    return run_rank(placement, o)
+    return (compute_only if o.compute_only else run_rank)(placement, o)
 
 
 def _tf_port(o: TrainOptions, rank: int, host: str) -> int:
@@ -241,6 +256,37 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
     return 0
 
 
+def compute_only(placement: Placement, o: TrainOptions) -> int:
+    """``train --compute-only``: every worker computes at once (as in training, on the same hosts),
+    twice, with no TF cluster and no communication; rank 0 writes the compute row."""
+    with Session(placement, o.timeout, None, o.plain(), PACKAGES) as run:
+        world = run.world
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        from commbench.training import tf_loops
+
+        measured = []
+        for part in ("before", "after"):
+            world.barrier(f"compute-{part}", patient=True)
+            measured.append(tf_loops.compute_step_ms(o.model, o.batch, o.seed))
+        computes = world.gather_json("compute-ms", measured)
+        if world.rank == 0:
+            row = {"model": o.model, "workers": o.workers, "batch": o.batch,
+                   **compute_row([c[0] for c in computes], [c[1] for c in computes])}
+            meta = run.metadata("train-compute", {"ranks": world.size})
+            meta["metric"] = {"key": "compute_ms", "better": "lower"}
+            print(f"# commbench train --compute-only: {o.model}, {o.workers} workers computing at once, batch "
+                  f"{o.batch} per worker, synthetic images; no communication\n# compute = one step of one "
+                  f"worker (median of 2 x 12 steps of every worker); slowest = the slowest worker's step\n"
+                  + header_line(COMPUTE_COLUMNS), flush=True)
+            print(row_line(COMPUTE_COLUMNS, row), flush=True)
+            writer = run.open_results(o.output, meta, list(compute_schema()))
+            if writer:
+                writer.row({"bench": "train-compute", **row})
+        run.finish("train-end")
+    sys.stdout.flush()
+    return 0
+
+
 def summarize(o: TrainOptions, times) -> dict:
     ns = np.asarray(times.ns, dtype=np.float64)
     per_step_images = o.batch * o.workers  # ps: a round is W steps; mirrored: one step of W workers
@@ -255,6 +301,11 @@ def summarize(o: TrainOptions, times) -> dict:
 def schema(with_traffic: bool) -> dict[str, Column]:
     """Every key train's rows may hold."""
     return declared([BENCH], COLUMNS, CI_KEYS, traffic.KEYS if with_traffic else [])
+
+
+def compute_schema() -> dict[str, Column]:
+    """Every key a ``train --compute-only`` row holds."""
+    return declared([COMPUTE_BENCH], COMPUTE_COLUMNS, COMPUTE_KEYS)
 
 
 def with_ci(name: str, ms) -> dict:

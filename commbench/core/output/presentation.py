@@ -16,7 +16,7 @@ SERIES = ("transport", "mode", "poll", "payload", "algorithm")  # what tells a s
 class Presentation:
     metric: str  # the row key report and compare read
     better: str = "lower"  # or "higher"
-    figure: str = "line"  # report's figure kind: line (metric over x), pairs (host x host), training, traffic
+    figure: str = "line"  # report's figure kind: line (metric over x), pairs (host x host), training, traffic, none
     x: str = "size"  # a line figure's x axis
     series: tuple[str, ...] = SERIES
     columns: tuple[Column, ...] = ()  # one row per run: the table `show` prints for a file of them
