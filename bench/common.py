@@ -182,3 +182,29 @@ class Comparison:
     def ratio(self, num: str, den: str, point: tuple) -> float:
         """The median of the per-round ratios num / den (a round's two values are close in time)."""
         return statistics.median(self.per_round(num, den, point))
+
+
+RANK_VARS = ("COMMBENCH_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def rank_processes(env_key: str | None = None, value: str | None = None, under=None) -> dict:
+    """A run's rank processes by rank (psutil): commbench processes under the process ``under``
+    (default: every process) whose environment has ``env_key`` = ``value`` (if given) and a rank
+    variable of any launcher (not the launchers' own daemons); the first process seen per rank."""
+    import psutil
+
+    procs = under.children(recursive=True) if under is not None else psutil.process_iter()
+    out: dict = {}
+    for p in procs:
+        try:
+            if "commbench" not in " ".join(p.cmdline()[1:3]):  # python -m commbench, or its script
+                continue
+            env = p.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env_key is not None and env.get(env_key) != value:
+            continue
+        rank = next((env[v] for v in RANK_VARS if v in env), None)
+        if rank is not None and rank.isdigit():
+            out.setdefault(int(rank), p)
+    return out

@@ -28,30 +28,16 @@ import uuid
 from pathlib import Path
 
 import psutil
-from common import BIN, CACHE
+from common import BIN, CACHE, rank_processes
 
 from commbench.launch.local import mpiexec_environ
 
-RANK_VARS = ("COMMBENCH_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 MARK = "COMMBENCH_FAULT_RUN"
 
 
 def ranks_of(mark: str) -> dict[int, psutil.Process]:
     """The run's rank processes (their environment carries the mark) by rank."""
-    out = {}
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = p.info["cmdline"] or []
-            if not any(a.endswith("commbench") for a in cmd[1:3]):  # python -m commbench, or its script
-                continue
-            env = p.environ()
-        except psutil.Error:
-            continue
-        if env.get(MARK) == mark:
-            rank = next((env[v] for v in RANK_VARS if v in env), None)
-            if rank is not None and rank.isdigit():
-                out.setdefault(int(rank), p)
-    return out
+    return rank_processes(MARK, mark)
 
 
 def one(launcher: str, sig: signal.Signals, victim: int, timeout: float, transport: str) -> dict:

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+from common import rank_processes
 
 from commbench.launch.local import mpiexec_environ
 
@@ -33,15 +34,7 @@ COMMAND = "allreduce -t tcp --algorithm ring -b 8 -e 64 -i 20 -x 2 --timeout 600
 
 def ranks_of(tag: str) -> dict[int, psutil.Process]:
     """This run's ranks (rank -> process), found by the tag in their environment."""
-    out = {}
-    for p in psutil.process_iter(["pid", "name"]):
-        try:
-            env = p.environ()
-        except (psutil.Error, OSError):
-            continue
-        if env.get(TAG) == tag and "OMPI_COMM_WORLD_RANK" in env:
-            out[int(env["OMPI_COMM_WORLD_RANK"])] = p
-    return out
+    return rank_processes(TAG, tag)
 
 
 def connections(p: psutil.Process) -> int:

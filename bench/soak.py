@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from common import BIN, CACHE
+from common import BIN, CACHE, rank_processes
 
 TARGET_MB_PER_MIN = 0.1
 DEFAULT = "ps-throughput --payload resnet50 --workers 2 --ps 1 --rpc tf --time {seconds}"
@@ -34,15 +34,7 @@ DEFAULT = "ps-throughput --payload resnet50 --workers 2 --ps 1 --rpc tf --time {
 
 def ranks_of(root: psutil.Process) -> dict[int, psutil.Process]:
     """The command's rank processes by rank (their environment names it)."""
-    out = {}
-    for p in root.children(recursive=True):
-        try:
-            rank = p.environ().get("COMMBENCH_RANK")
-        except psutil.Error:
-            continue
-        if rank is not None and rank.isdigit() and int(rank) not in out:
-            out[int(rank)] = p
-    return out
+    return rank_processes(under=root)
 
 
 def rss_mb(p: psutil.Process) -> float | None:

@@ -130,6 +130,28 @@ def srun_ranks(job: int, tokens: Path, *args: str, n: int = 2) -> tuple[list[sub
     return ranks, path
 
 
+RANK_VARS = ("COMMBENCH_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def rank_processes(procs, need: dict | None = None) -> dict:
+    """Rank -> process among ``procs`` (psutil processes): commbench processes whose environment has
+    a launcher's rank variable and every item of ``need``; the first seen per rank."""
+    import psutil
+
+    ranks: dict = {}
+    for q in procs:
+        try:
+            e = q.environ()
+            if any(e.get(k) != v for k, v in (need or {}).items()) or "commbench" not in " ".join(q.cmdline()):
+                continue
+        except psutil.Error:
+            continue
+        rank = next((e[v] for v in RANK_VARS if v in e), None)
+        if rank is not None:
+            ranks.setdefault(int(rank), q)
+    return ranks
+
+
 def signal_a_rank(cmd: list[str], env: dict, victim: int, sig: int, out: Path,
                   limit: float = 60) -> tuple[float, Result]:
     """Start a run (``cmd`` writes its rows to ``out``), wait until its ranks are measuring, send ``sig``
@@ -146,14 +168,7 @@ def signal_a_rank(cmd: list[str], env: dict, victim: int, sig: int, out: Path,
     ranks: dict[int, psutil.Process] = {}
     deadline = time.monotonic() + 120
     while (len(ranks) < 2 or not (out.exists() and out.stat().st_size)) and time.monotonic() < deadline:
-        for q in psutil.process_iter():
-            try:
-                e = q.environ()
-            except psutil.Error:
-                continue
-            rank = next((e[v] for v in ("COMMBENCH_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID") if v in e), None)
-            if e.get("COMMBENCH_TEST_MARK") == mark and rank is not None and "commbench" in " ".join(q.cmdline()):
-                ranks.setdefault(int(rank), q)
+        ranks = {**rank_processes(psutil.process_iter(), {"COMMBENCH_TEST_MARK": mark}), **ranks}
         time.sleep(0.2)
     assert len(ranks) >= 2 and out.exists(), "the run did not start"
     time.sleep(2)  # measuring by now

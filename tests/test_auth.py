@@ -166,16 +166,14 @@ def test_a_listener_greets_with_a_fresh_challenge_each_time():
 def _rank_processes(launcher_pid: int, within: float = 60) -> list:
     """The rank processes of a local launch (their environment has the run token), once all are up."""
     import psutil
+    from conftest import rank_processes
 
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        ranks = []
-        for p in psutil.Process(launcher_pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "COMMBENCH_TOKEN" in p.environ() and "COMMBENCH_RANK" in p.environ():
-                    ranks.append(p)
-        if len(ranks) >= 2:
-            return ranks
+        ranks = rank_processes(psutil.Process(launcher_pid).children(recursive=True))
+        with contextlib.suppress(psutil.Error):
+            if len(ranks) >= 2 and all("COMMBENCH_TOKEN" in p.environ() for p in ranks.values()):
+                return list(ranks.values())
         time.sleep(0.05)
     raise AssertionError("the ranks did not start")
 
