@@ -11,8 +11,10 @@ import struct
 import hpack
 import pytest
 from conftest import commbench
+from hypothesis import given
+from hypothesis import strategies as st
 
-from commbench.core.capture.packets import NO_PEER, PREFACE, Capturer, Traffic, own_endpoints
+from commbench.core.capture.packets import NO_PEER, PREFACE, Capturer, Traffic, in_flight_max, own_endpoints
 from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.output.results import read_runs
 
@@ -65,14 +67,25 @@ def test_rpcs_are_counted_with_their_methods_and_sizes_from_reordered_segments(s
     feed(cap, CLIENT, SERVER, client, 1000, 40, shuffle)
     feed(cap, SERVER, CLIENT, server, 1000, 5, shuffle)
     t = Traffic(cap.result(0))
-    assert [(path, req, resp) for _, _, path, req, resp in t.data["rpcs"]] == \
+    assert [(path, req, resp) for _, _, path, req, resp, _ in t.data["rpcs"]] == \
         [("/pkg.Svc/Foo", 100, 40), ("/pkg.Svc/Bar", 5000, 0)]
+    ends = [end for *_, end in t.data["rpcs"]]  # Foo's trailers (END_STREAM) end it; Bar is never answered
+    assert ends[0] is not None and ends[0] >= t.data["rpcs"][0][0] and ends[1] is None
     cells = t.by_roles(ENDS, 0, 10**9)
     assert cells[("worker", "ps")]["bytes"] == len(client)  # every byte once, the retransmission too
     assert cells[("ps", "worker")]["bytes"] == len(server)
     assert cells[("worker", "ps")]["rpcs"] == 2 and cells[("ps", "worker")]["rpcs"] == 0
     assert cells[("worker", "ps")]["methods"] == {"Foo": [1, 100, 40], "Bar": [1, 5000, 0]}
     assert cells[("worker", "ps")]["segments"] == 40
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.one_of(st.none(), st.integers(0, 30))), max_size=40))
+def test_calls_in_flight_are_the_most_open_at_one_instant(raw):
+    """in_flight_max against counting at every instant: a call is open from its start until (not at)
+    its end; one never seen to end stays open."""
+    spans = [(t, None if d is None else t + d) for t, d in raw]
+    want = max((sum(1 for a, e in spans if a <= t and (e is None or t < e)) for t, _ in spans), default=0)
+    assert in_flight_max(spans) == want
 
 
 def test_a_window_counts_only_what_it_covers():
@@ -105,7 +118,8 @@ def test_other_protocols_count_bytes_only_and_excluded_ports_nothing():
     cap = Capturer([])
     feed(cap, CLIENT, SERVER, data, 1000, 4, True)
     cells = Traffic(cap.result(0)).by_roles({(CLIENT, SERVER): "rank0", (SERVER, CLIENT): "rank1"}, 0, 10**9)
-    assert cells == {("rank0", "rank1"): {"bytes": len(data), "segments": 4, "rpcs": 0, "methods": {}}}
+    assert cells == {("rank0", "rank1"): {"bytes": len(data), "segments": 4, "rpcs": 0, "methods": {},
+                                          "in_flight_max": 0}}
 
 
 def test_one_port_on_connections_of_two_ranks_is_told_apart_by_its_peer():
@@ -227,15 +241,17 @@ def test_the_capture_stops_promptly_while_packets_keep_coming(tmp_path):
 def test_the_capture_keeps_what_came_before_it_was_stopped(tmp_path):
     """A flood on loopback between two processes runs ahead of the capture (one Python process);
     stopped right after it, the capture still reads every byte the kernel had queued for it (CI once
-    counted 98 % of a run's bytes: the capture stopped with the end of the run still queued)."""
+    counted 98 % of a run's bytes: the capture stopped with the end of the run still queued). In a
+    namespace of the test's own: another program's loopback traffic is not this test's."""
     import subprocess
     import sys
 
     from commbench.core.capture.packets import Capture
+    from commbench.launch.private_net import entered, private_loopback
 
     total = 512 << 20
-    cap = Capture(tmp_path / "c.json", [])
-    with socket.socket() as srv:
+    with private_loopback() as ns, entered(ns), socket.socket() as srv:
+        cap = Capture(tmp_path / "c.json", [], ns)
         srv.bind(("127.0.0.1", 0))
         srv.listen()
         send = (f"import socket; c = socket.create_connection(('127.0.0.1', {srv.getsockname()[1]})); "

@@ -25,7 +25,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,8 +37,8 @@ SO_TIMESTAMPNS = 35
 SO_RCVBUFFORCE = 33
 SOL_PACKET, PACKET_STATISTICS = 263, 6
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, CONTINUATION = 0x0, 0x1, 0x9
-END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
+DATA, HEADERS, RST_STREAM, CONTINUATION = 0x0, 0x1, 0x3, 0x9
+END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
 SYN = 0x02
 NOT_HTTP2 = "not HTTP/2"
 Endpoint = tuple[str, int]
@@ -48,11 +48,12 @@ Conn = tuple[Endpoint, Endpoint]  # one end of a TCP connection: (this end, the 
 
 class Http2Reader:
     """One direction of an HTTP/2 connection, fed its bytes in order: calls ``on_rpc(stream, method)``
-    for each stream a client opens (the client's side decodes its header blocks: its HPACK state), and
-    counts each stream's DATA bytes (``data``: the RPC's request or response, gRPC-framed)."""
+    for each stream a client opens (the client's side decodes its header blocks: its HPACK state),
+    ``on_end(stream)`` where the server's side ends a stream (END_STREAM: gRPC's trailers; or a reset),
+    and counts each stream's DATA bytes (``data``: the RPC's request or response, gRPC-framed)."""
 
-    def __init__(self, client: bool, on_rpc) -> None:
-        self.client, self.on_rpc = client, on_rpc
+    def __init__(self, client: bool, on_rpc, on_end=None) -> None:
+        self.client, self.on_rpc, self.on_end = client, on_rpc, on_end
         self.need_preface = len(PREFACE) if client else 0
         self.head = bytearray()  # a frame header being collected
         self.skip = 0  # payload bytes of the current frame still to pass over
@@ -101,6 +102,9 @@ class Http2Reader:
                     self.frame = (ftype, flags, stream)
                     if ftype == DATA:
                         self.data[stream] = self.data.get(stream, 0) + length
+                    if not self.client and self.on_end and stream and (
+                            ftype == RST_STREAM or ftype in (DATA, HEADERS) and flags & END_STREAM):
+                        self.on_end(stream)
                     decode = self.client and ftype in (HEADERS, CONTINUATION)
                     self.keep = bytearray() if decode else None
                     self.skip = length
@@ -154,6 +158,7 @@ class Capturer:
         self.flows: list[Flow] = []
         self.current: dict[tuple[Endpoint, Endpoint], int] = {}  # (src, dst) -> its latest flow
         self.rpcs: list[tuple[int, int, str, int]] = []  # (t_ns, flow index, method, stream)
+        self.ends: dict[tuple[int, int], int] = {}  # (server -> client flow index, stream) -> t_ns it ended
         self.truncated = 0  # frames larger than the capture's buffer (then a gap in their flow)
         self.now = 0
 
@@ -164,7 +169,8 @@ class Capturer:
         i = self.current[(src, dst)] = len(self.flows)
         f = Flow(src, dst, (not ack) if syn else None)
         if f.client is not None:  # seen from its start: frames can be followed (the client's side names methods)
-            f.reader = Http2Reader(f.client, lambda stream, path: self.rpcs.append((self.now, i, path, stream)))
+            f.reader = Http2Reader(f.client, lambda stream, path: self.rpcs.append((self.now, i, path, stream)),
+                                   lambda stream: self.ends.setdefault((i, stream), self.now))
         self.flows.append(f)
         return f
 
@@ -203,7 +209,8 @@ class Capturer:
             f.reader.feed(payload)
 
     def result(self, drops: int, passed: int = 0) -> dict:
-        """What the capture saw; each RPC as [t_ns, flow, method, request bytes, response bytes] (DATA)."""
+        """What the capture saw; each RPC as [t_ns, flow, method, request bytes, response bytes (DATA),
+        t_ns it ended (None: not seen to end)]."""
         back = {}
         for i, f in enumerate(self.flows):
             back[(f.src, f.dst)] = i
@@ -212,7 +219,7 @@ class Capturer:
             f = self.flows[i]
             r = back.get((f.dst, f.src))
             resp = self.flows[r].reader.data.get(stream, 0) if r is not None and self.flows[r].reader else 0
-            rpcs.append((t, i, path, f.reader.data.get(stream, 0), resp))
+            rpcs.append((t, i, path, f.reader.data.get(stream, 0), resp, self.ends.get((r, stream))))
         return {"drops": drops, "passed": passed, "truncated": self.truncated,
                 "flows": [{"src": list(f.src), "dst": list(f.dst), "client": f.client, "segments": f.segments,
                            "gaps": len(f.early), "http2": None if f.reader is None else (f.reader.broken or "ok")}
@@ -415,7 +422,8 @@ class Traffic:
                 c["segments"] += len(inside)
         if problems:
             raise CommbenchError("--traffic: the capture is incomplete: " + "; ".join(problems))
-        for t, fid, method, req, resp in self.data["rpcs"]:
+        spans: dict[int, list[tuple[int, int | None]]] = {}
+        for t, fid, method, req, resp, *end in self.data["rpcs"]:
             if t0 <= t < t1 and keys[fid]:
                 c = out.setdefault(keys[fid], _cell())
                 c["rpcs"] += 1
@@ -423,11 +431,26 @@ class Traffic:
                 m[0] += 1
                 m[1] += req
                 m[2] += resp
+                spans.setdefault(fid, []).append((t, end[0] if end else None))
+        for fid, s in spans.items():  # a role pair's most calls open at once on one of its connections
+            c = out[keys[fid]]
+            c["in_flight_max"] = max(c["in_flight_max"], in_flight_max(s))
         return out
 
 
+def in_flight_max(spans: Sequence[tuple[int, int | None]]) -> int:
+    """The most calls open at once among (start, end) spans (end None: open to the end); a call ending
+    when another starts is not counted with it."""
+    events = sorted([(t, 1) for t, _ in spans] + [(e, -1) for _, e in spans if e is not None])
+    most = now = 0
+    for _, d in events:  # at one instant ends (-1) sort before starts
+        now += d
+        most = max(most, now)
+    return most
+
+
 def _cell() -> dict:
-    return {"bytes": 0, "segments": 0, "rpcs": 0, "methods": {}}
+    return {"bytes": 0, "segments": 0, "rpcs": 0, "methods": {}, "in_flight_max": 0}
 
 
 def role_of(roles: Mapping[Conn, str], end: Endpoint, peer: Endpoint) -> str | None:

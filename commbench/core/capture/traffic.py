@@ -34,6 +34,9 @@ COLUMNS = [Column("from", "From", -7, doc="--traffic: the sending role (rank0, c
            Column("bytes_step", "Bytes/step", 12, "{:.0f}", "B", "--traffic: TCP payload bytes per step, from -> to"),
            Column("segments_step", "Segs/step", 10, "{:.1f}", "count", "--traffic: TCP segments with payload per step"),
            Column("rpcs_step", "RPCs/step", 10, "{:.2f}", "count", "--traffic: gRPC calls from -> to per step"),
+           Column("in_flight_max", "In flight", 10, "{:.0f}", "count",
+                  "--traffic: the most gRPC calls from -> to open at once on one connection (called, not yet "
+                  "answered: the server's END_STREAM)"),
            Column("methods", "RPCs per step by method (mean request/response B)", -50,
                   doc="--traffic: per gRPC method, {rpcs_step, request_b, response_b} (an object)")]
 KEYS = [*COLUMNS, key("steps", "count", "--traffic: the steps the bytes are divided by")]
@@ -83,7 +86,8 @@ def rows(traffic: Traffic, owned: Sequence[Sequence[Sequence]], roles: Sequence[
         methods = {m: {"rpcs_step": n / steps, "request_b": req / n, "response_b": resp / n}
                    for m, (n, req, resp) in sorted(c["methods"].items(), key=lambda kv: (-kv[1][0], kv[0]))}
         out.append({**(extra or {}), "from": a, "to": b, "steps": steps, "bytes_step": c["bytes"] / steps,
-                    "segments_step": c["segments"] / steps, "rpcs_step": c["rpcs"] / steps, "methods": methods})
+                    "segments_step": c["segments"] / steps, "rpcs_step": c["rpcs"] / steps,
+                    "in_flight_max": c["in_flight_max"], "methods": methods})
     return out
 
 
