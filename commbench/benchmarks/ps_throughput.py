@@ -142,9 +142,9 @@ class PSThroughput(Benchmark):
         if me == 0:
             return Side(step=tf_ps.Chief(self.workers, ctx.links, len(variables)).round)
         if me in self.workers:
-            worker = tf_ps.Worker(me - 1, 0, plans, ctx.links, len(variables))
+            worker = tf_ps.Worker(me - 1, 0, plans, ctx.links, len(variables), ctx.transport)
             return Side(run=worker.run, begin=worker.start, report=lambda: {"pull": worker.pull_ns.tolist()})
-        shard = tf_ps.Shard(me, plans, self.workers, ctx.links)
+        shard = tf_ps.Shard(me, plans, self.workers, ctx.links, ctx.transport)
         return Side(run=shard.run, wrong=shard.wrong if checked else (lambda: 0),
                     report=lambda: {"push": [x for rec in shard.push_ns for x in rec.tolist()], "steps": shard.steps,
                                     "held": sum(v.nbytes for v in shard.plan.variables), "value": shard.value()})

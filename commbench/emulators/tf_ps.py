@@ -19,10 +19,14 @@ Keras 3 SGD with momentum; docs/training.md), one worker-step is, in RPCs by cal
 Variables lie on shards in creation order, round-robin (TF's default), the step counter and the
 learning rate after the model's variables. Each RPC is one call here, in that direction, with
 TF's message sizes (request DATA less gRPC's 5-byte prefix): one RPC over gRPC's unary mode, one
-round trip elsewhere. A worker-step goes: the worker reads its variables shard by shard, answers
-each shard's gradient reads in shard order, then calls each shard's function, in which the shard
-applies what it read (``var -= lr * grad``, on arrival, as TF's asynchronous PS training) and reads
-the learning rate. The chief runs the steps in rounds of one per worker (W closures, then join),
+round trip elsewhere. A worker-step goes: the worker enqueues on every shard, reads all its
+variables at once (every read in flight together, on every shard's link: ``Transport.calls``, as
+TF's step function issues its RecvTensor calls), answers the shards' gradient reads (each shard
+makes its reads at once; the worker answers the shards side by side), then calls each shard's
+function, in which the shard applies what it read (``var -= lr * grad``, on arrival, as TF's
+asynchronous PS training) and reads the learning rate. Pull and push times are those of the calls
+made at once: a worker's reads of a step, a shard's gradient reads from one worker. The chief runs
+the steps in rounds of one per worker (W closures, then join),
 as ``train --strategy ps`` does; a round is what it times. A rank serving several peers serves
 each from a thread of its own, so no rank waits on a rank that waits on it.
 """
@@ -39,7 +43,7 @@ import numpy as np
 from commbench.core.measure.message import Message
 from commbench.core.measure.samples import Samples
 from commbench.emulators.ps import LR, floats, gradient_value, run_threads
-from commbench.transports.base import Link
+from commbench.transports.base import Link, Transport
 
 # message sizes (bytes of the message: the DATA TF's gRPC sends, less its 5-byte prefix)
 READ_REQUEST, PULL_REQUEST, LR_REQUEST = 177, 145, 156  # RecvTensorRequests: worker, PS, PS -> PS
@@ -110,10 +114,9 @@ def rpcs_per_worker_step(plans: Sequence[ShardPlan]) -> int:
     return ENQUEUES + 2 + sum(2 + len(p.reads()) + len(p.pulls()) + p.lr_reads() for p in plans)
 
 
-def timed_call(link: Link, request: Message, reply: Message, record: Samples) -> None:
-    t = time.perf_counter_ns()
-    link.call(request, reply)
-    record.add(time.perf_counter_ns() - t)
+def requests(n: int, nbytes: int) -> list[Message]:
+    """n request messages of one size: calls made at once each carry their own (their index in it)."""
+    return [Message((nbytes,)) for _ in range(n)]
 
 
 class Chief:
@@ -141,33 +144,35 @@ class Worker:
     calls each shard's function."""
 
     def __init__(self, index: int, chief: int, shards: dict[int, ShardPlan], links: dict[int, Link],
-                 variables: int) -> None:
+                 variables: int, transport: Transport) -> None:
         self.chief, self.links, self.shards = chief, links, dict(sorted(shards.items()))
+        self.transport = transport
         self.reads = {r: [Message((n,)) for n in p.reads()] for r, p in self.shards.items()}
+        self.batch = [(links[r], requests(len(m), READ_REQUEST), m) for r, m in self.reads.items()]
         self.grads = {r: [Message((n,)) for n in p.pulls()] for r, p in self.shards.items()}
         for ms in self.grads.values():
             for m in ms:
                 for f in floats(m):
                     f.fill(gradient_value(index))
         self.fns = {r: Message((shard_fn_request(len(p.variables)),)) for r, p in self.shards.items()}
-        self.read_req, self.pull_req, self.enqueue = Message((READ_REQUEST,)), Message((PULL_REQUEST,)), \
-            Message((SHARD_ENQUEUE,))
+        self.pull_reqs = {r: Message((PULL_REQUEST,)) for r in self.shards}  # one each: served side by side
+        self.enqueue = Message((SHARD_ENQUEUE,))
         self.ack, self.done = Message((ACK,)), Message((0,))
         self.from_chief = (Message((enqueue_request(variables),)), Message((FN_REQUEST,)), Message((FETCH_REQUEST,)))
         self.loss = Message((LOSS,))
         self.pull_ns = Samples()
 
     def start(self, n: int) -> None:
-        self.pull_ns = Samples(n * sum(map(len, self.reads.values())))
+        self.pull_ns = Samples(n)
 
     def step(self) -> Message:
-        for r, reads in self.reads.items():
+        for r in self.reads:
             self.links[r].call(self.enqueue, self.ack)
-            for m in reads:
-                timed_call(self.links[r], self.read_req, m, self.pull_ns)
-        for r, grads in self.grads.items():  # the shards read the gradients, in shard order
-            for m in grads:
-                self.links[r].serve(1, self.pull_req, m)
+        t = time.perf_counter_ns()
+        self.transport.calls(self.batch)  # every variable read at once
+        self.pull_ns.add(time.perf_counter_ns() - t)
+        serve = self.transport.serve_calls  # each shard reads its gradients at once; answered side by side
+        run_threads([lambda r=r, g=g: serve(self.links[r], self.pull_reqs[r], g) for r, g in self.grads.items()])
         for r, fn in self.fns.items():
             self.links[r].call(fn, self.done)
         return self.done
@@ -184,8 +189,9 @@ class Worker:
 class Shard:
     """A PS shard: a thread per worker (and, holding the learning rate, per other shard) serving it."""
 
-    def __init__(self, me: int, plans: dict[int, ShardPlan], workers: Sequence[int], links: dict[int, Link]) -> None:
-        self.me, self.workers, self.links = me, list(workers), links
+    def __init__(self, me: int, plans: dict[int, ShardPlan], workers: Sequence[int], links: dict[int, Link],
+                 transport: Transport) -> None:
+        self.me, self.workers, self.links, self.transport = me, list(workers), links, transport
         self.plan = plans[me]
         self.lr_shard = next(r for r, p in plans.items() if p.learning_rate)
         self.peers = [r for r in plans if r != me]
@@ -206,10 +212,13 @@ class Shard:
         reads[:len(self.vars)] = self.vars  # the variables themselves, read as they are
         grads = [Message((x,)) for x in p.pulls()]
         grad_f = [floats(g) for g in grads[:len(self.vars)]]
-        req, pull_req, enqueue = Message((READ_REQUEST,)), Message((PULL_REQUEST,)), Message((SHARD_ENQUEUE,))
+        req, enqueue = Message((READ_REQUEST,)), Message((SHARD_ENQUEUE,))
+        pulls = [(link, requests(len(grads), PULL_REQUEST), grads)]
+        calls, serve_calls = self.transport.calls, self.transport.serve_calls
         ack, done, fn = Message((ACK,)), Message((0,)), Message((shard_fn_request(len(p.variables)),))
         to_lr = self.links[self.lr_shard] if self.lr_shard != self.me else None
-        lr_req, lr = Message((LR_REQUEST,)), [Message((LR_VALUE,)) for _ in range(p.lr_reads())]
+        lr = [Message((LR_VALUE,)) for _ in range(p.lr_reads())]
+        lr_reads = [(to_lr, requests(len(lr), LR_REQUEST), lr)] if lr else []
         rate = np.float32(LR)
 
         def apply() -> Message:
@@ -218,21 +227,21 @@ class Shard:
                     if trainable:
                         for v, d in zip(var, g, strict=True):
                             v -= d * rate
-            with self.lr_lock:  # a link carries one call at a time (a stream: one write outstanding)
-                for m in lr:  # the update reads the learning rate where it lives
-                    to_lr.call(lr_req, m)
+            if lr_reads:  # the update reads the learning rate where it lives, once per variable, at once
+                with self.lr_lock:  # one batch of calls on a link at a time (a stream: one write outstanding)
+                    calls(lr_reads)
             return done
 
         for _ in range(n):
             link.serve(1, enqueue, ack)
-            for m in reads:
-                link.serve(1, req, m)
-            for g in grads:
-                timed_call(link, pull_req, g, record)
+            serve_calls(link, req, reads)
+            t = time.perf_counter_ns()
+            calls(pulls)  # every gradient read at once
+            record.add(time.perf_counter_ns() - t)
             link.serve(1, fn, apply)
 
     def run(self, n: int) -> None:
-        self.push_ns = [Samples(n * len(self.plan.pulls())) for _ in self.workers]
+        self.push_ns = [Samples(n) for _ in self.workers]
         jobs: list[Callable[[], None]] = [lambda w=w, rec=rec: self._serve_worker(w, n, rec)
                                           for w, rec in zip(self.workers, self.push_ns, strict=True)]
         if self.plan.learning_rate:  # the others' updates read the learning rate here

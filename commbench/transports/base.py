@@ -15,6 +15,11 @@ second code path inside timed loops. ``barrier`` synchronises the ranks before e
 A transport declares what it can do (``capabilities``: call, stream, exchange, many-ranks, and
 ``native:OP`` for a library collective it runs with ``native``); the CLI matches them against what a
 benchmark ``needs``. Benchmarks never know which transport they drive.
+
+Calls at once: ``Transport.calls`` has many calls in flight together on one or more links (as
+TensorFlow issues a step's RecvTensor calls), each request stamped with its index (``INDEX`` bytes
+at its start), and the peer answers them with ``serve_calls``, each with the reply its index names
+(a server may take concurrent calls in any order, as gRPC's handlers do).
 """
 
 from __future__ import annotations
@@ -34,6 +39,25 @@ from commbench.core.output.table import Column
 from commbench.core.run.world import World
 
 BASIC = frozenset({"call", "stream", "exchange", "many-ranks"})
+INDEX = 4  # bytes at the start of a concurrent call's request: its index among the calls made at once
+Batch = tuple["Link", Sequence[Message], Sequence[Message]]  # a link, its requests, their replies
+
+
+def stamp(requests: Sequence[Message]) -> None:
+    """Write each request's index into its first INDEX bytes (the requests of one ``calls``)."""
+    for i, q in enumerate(requests):
+        if not q.sizes or q.sizes[0] < INDEX:
+            raise ValueError(f"a concurrent call's request needs at least {INDEX} B in its first buffer")
+        q.arrays[0][:INDEX] = memoryview(i.to_bytes(INDEX, "little"))
+
+
+def index_of(request: Message, n: int, peer: str) -> int:
+    """The index a received request carries; one beyond the calls being served is the peer's fault."""
+    i = int.from_bytes(request.arrays[0][:INDEX].tobytes(), "little") if request.sizes and \
+        request.sizes[0] >= INDEX else n
+    if i >= n:
+        raise PeerError(f"{peer} sent call {i} of {n} answered at once; do all ranks run the same command?")
+    return i
 CAPABILITIES = {"call": "request and reply, as latency and PS RPCs",
                 "stream": "a window of one-way messages, as bandwidth",
                 "exchange": "sending and receiving at once, as bibw and collectives",
@@ -208,6 +232,27 @@ class Transport(ABC):
         elif kinds:
             self.progress([(r.link, r.msg) for r in requests if not r.recv],
                           [(r.link, r.msg) for r in requests if r.recv])
+
+    def calls(self, batches: Sequence[Batch]) -> None:
+        """Make every batch's calls at once, all in flight together, on each batch's link: replies[i]
+        answers requests[i]; the peer answers with ``serve_calls``. This default, for transports whose
+        call is a send and a receive (``Link.call``'s own): all requests sent and all replies received
+        at once through ``progress``."""
+        for _, requests, _ in batches:
+            stamp(requests)
+        self.progress([(link, q) for link, qs, _ in batches for q in qs],
+                      [(link, r) for link, _, rs in batches for r in rs])
+
+    def serve_calls(self, link: Link, request: Message, replies: Sequence[Message | Callable[[], Message]]) -> None:
+        """Answer len(replies) calls made at once (``calls``), in whatever order they come: each request
+        into ``request``, answered with the reply its index names (a message, or a function making one)."""
+        n = len(replies)
+
+        def pick() -> Message:
+            r = replies[index_of(request, n, link.name)]
+            return r if isinstance(r, Message) else r()
+
+        link.serve(n, request, pick)
 
     def barrier(self) -> None:
         """Every rank reaches this point before any leaves it (before each measured point); patient, as

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
 from commbench.core.config.run import RunConfig
@@ -22,7 +22,7 @@ from commbench.core.measure.message import Message
 from commbench.core.run import auth
 from commbench.transports import _grpc_cpp
 from commbench.transports._net import GrpcCallOptions, check_socket_options, data_port, local_endpoint
-from commbench.transports.base import Link, Transport
+from commbench.transports.base import Batch, Link, Transport, stamp
 
 OK, TICK = 0, 1
 CHECK_EVERY = 0.5  # s: a rank waiting this long asks the rendezvous whether a rank died
@@ -34,6 +34,7 @@ SIGNATURES = {
     "cbg_send": (INT, [P, INT, P]), "cbg_flush": (INT, [P, INT]), "cbg_recv": (INT, [P, INT, P, D]),
     "cbg_call": (INT, [P, INT, P, P]), "cbg_serve_next": (INT, [P, INT, P, D]), "cbg_serve_reply": (INT, [P, INT, P]),
     "cbg_serve_fixed": (INT, [P, INT, INT, P, P, ctypes.POINTER(INT), D]), "cbg_close": (None, [P]),
+    "cbg_call_many": (INT, [P, INT, ctypes.POINTER(INT), ctypes.POINTER(P), ctypes.POINTER(P), ctypes.POINTER(INT)]),
 }
 
 
@@ -143,6 +144,26 @@ class GrpcCppTransport(Transport):
 
     def mode(self) -> str:
         return f"raw/{self.call}"
+
+    def calls(self, batches: Sequence[Batch]) -> None:
+        """Unary: every call started at once in the extension (a context each), then all finished; a
+        stream carries one call at a time (gRPC has one write outstanding per stream)."""
+        peers, reqs, reps = [], [], []
+        for link, requests, replies in batches:
+            stamp(requests)
+            for q, r in zip(requests, replies, strict=True):
+                if self.call == "stream":
+                    link.call(q, r)
+                else:
+                    peers.append(link.peer)
+                    reqs.append(link.handle(q)._as_parameter_)
+                    reps.append(link.handle(r)._as_parameter_)
+        n = len(peers)
+        if n:
+            failed = INT(-1)
+            if self.api.call_many(self.engine, n, (INT * n)(*peers), (P * n)(*reqs), (P * n)(*reps),
+                                  ctypes.byref(failed)) != OK:
+                raise self.api.failure(self.engine, failed.value)
 
     def versions(self) -> dict[str, str]:
         return {"grpc++": _grpc_cpp.runtime_version() or _grpc_cpp.find().name}

@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # our own one-line errors; GRPC_VERBOSITY=debug to see gRPC's
 
@@ -31,11 +31,12 @@ from commbench.core.errors import PeerError, UsageError  # noqa: E402
 from commbench.core.measure.message import Message  # noqa: E402
 from commbench.core.run import auth  # noqa: E402
 from commbench.transports._net import GrpcOptions, check_socket_options, data_port, local_endpoint  # noqa: E402
-from commbench.transports.base import Link, Transport  # noqa: E402
+from commbench.transports.base import Batch, Link, Transport, stamp  # noqa: E402
 
 SEQ = struct.Struct("<Q")
 STOP = object()
 MAX_IN_FLIGHT = 1024
+CALLS_AT_ONCE = 512  # handler threads kept for calls made at once (Transport.calls) beyond the usual
 CHECK_EVERY = 0.5  # s: a rank waiting this long asks the rendezvous whether a rank died
 OPTIONS = [
     ("grpc.max_send_message_length", -1),
@@ -110,6 +111,7 @@ class GrpcLink(Link):
         self.next_out = 0
         self.pending: deque[grpc.Future] = deque()
         self.serving: _Serving | None = None
+        self.answering = threading.Lock()
         me = transport.world.rank
         path = f"/{transport.service}"
         enc = self.codec.encode
@@ -202,8 +204,31 @@ class GrpcLink(Link):
                 data = self._exchange(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise self._error(exc, "calling") from None
+        self._replied(data, reply)
+
+    def _replied(self, data: bytes, reply: Message) -> None:
         if not self.codec.decode_into(data, reply, False):
             raise PeerError(f"{self.name} replied with a message that does not fit the {reply.nbytes} B expected")
+
+    def start_calls(self, requests: Sequence[Message]) -> list:
+        """Calls in flight at once (``Transport.calls``): unary, a future each; on a stream, the requests
+        written back to back (the server answers a stream in order). What ``finish_calls`` takes."""
+        if self.stream:
+            for q in requests:
+                self._xq.append(q)
+                self._xsem.release()
+            return [None] * len(requests)
+        try:
+            return [self._exchange.future(q, timeout=self.timeout) for q in requests]
+        except grpc.RpcError as exc:
+            raise self._error(exc, "calling") from None
+
+    def finish_calls(self, started: list, replies: Sequence[Message]) -> None:
+        try:
+            for fut, reply in zip(started, replies, strict=True):
+                self._replied(next(self._xresp) if fut is None else fut.result(), reply)
+        except grpc.RpcError as exc:
+            raise self._error(exc, "calling") from None
 
     def serve(self, n: int, request: Message, respond: Message | Callable[[], Message]) -> None:
         fixed = self.codec.encode(respond) if isinstance(respond, Message) else None  # echo/ack: encoded once
@@ -236,9 +261,11 @@ class GrpcLink(Link):
                 self.cond.wait(left)
             st = self.serving
         try:
-            if not self.codec.decode_into(data, st.request, False):
-                raise PeerError(f"{self.name} sent a request that does not fit the {st.request.nbytes} B expected")
-            reply = st.fixed if st.fixed is not None else self.codec.encode(st.respond())
+            with self.answering:  # calls made at once arrive on several handler threads: one request at a time
+                if not self.codec.decode_into(data, st.request, False):
+                    raise PeerError(f"{self.name} sent a request that does not fit the {st.request.nbytes} B "
+                                    "expected")
+                reply = st.fixed if st.fixed is not None else self.codec.encode(st.respond())
         except Exception as exc:
             with self.cond:
                 st.error = exc
@@ -296,11 +323,24 @@ class GrpcTransport(Transport):
     def peer_lost(self, peer: int) -> bool:
         return peer in self._lost
 
+    def calls(self, batches: Sequence[Batch]) -> None:
+        """Every batch's calls at once over Exchange (unary: a future each; stream: written back to back),
+        then their replies."""
+        started = []
+        for link, requests, _ in batches:
+            stamp(requests)
+            started.append(link.start_calls(requests))
+        for (link, _, replies), s in zip(batches, started, strict=True):
+            link.finish_calls(s, replies)
+
     def connect(self, peers: Iterable[int]) -> dict[int, Link]:
         world = self.world
         peers = sorted(set(peers) - {world.rank})
         host = local_endpoint(self.opts, world)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4 * len(peers) + 4), options=OPTIONS)
+        # a handler thread per call in flight: calls made at once (Transport.calls) wait in theirs until
+        # this rank serves them
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4 * len(peers) + 4 + CALLS_AT_ONCE),
+                                  options=OPTIONS)
         self.server.add_generic_rpc_handlers((self._handlers(peers),))
         want = data_port(self.config.common.port, world)
         try:

@@ -369,6 +369,46 @@ class Engine {
     return Fits(l, reply, rep);
   }
 
+  // n unary calls in flight together (as TensorFlow issues a step's RecvTensor calls): reqs[i] to
+  // peers[i], its reply into reps[i]; returns when every one has finished (each has the deadline).
+  // A failure names its peer in *failed.
+  int CallMany(int n, const int* peers, Msg* const* reqs, Msg* const* reps, int* failed) {
+    struct One {
+      grpc::ClientContext ctx;
+      grpc::ByteBuffer reply;
+      grpc::Status st;
+      Flag f;
+      std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+    };
+    for (int i = 0; i < n; ++i) {  // before any starts: a started call must finish before its context goes
+      Link* l = link(peers[i]);
+      if (!l->broken.empty()) return *failed = peers[i], Fail(l->broken);
+    }
+    std::vector<std::unique_ptr<One>> calls;
+    calls.reserve(n);
+    int open = n;
+    for (int i = 0; i < n; ++i) {
+      Link* l = link(peers[i]);
+      auto c = std::make_unique<One>();
+      c->ctx.set_deadline(After(timeout_));
+      c->f.Arm();
+      c->rpc = l->stub->PrepareUnaryCall(&c->ctx, l->exchange, reqs[i]->out, cq_.get());
+      c->rpc->StartCall();
+      c->rpc->Finish(&c->reply, &c->st, &c->f);
+      calls.push_back(std::move(c));
+    }
+    size_t next = 0;  // calls before it have finished: each wait looks on from there
+    Drive([&] {
+      while (next < calls.size() && calls[next]->f.done) ++next, --open;
+      return open == 0;
+    }, gpr_inf_future(GPR_CLOCK_MONOTONIC));  // every call's deadline ends it
+    for (int i = 0; i < n; ++i) {
+      if (!calls[i]->st.ok()) return *failed = peers[i], Fail(StatusText(calls[i]->st, "calling"));
+      if (Fits(link(peers[i]), calls[i]->reply, reps[i]) != kOk) return *failed = peers[i], kFail;
+    }
+    return kOk;
+  }
+
   // Wait for the next request from peer and copy it into req; it stays current until ServeReply.
   int ServeNext(int peer, Msg* req, double budget) {
     Link* l = link(peer);
@@ -734,6 +774,11 @@ int cbg_recv(void* e, int peer, void* m, double budget) {
 int cbg_call(void* e, int peer, void* req, void* rep) {
   Held h(static_cast<Engine*>(e));
   return h.e->Call(peer, static_cast<Msg*>(req), static_cast<Msg*>(rep));
+}
+
+int cbg_call_many(void* e, int n, const int* peers, void* const* reqs, void* const* reps, int* failed) {
+  Held h(static_cast<Engine*>(e));
+  return h.e->CallMany(n, peers, reinterpret_cast<Msg* const*>(reqs), reinterpret_cast<Msg* const*>(reps), failed);
 }
 
 int cbg_serve_next(void* e, int peer, void* req, double budget) {
