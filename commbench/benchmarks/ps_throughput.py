@@ -6,7 +6,8 @@ shards, fully connected, and ``--mode`` picks sync or async updates.
 
 RPC/s and MB/s: all workers' RPCs and bytes over the slowest worker's wall-clock time (every worker
 starts at the same barrier, as osu_mbw_mr); steps/s is per worker, averaged; push and pull latencies
-are per RPC, over all workers.
+are per RPC, over all workers (``--rpc tf``: per batch of calls made at once, as TF makes them: a
+worker's variable reads of a step, a shard's gradient reads from one worker).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class PSThroughput(Benchmark):
     metric, better = "steps_s", "higher"
     loop_source = "commbench's PS"  # 100 steps / 10 warm-up up to 8 KiB, 10 / 2 above
     units = ("steps/s per worker, averaged; RPC/s and MB/s (10^6 B/s): all workers' over the slowest worker's "
-             "time; push/pull latency in ms per RPC (p99 from 100 RPCs); Shard MB = bytes each shard holds")
+             "time; push/pull latency in ms per RPC (--rpc tf: per batch of calls made at once; p99 from 100); "
+             "Shard MB = bytes each shard holds")
     columns = [Column("workers", "W", 3, "{:d}", "count", "worker ranks"),
                Column("ps", "P", 3, "{:d}", "count", "parameter-server shards"),
                Column("iterations", "Steps", 6, "{:d}", "count", "timed steps per worker"),
@@ -67,9 +69,11 @@ class PSThroughput(Benchmark):
                Column("rpc_s", "RPC/s", 9, "{:.1f}", "1/s", "all workers' RPCs over the slowest worker's time"),
                Column("mb_s", "MB/s", 10, MS, "MB/s", "all workers' pushed and pulled bytes over the slowest "
                       "worker's time"),
-               Column("push_p50_ms", "Push p50", 9, MS, "ms", "median gradient push RPC"),
+               Column("push_p50_ms", "Push p50", 9, MS, "ms", "median gradient push RPC (--rpc tf: a shard's "
+                      "reads of one worker's gradients, all at once)"),
                Column("push_p99_ms", "p99", 8, MS, "ms", "99th percentile push (empty under 100 RPCs)"),
-               Column("pull_p50_ms", "Pull p50", 9, MS, "ms", "median variable pull RPC"),
+               Column("pull_p50_ms", "Pull p50", 9, MS, "ms", "median variable pull RPC (--rpc tf: a worker's "
+                      "reads of a step's variables, all at once)"),
                Column("pull_p99_ms", "p99", 8, MS, "ms", "99th percentile pull (empty under 100 RPCs)"),
                Column("shard_mb", "Shard MB", -16, doc="MB each shard holds, '/'-separated (text)"), WRONG]
     keys = [key("shard_steps", "count", "steps each shard applied (a list)", many=True),
