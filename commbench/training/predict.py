@@ -346,6 +346,11 @@ PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strat
 KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the prediction is for"),
         key("model", doc="the model profile"), key("batch", "count", "images per step per worker"),
         key("measured_runs", "count", "--train: repeats of this shape", optional=True),
+        key("beyond_compute_ms", "ms", "the predicted step less the compute time: what the network (and TF's "
+                                       "runtime, the wait for the slowest worker) adds to a step"),
+        key("measured_beyond_compute_ms", "ms", "--train: its mean step less the same compute time", optional=True),
+        key("beyond_compute_error_pct", "%", "--train: beyond_compute_ms / measured_beyond_compute_ms - 1",
+            optional=True),
         key("compute_from", doc="where the compute time came from: --compute's file, --compute-ms, or 'in-sample' "
                                 "(the compared train run's own)"),
         key("within", doc="--train: whether the predicted and measured intervals overlap", optional=True),
@@ -603,6 +608,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
            "measured_step_ms": float(np.median([r["step_p50_ms"] for r in rows])) if meas else None}
     m = out["measured_images_s"]
     out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
+    out["beyond_compute_ms"] = pred.step_ms - compute.mid
+    meas_beyond = workers * batch / m * 1e3 - compute.mid if m else None  # the mean step, as images/s is
+    out["measured_beyond_compute_ms"] = meas_beyond
+    out["beyond_compute_error_pct"] = 100 * (out["beyond_compute_ms"] / meas_beyond - 1) \
+        if meas_beyond and meas_beyond > 0 else None
     out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
     out["label"], out["compute_from"] = args.label, compute_from
     if args.output:
@@ -621,6 +631,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
           f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
           ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"
            if compute_from == "in-sample" else compute_from))
+    print(f"# beyond compute (the network, TF's runtime, the slowest worker): predicted "
+          f"{out['beyond_compute_ms']:.2f} ms a step" + (
+              f", measured {meas_beyond:.2f} ms (the mean step less the same compute time)"
+              + (f": {out['beyond_compute_error_pct']:+.1f} %" if out["beyond_compute_error_pct"] is not None else "")
+              if meas_beyond is not None else ""))
     if args.overhead:
         print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'tensor'} "
               f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "
