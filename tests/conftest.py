@@ -153,10 +153,11 @@ def rank_processes(procs, need: dict | None = None) -> dict:
 
 
 def signal_a_rank(cmd: list[str], env: dict, victim: int, sig: int, out: Path,
-                  limit: float = 60) -> tuple[float, Result]:
+                  limit: float = 60) -> tuple[float, Result, float]:
     """Start a run (``cmd`` writes its rows to ``out``), wait until its ranks are measuring, send ``sig``
     to rank ``victim`` (found by the environment mark every launcher passes on) and return the seconds
-    until the launcher exited, and its result; whatever is left is killed."""
+    until the launcher exited, its result, and the seconds until every other rank was out; whatever is
+    left is killed."""
     import time
     import uuid
 
@@ -174,12 +175,28 @@ def signal_a_rank(cmd: list[str], env: dict, victim: int, sig: int, out: Path,
     time.sleep(2)  # measuring by now
     t0 = time.monotonic()
     ranks[victim].send_signal(sig)
+    survivors = [q for r, q in ranks.items() if r != victim]
+    out_at = None
     try:
-        stdout, stderr = p.communicate(timeout=limit)
+        while p.poll() is None and time.monotonic() - t0 < limit:  # the output is short: no pipe fills meanwhile
+            if out_at is None and not any(_running(q) for q in survivors):
+                out_at = time.monotonic() - t0
+            time.sleep(0.05)
+        stdout, stderr = p.communicate(timeout=max(1.0, limit - (time.monotonic() - t0)))
     finally:
         for q in [*ranks.values()]:
             with contextlib.suppress(psutil.Error):
                 q.kill()
         if p.poll() is None:
             p.kill()
-    return time.monotonic() - t0, Result(p.returncode, stdout, stderr)
+    took = time.monotonic() - t0
+    return took, Result(p.returncode, stdout, stderr), took if out_at is None else out_at
+
+
+def _running(q) -> bool:
+    import psutil
+
+    try:
+        return q.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -398,12 +398,14 @@ def test_a_stopped_rank_under_mpiexec_ends_the_run_within_the_timeout(tmp_path, 
     from conftest import BIN, mpi_env, signal_a_rank
 
     out = tmp_path / "r.jsonl"
-    took, r = signal_a_rank([str(BIN / "mpiexec"), "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8:8",
+    took, r, out_s = signal_a_rank([str(BIN / "mpiexec"), "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8:8",
                              "-i", "10000000", "--timeout", "5", "-o", str(out)], mpi_env(tmp_path), victim,
                             signal.SIGSTOP, out)
-    print(f"mpiexec ended {took:.1f} s after rank {victim} was stopped (--timeout 5)")
+    print(f"the survivor was out {out_s:.1f} s and mpiexec ended {took:.1f} s after rank {victim} was stopped "
+          "(--timeout 5)")
     assert r.code != 0 and f"rank {victim} " in r.err, r.err
-    assert took < 5 + 2 + 1, r.err
+    assert out_s < 5 + 2, r.err  # what the ranks promise; mpiexec's own teardown comes after (8.2 s once, loaded)
+    assert took < 5 + 2 + 3, r.err
 
 
 @pytest.mark.slow

@@ -61,6 +61,7 @@ def emulated():
 
 def bandwidth_mb_s(hosts: int, tmp_path, *extra: str) -> float:
     out = tmp_path / f"bw{hosts}.jsonl"
+    out.unlink(missing_ok=True)  # measured again (settled): this run's rows only
     r = cb("p2p-bandwidth", "--hosts", str(hosts), "-m", "1M:1M", "-W", "16", "-i", "8", "-x", "2",
            "--validate", "-o", str(out), *extra, timeout=300)
     assert r.code == 0, r.err

@@ -73,7 +73,10 @@ def test_srun_mpi_prints_the_table_and_nothing_else(slurm):
     r = srun(env, "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", "mpi", "-m", "8,4K",
              "-i", "200")
     assert r.returncode == 0, r.stderr
-    assert r.stderr == ""
+    # srun's own word that the job waited for CPUs (a busy machine: the step before still ending) is not ours
+    said = [line for line in r.stderr.splitlines()
+            if not re.fullmatch(r"srun: job \d+ (queued and waiting for resources|has been allocated resources)", line)]
+    assert said == [], r.stderr
     lines = r.stdout.splitlines()
     assert all(line.startswith("# ") or re.match(r"^\d+\s", line) for line in lines), lines
     assert [row[0] for row in table_rows(r.stdout)] == ["8", "4096"]
@@ -243,9 +246,10 @@ def test_a_stopped_rank_does_not_hold_the_step(slurm, tmp_path):
     from conftest import signal_a_rank
 
     out = tmp_path / "r.jsonl"
-    took, r = signal_a_rank(["srun", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8:8", "-i", "10000000",
-                             "--timeout", "5", "-o", str(out)], slurm, 1, signal.SIGSTOP, out)
-    print(f"srun ended {took:.1f} s after rank 1 was stopped (--timeout 5)")
+    took, r, out_s = signal_a_rank(["srun", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8:8", "-i",
+                                    "10000000", "--timeout", "5", "-o", str(out)], slurm, 1, signal.SIGSTOP, out)
+    print(f"the survivor was out {out_s:.1f} s and srun ended {took:.1f} s after rank 1 was stopped (--timeout 5)")
+    assert out_s < 5 + 2, r.err
     assert r.code != 0
     assert "rank 1 " in r.err, r.err
     assert took < 5 + 4, r.err

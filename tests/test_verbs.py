@@ -755,6 +755,20 @@ def test_events_mode_takes_sigalrm_once_and_gives_it_back(fake):
         signal.signal(signal.SIGALRM, before)
 
 
+@pytest.mark.parametrize("ranks,cpus,poll,yields", [(4, 2, "busy", True), (2, 2, "busy", False),
+                                                      (4, 8, "busy", False), (4, 2, "blocking", False)])
+def test_a_busy_poll_yields_where_the_host_has_more_ranks_than_cpus(fake, monkeypatch, ranks, cpus, poll, yields):
+    """Four ranks spinning on two CPUs hold up the peers they wait for (a guest test timed out so):
+    a busy poll then yields the CPU when it finds nothing, as MPI's mpi_yield_when_idle, and says so."""
+    monkeypatch.setattr(verbs.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    t = verbs.VerbsTransport(verbs_fake.worlds(ranks)[0], config(poll=poll))
+    try:
+        assert t.yield_idle is yields
+        assert (f"busy-poll, yielding when idle ({ranks} ranks on {cpus} CPUs)" in t.mode()) is yields
+    finally:
+        t.close()
+
+
 def test_port_down_and_bad_flags_are_usage_errors(fake):
     fake.FakeContext.port_state = 1
     with pytest.raises(UsageError, match="port 1 of fake_0 is DOWN"):

@@ -335,6 +335,7 @@ class FakeWorld:
     def __init__(self, rank: int, size: int, shared: dict) -> None:
         self.rank, self.size, self.shared = rank, size, shared
         self.host = "localhost"
+        self.hosts = [self.host] * size
 
     def describe(self, rank: int) -> str:
         return f"rank {rank} on host localhost"
