@@ -43,8 +43,9 @@ from commbench.core.run.collectives import Group
 from commbench.core.run.world import World
 
 TESTS = ("pairwise", "ring", "bisection")
-TEST = Column("test", "Test", -13, doc="pairwise, recheck (a suspected slow link alone), recheck-latency (a "
-              "latency suspect and a control pair), ring-ordered, ring-random, bisection, bisection-cut (a cut's "
+TEST = Column("test", "Test", -13, doc="pairwise, recheck (a suspected slow link alone), recheck-latency and "
+              "recheck-host (a host whose latency or bandwidth stands out, with the median host, then a control "
+              "pair of two ordinary hosts), ring-ordered, ring-random, bisection, bisection-cut (a cut's "
               "total), finding or summary")
 US, MBS = "{:.2f}", "{:.1f}"
 
@@ -235,6 +236,7 @@ class Cluster(Benchmark):
         self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
         self.rechecked: dict[tuple[int, int], float] = {}  # rank 0: suspected slow links measured again alone
         self.lat_again: dict[int, tuple[float, float]] = {}  # rank 0: a latency suspect's pair and a control pair
+        self.bw_again: dict[int, tuple[float, float]] = {}  # rank 0: a slow-host suspect's pair and a control pair
 
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own
@@ -286,9 +288,9 @@ class Cluster(Benchmark):
                 rounds = serial(k) if self.opts.serial else tournament(k)
                 for r, pairs in enumerate(rounds, 1):
                     yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
-                if not self.opts.serial:
-                    yield from self._recheck(ctx)
-                yield from self._recheck_latency(ctx)
+                yield from self._recheck_hosts(ctx, latency=False)
+                yield from self._recheck(ctx)
+                yield from self._recheck_hosts(ctx, latency=True)
             elif test == "ring":
                 yield from self._ring(ctx, "ring-ordered", list(range(k)))
                 yield from self._ring(ctx, "ring-random", random_ring(rng, k))
@@ -302,7 +304,8 @@ class Cluster(Benchmark):
 
     def _recheck(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
         """Measure each suspected slow link again, alone (at most one per endpoint): a tournament's
-        pairs share CPUs, switches and uplinks, and a cable is named only if it is slow by itself."""
+        pairs share CPUs, switches and uplinks, and on a busy machine one pair measured alone can meet a
+        busy moment; a cable is named only if it is slow again."""
         suspects = None
         if ctx.world.rank == 0:
             suspects = [[a, b] for a, b, _ in self._slow_links(self.opts.slow_pct / 100)][:len(self.chosen)]
@@ -312,21 +315,29 @@ class Cluster(Benchmark):
                     self.rechecked[(a, b)] = row["mb_s"]
                 yield payload, row
 
-    def _recheck_latency(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
-        """Measure each host whose median latency stands out again, with the host of median latency, and
-        right after it a control pair of two ordinary hosts: on a busy machine one unlucky moment can
-        triple a host's latency (seen under load: 25 us against a median of 7.7), and a host is named
-        only if it is slower than the control measured at about the same time."""
-        plan = latency_recheck_plan(self._host_lat(), self.opts.slow_pct / 100) if ctx.world.rank == 0 else None
-        for i, (s, r, c) in enumerate(ctx.world.bcast_json("cluster-lat-suspects", plan), 1):  # type: ignore[arg-type]
+    def _recheck_hosts(self, ctx: Context, latency: bool) -> Iterator[tuple[Payload, dict | None]]:
+        """Measure each host whose median latency (or bandwidth) stands out again, with the host of
+        median latency (bandwidth), and right after it a control pair of two ordinary hosts: on a busy
+        machine one unlucky moment can triple a host's latency (seen under load: 25 us against a median
+        of 7.7) or halve a host's bandwidth over several pairs (22 MB/s against a median of 52), and a
+        host is named only if it is slower than the control measured at about the same time."""
+        share = self.opts.slow_pct / 100
+        plan = None
+        if ctx.world.rank == 0:
+            plan = recheck_plan(self._host_lat(), outliers.outliers(self._host_lat(), 2 * share, low=False)) \
+                if latency else recheck_plan(self._host_bw(), outliers.outliers(self._host_bw(), share, low=True))
+        test, key = ("recheck-latency", "lat_us") if latency else ("recheck-host", "mb_s")
+        again = self.lat_again if latency else self.bw_again
+        name = "cluster-lat-suspects" if latency else "cluster-host-suspects"
+        for i, (s, r, c) in enumerate(ctx.world.bcast_json(name, plan), 1):  # type: ignore[arg-type]
             got = []
             for rnd, pair in ((2 * i - 1, (min(s, r), max(s, r))), (2 * i, (min(r, c), max(r, c)))):
-                for payload, row in self._pairs(ctx, "recheck-latency", rnd, [pair], latency=True):
-                    if row is not None and row.get("lat_us") is not None:
-                        got.append(row["lat_us"])
+                for payload, row in self._pairs(ctx, test, rnd, [pair], latency=latency):
+                    if row is not None and row.get(key) is not None:
+                        got.append(row[key])
                     yield payload, row
             if len(got) == 2:
-                self.lat_again[s] = (got[0], got[1])
+                again[s] = (got[0], got[1])
 
     def _host_lat(self) -> list[float]:
         """Each endpoint's median latency to the others (NaN where none was measured)."""
@@ -452,16 +463,18 @@ class Cluster(Benchmark):
         names, found = self.names, []
         host_bw = self._host_bw()
         host_lat = self._host_lat()
-        slow_hosts = set(outliers.outliers(host_bw, share, low=True))
+        slow_hosts = self._slow_hosts(share)
         med_bw, _ = outliers.median_mad(host_bw)
         for i in sorted(slow_hosts):
+            again = self.bw_again.get(i)
             found.append({"kind": "slow-host", "a": names[i], "mb_s": host_bw[i],
                           "note": f"{names[i]}: median bandwidth to the others {host_bw[i]:.1f} MB/s, "
-                                  f"{host_bw[i] / med_bw * 100:.0f} % of the hosts' median {med_bw:.1f}"})
+                                  f"{host_bw[i] / med_bw * 100:.0f} % of the hosts' median {med_bw:.1f}" +
+                                  (f" (again: {again[0]:.1f} MB/s, a control pair {again[1]:.1f})" if again else "")})
         med_lat, _ = outliers.median_mad(host_lat)
         for i in outliers.outliers(host_lat, 2 * share, low=False):
             again = self.lat_again.get(i)
-            if not slow_again(again, share):
+            if not slow_again(again, 2 * share):
                 continue  # measured again beside a control pair, it was not slow: a busy moment
             found.append({"kind": "slow-host-latency", "a": names[i], "lat_us": host_lat[i],
                           "note": f"{names[i]}: median latency to the others {host_lat[i]:.1f} us, "
@@ -506,11 +519,17 @@ class Cluster(Benchmark):
         """Each endpoint's median bandwidth to the others (NaN where none was measured)."""
         return [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.bw]
 
+    def _slow_hosts(self, share: float) -> set[int]:
+        """Endpoints whose median bandwidth stands out low and that were still slower than a control
+        pair when measured again (or could not be: too few ordinary hosts)."""
+        return {i for i in outliers.outliers(self._host_bw(), share, low=True)
+                if slow_again(self.bw_again.get(i), share, low=True)}
+
     def _slow_links(self, share: float) -> list[tuple[int, int, float]]:
         """(a, b, what both reach with the others) for pairs that stand out low among all pairs and are
         slower by ``share`` than both their hosts, where neither host is slow itself (a bad cable)."""
         host_bw = self._host_bw()
-        slow_hosts = set(outliers.outliers(host_bw, share, low=True))
+        slow_hosts = self._slow_hosts(share)
         k = len(self.names)
         pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(self.bw[a, b])]
         out = []
@@ -555,21 +574,22 @@ def _short(error: str | None) -> str | None:
     return error if len(error) <= 90 else error[:87] + "..."
 
 
-def latency_recheck_plan(host_lat: list[float], share: float) -> list[list[int]]:
-    """[suspect, host of median latency, another ordinary host] for each endpoint whose median latency
-    stands out (more than twice ``share`` above the median, as the finding): the suspect is measured
-    again with the first, and the two ordinary hosts together as the control."""
-    suspects = outliers.outliers(host_lat, 2 * share, low=False)
-    finite = [i for i, v in enumerate(host_lat) if v == v]
+def recheck_plan(host_values: list[float], suspects: list[int]) -> list[list[int]]:
+    """[suspect, host nearest the median, the next nearest] for each suspect endpoint (its latency or
+    bandwidth stands out, as the finding decides): the suspect is measured again with the first, and the
+    two ordinary hosts together as the control. Too few ordinary hosts: no plan (the finding stands)."""
+    finite = [i for i, v in enumerate(host_values) if v == v]
     if not finite:
         return []
-    med = float(np.median([host_lat[i] for i in finite]))
-    ordinary = sorted((i for i in finite if i not in suspects), key=lambda i: (abs(host_lat[i] - med), i))
-    return [[s, *ordinary[:2]] for s in suspects][:len(host_lat)] if len(ordinary) >= 2 else []
+    med = float(np.median([host_values[i] for i in finite]))
+    ordinary = sorted((i for i in finite if i not in suspects), key=lambda i: (abs(host_values[i] - med), i))
+    return [[s, *ordinary[:2]] for s in suspects][:len(host_values)] if len(ordinary) >= 2 else []
 
 
-def slow_again(again: tuple[float, float] | None, share: float) -> bool:
-    """Whether a latency suspect measured again (its pair, the control pair) is still slow; no recheck
-    (too few ordinary hosts): it stands."""
-    return again is None or again[0] > again[1] * (1 + 2 * share)
-
+def slow_again(again: tuple[float, float] | None, share: float, low: bool = False) -> bool:
+    """Whether a suspect measured again (its pair, the control pair) is still slow by ``share``: latency
+    above the control's by it, or (``low``) bandwidth below; no recheck (too few ordinary hosts): it
+    stands."""
+    if again is None:
+        return True
+    return again[0] < again[1] * (1 - share) if low else again[0] > again[1] * (1 + share)
