@@ -293,6 +293,10 @@ def test_a_prediction_given_a_compute_run_reads_nothing_of_the_run_it_is_compare
         assert out["measured_beyond_compute_ms"] == pytest.approx(2 * 32 / 900.0 * 1e3 - 40.0)
         assert out["beyond_compute_error_pct"] == pytest.approx(
             100 * (out["beyond_compute_ms"] / out["measured_beyond_compute_ms"] - 1))
+        # and less the compared run's own compute: measured, so it moves with that run (and only this does)
+        assert out["measured_comm_ms"] == pytest.approx(2 * 32 / 900.0 * 1e3 - own)
+        assert out["comm_error_pct"] == (pytest.approx(100 * (out["beyond_compute_ms"] / out["measured_comm_ms"] - 1))
+                                         if out["measured_comm_ms"] > 0 else None)
         seen.add(tuple(out[k] for k in ("images_s", "images_lo", "images_hi", "comm_ms", "step_ms")))
         alone = commbench("predict", "--p2p", p2p, "--train", train)
         assert "from the compared run itself (in-sample" in alone.out

@@ -321,11 +321,9 @@ class Cluster(Benchmark):
         machine one unlucky moment can triple a host's latency (seen under load: 25 us against a median
         of 7.7) or halve a host's bandwidth over several pairs (22 MB/s against a median of 52), and a
         host is named only if it is slower than the control measured at about the same time."""
-        share = self.opts.slow_pct / 100
         plan = None
         if ctx.world.rank == 0:
-            plan = recheck_plan(self._host_lat(), outliers.outliers(self._host_lat(), 2 * share, low=False)) \
-                if latency else recheck_plan(self._host_bw(), outliers.outliers(self._host_bw(), share, low=True))
+            plan = recheck_plan(self._host_lat() if latency else self._host_bw(), self._suspects(latency))
         test, key = ("recheck-latency", "lat_us") if latency else ("recheck-host", "mb_s")
         again = self.lat_again if latency else self.bw_again
         name = "cluster-lat-suspects" if latency else "cluster-host-suspects"
@@ -338,6 +336,13 @@ class Cluster(Benchmark):
                     yield payload, row
             if len(got) == 2:
                 again[s] = (got[0], got[1])
+
+    def _suspects(self, latency: bool) -> list[int]:
+        """Hosts whose median latency (twice --slow-pct above the hosts' median: latency moves more) or
+        bandwidth (--slow-pct below it) stands out: measured again before they are named."""
+        share = self.opts.slow_pct / 100
+        return outliers.outliers(self._host_lat(), 2 * share, low=False) if latency else \
+            outliers.outliers(self._host_bw(), share, low=True)
 
     def _host_lat(self) -> list[float]:
         """Each endpoint's median latency to the others (NaN where none was measured)."""
@@ -472,7 +477,7 @@ class Cluster(Benchmark):
                                   f"{host_bw[i] / med_bw * 100:.0f} % of the hosts' median {med_bw:.1f}" +
                                   (f" (again: {again[0]:.1f} MB/s, a control pair {again[1]:.1f})" if again else "")})
         med_lat, _ = outliers.median_mad(host_lat)
-        for i in outliers.outliers(host_lat, 2 * share, low=False):
+        for i in self._suspects(latency=True):
             again = self.lat_again.get(i)
             if not slow_again(again, 2 * share):
                 continue  # measured again beside a control pair, it was not slow: a busy moment
@@ -522,8 +527,7 @@ class Cluster(Benchmark):
     def _slow_hosts(self, share: float) -> set[int]:
         """Endpoints whose median bandwidth stands out low and that were still slower than a control
         pair when measured again (or could not be: too few ordinary hosts)."""
-        return {i for i in outliers.outliers(self._host_bw(), share, low=True)
-                if slow_again(self.bw_again.get(i), share, low=True)}
+        return {i for i in self._suspects(latency=False) if slow_again(self.bw_again.get(i), share, low=True)}
 
     def _slow_links(self, share: float) -> list[tuple[int, int, float]]:
         """(a, b, what both reach with the others) for pairs that stand out low among all pairs and are

@@ -351,6 +351,11 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("measured_beyond_compute_ms", "ms", "--train: its mean step less the same compute time", optional=True),
         key("beyond_compute_error_pct", "%", "--train: beyond_compute_ms / measured_beyond_compute_ms - 1",
             optional=True),
+        key("measured_comm_ms", "ms", "--train: its mean step less its own compute time (measured in those runs, "
+                                      "before and after training): the network's share of the measured step, "
+                                      "free of how the machine's pace moved between runs; compared with, never "
+                                      "predicted from", optional=True),
+        key("comm_error_pct", "%", "--train: beyond_compute_ms / measured_comm_ms - 1", optional=True),
         key("compute_from", doc="where the compute time came from: --compute's file, --compute-ms, or 'in-sample' "
                                 "(the compared train run's own)"),
         key("within", doc="--train: whether the predicted and measured intervals overlap", optional=True),
@@ -613,6 +618,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["measured_beyond_compute_ms"] = meas_beyond
     out["beyond_compute_error_pct"] = 100 * (out["beyond_compute_ms"] / meas_beyond - 1) \
         if meas_beyond and meas_beyond > 0 else None
+    own = [r["compute_ms"] for r in rows if r.get("compute_ms") is not None] if m else []
+    comm_meas = workers * batch / m * 1e3 - float(np.median(own)) if own else None
+    out["measured_comm_ms"] = comm_meas
+    out["comm_error_pct"] = 100 * (out["beyond_compute_ms"] / comm_meas - 1) if comm_meas and comm_meas > 0 else None
     out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
     out["label"], out["compute_from"] = args.label, compute_from
     if args.output:
@@ -635,7 +644,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
           f"{out['beyond_compute_ms']:.2f} ms a step" + (
               f", measured {meas_beyond:.2f} ms (the mean step less the same compute time)"
               + (f": {out['beyond_compute_error_pct']:+.1f} %" if out["beyond_compute_error_pct"] is not None else "")
-              if meas_beyond is not None else ""))
+              if meas_beyond is not None else "")
+          + (f"; less its own compute (measured in it) {comm_meas:.2f} ms"
+             + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
+             if comm_meas is not None else ""))
     if args.overhead:
         print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'tensor'} "
               f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "

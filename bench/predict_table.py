@@ -1,0 +1,92 @@
+"""The prediction recipe's results as tables: every prediction of ``launchers/predict.sh`` made again
+from the files it saved, against every repeat of the measured run (not only their mean).
+
+    .venv/bin/python bench/predict_table.py predict-results            # compute from its own run (the default)
+    .venv/bin/python bench/predict_table.py predict-results --in-sample  # compute from the compared runs
+
+Per repeat: the measured images/s, the error of the prediction against it, whether it lies inside the
+prediction's stated interval (Low-High), and the communication per step, predicted (the step less the
+compute time) against measured (the repeat's mean step less its own compute time, measured in that run
+before and after training). Then the coverage of the intervals and how many repeats lie within 15 %
+(communication) and 10 % / 15 % (images/s, ps / mirrored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from common import BIN
+
+from commbench.core.output.results import read_runs
+
+
+def predict(o: dict, in_sample: bool) -> dict:
+    """The prediction made again with the recipe's inputs (without --compute: from the compared runs)."""
+    cmd = [str(BIN / "commbench"), "predict", "--p2p", o["p2p"], "--train", o["train"], "--json"]
+    if o.get("compute") and not in_sample:
+        cmd += ["--compute", o["compute"]]
+    for f in o.get("overhead") or []:
+        cmd += ["--overhead", f]
+    for f in o.get("overhead_p2p") or []:
+        cmd += ["--overhead-p2p", f]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        sys.exit(f"{' '.join(cmd)}: {p.stderr.strip()}")
+    return json.loads(p.stdout)
+
+
+def repeats(path: str, shape: tuple) -> list[dict]:
+    rows = [r.rows[-1] for r in read_runs(path) if r.meta.get("bench") == "train" and r.rows]
+    return [r for r in rows if (r["strategy"], r["workers"], r["batch"], r["model"]) == shape]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="the recipe's OUT directory (predict.jsonl and the files it names)")
+    ap.add_argument("--in-sample", action="store_true", help="compute time from the compared runs themselves")
+    a = ap.parse_args()
+    made = [r.meta["options"] for r in read_runs(Path(a.out) / "predict.jsonl") if r.rows]
+    latest = {(o["train"], o["label"]): o for o in made}  # a recipe run again replaces what it made before
+    print("| rate | model | strategy | W | predicted img/s | interval | measured img/s | error | inside | "
+          "predicted comm ms | measured comm ms | comm error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    n = inside = comm_ok = img_ok = 0
+    terms: dict[tuple, list] = {}
+    for o in latest.values():
+        p = predict(o, a.in_sample)
+        shape = (p["strategy"], p["workers"], p["batch"], p["model"])
+        goal = 10 if p["strategy"] == "ps" else 15
+        for r in repeats(o["train"], shape):
+            step = r["workers"] * r["batch"] / r["images_s"] * 1e3
+            comm = step - r["compute_ms"]
+            err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / comm - 1)
+            ok = p["images_lo"] <= r["images_s"] <= p["images_hi"]
+            wire = sum(v for k, v in p["terms"].items() if k in ("read_ms", "gradients_ms", "allreduce_ms"))
+            terms.setdefault((p["model"], p["strategy"]), []).append((wire, p["beyond_compute_ms"] - wire, comm))
+            n, inside = n + 1, inside + ok
+            comm_ok, img_ok = comm_ok + (abs(cerr) <= 15), img_ok + (abs(err) <= goal)
+            print(f"| {o['label']} | {p['model']} | {p['strategy']} | {p['workers']} | {p['images_s']:.0f} | "
+                  f"{p['images_lo']:.0f}-{p['images_hi']:.0f} ({100 * (p['images_hi'] / p['images_lo'] - 1):.0f} %) | "
+                  f"{r['images_s']:.0f} | {err:+.1f} % | {'yes' if ok else 'no'} | {p['beyond_compute_ms']:.1f} | "
+                  f"{comm:.1f} (compute {r['compute_ms']:.1f}) | {cerr:+.1f} % |")
+    print(f"\n{n} measured runs: {inside} inside the stated interval ({100 * inside / max(n, 1):.0f} %), "
+          f"{img_ok} within the images/s goal (10 % ps, 15 % mirrored), {comm_ok} with communication within 15 %; "
+          f"compute time from {'the compared runs (in-sample)' if a.in_sample else 'a run of its own'}")
+    print("\nWhich term misses: measured communication = a + b x the predicted wire term (alpha-beta), "
+          "least squares over the rates (b = 1 and a = the predicted rest: the model's terms are right)")
+    for (model, strategy), xs in terms.items():
+        w, rest, c = (np.array(v) for v in zip(*xs, strict=True))
+        b, a0 = np.polyfit(w, c, 1) if np.ptp(w) > 0 else (np.nan, float(np.mean(c - w)))
+        print(f"  {model} {strategy}: b = {b:.2f}, a = {a0:.1f} ms against a predicted rest of "
+              f"{np.min(rest):.1f}-{np.max(rest):.1f} ms (TF's runtime, the slowest worker); "
+              f"residual after the fit {np.std(c - (a0 + b * w)):.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
