@@ -60,7 +60,7 @@ def test_predict_ps_by_hand():
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 0.1, pr.LinkModel(100.0, b))) is None
 
 
-def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_tensors():
+def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_collectives():
     link = pr.LinkModel(100.0, 1000.0)
     small = tuple(tf_ps.Variable(n) for n in (1000, 2000))
     shape = pr.Shape("ps", 2, 1, 1, small)
@@ -68,7 +68,9 @@ def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_tensors():
     # step counter read, 2 gradients + counter pulled
     assert shape.units() == 2 * (3 + 2 + 2 + 4 + 3)
     assert pr.Shape("ps", 4, 2, 1, small * 3).units() == 4 * tf_ps.rpcs_per_worker_step(tf_ps.plan(list(small * 3), 2))
+    # mirrored: 2 collectives a worker-step however many tensors (TF all-reduces the gradients as one pack)
     assert pr.Shape("mirrored", 3, 0, 1, small + (tf_ps.Variable(8, trainable=False),)).units() == 3 * 2
+    assert pr.Shape("mirrored", 3, 0, 1, small * 150).units() == 3 * 2
     exact = pr.Link(link, link, link)
 
     def run(shape: pr.Shape, per_unit: float, wobble: float = 0.0) -> pr.Calibrated:

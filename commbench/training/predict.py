@@ -19,12 +19,13 @@ run measured it for this W (``slowest_p50_ms``, every worker computing at once).
 
 TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
 over its own link's sweep ``--overhead-p2p FILE``): a cost per unit, the units being the step's RPCs
-(ps: W x the RPCs of a worker-step as ``--rpc tf`` makes them) or all-reduced tensors (mirrored:
-W x gradients), fitted by least squares to the calibration runs' steps less their compute and
-modelled communication (``--batch 1`` runs: little compute, few bytes). Calibrated on one model, W
-and link, the prediction is made for others from micro-benchmark results only. The model has no
-overlap of transfers with compute (but one worker's gradients with another's compute, above): an
-overlap share fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
+(ps: W x the RPCs of a worker-step as ``--rpc tf`` makes them) or collectives (mirrored: W x 2 a
+step: TF concatenates every gradient into one all-reduce, and the loss is all-reduced), fitted by
+least squares to the calibration runs' steps less their compute and modelled communication
+(``--batch 1`` runs: little compute, few bytes). Calibrated on one model, W and link, the prediction
+is made for others from micro-benchmark results only. The model has no overlap of transfers with
+compute (but one worker's gradients with another's compute, above): an overlap share fitted to runs
+at 100 Mbit/s made predictions at other rates worse (docs/training.md).
 
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
 compute times' and the calibration runs' steps: the 95 % intervals of their medians, the calibration
@@ -63,6 +64,13 @@ from commbench.emulators.placement import POLICIES, place, shard_bytes
 from commbench.profiles import store
 
 SLOPE_FROM = 64 << 10
+# mirrored: collectives a worker launches per step. TF (graph mode, CommunicationOptions' bytes_per_pack
+# 0, as train leaves it) concatenates every gradient into one pack and all-reduces it at once
+# (cross_device_utils.group_by_size and CollectiveReplicaLauncher.batch_all_reduce), and the step's
+# loss is all-reduced too: 2, whatever the number of tensors. Counted per tensor, a small_cnn
+# calibration (20 units) made mobilenet_v2's 316 units cost 83 ms a step where the runs at 300 Mbit/s
+# and 2 Gbit/s showed about 6.5 (docs/training.md).
+COLLECTIVES_PER_STEP = 2
 
 
 @dataclass(frozen=True)
@@ -233,7 +241,7 @@ def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
 
 
 def with_runtime(p: Prediction, units: int, per_unit_ms: float) -> Prediction:
-    """The prediction with TF's runtime cost (per RPC or tensor, x units) added."""
+    """The prediction with TF's runtime cost (per RPC or collective, x units) added."""
     cost = per_unit_ms * units
     return restepped(p, p.step_ms + cost, terms={**p.terms, "tf_runtime_ms": cost}, comm_ms=p.comm_ms + cost)
 
@@ -276,10 +284,10 @@ class Shape:
 
     def units(self) -> int:
         """What TF's per-step runtime cost is taken to grow with: the RPCs of a step (ps: W worker-steps
-        of the calls ``--rpc tf`` makes) or the tensors all-reduced (mirrored: W x gradients)."""
+        of the calls ``--rpc tf`` makes) or the collectives (mirrored: W x COLLECTIVES_PER_STEP)."""
         if self.strategy == "ps":
             return self.workers * tf_ps.rpcs_per_worker_step(ps_plan(self.variables, self.ps, self.policy))
-        return self.workers * sum(v.trainable for v in self.variables)
+        return self.workers * COLLECTIVES_PER_STEP
 
 
 def with_wait(p: Prediction, slowest_ms: float) -> Prediction:
@@ -301,7 +309,7 @@ class Calibrated:
 
 
 def fit_runtime(runs: Sequence[Calibrated]) -> Span:
-    """TF's runtime cost per unit (ms per RPC or tensor), fitted by least squares to the calibration
+    """TF's runtime cost per unit (ms per RPC or collective), fitted by least squares to the calibration
     runs' steps less their compute and modelled communication. Its ends: the fits to the ends of every
     run's intervals and of the model's that make it high (high steps, low compute, the fast link, the
     gradients in turn) and low (the slowest worker waited for), widened to each run's own fit (repeats:
@@ -649,7 +657,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
              + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
              if comm_meas is not None else ""))
     if args.overhead:
-        print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'tensor'} "
+        print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'collective'} "
               f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "
               f"fitted to {calibration}")
     print("# Low / High: the prediction with every input at the slow / fast end of its 95 % interval"
