@@ -23,6 +23,7 @@ import numpy as np
 from common import BIN
 
 from commbench.core.output.results import read_runs
+from commbench.training.predict import spans
 
 
 def predict(o: dict, in_sample: bool) -> dict:
@@ -62,8 +63,7 @@ def main() -> int:
         shape = (p["strategy"], p["workers"], p["batch"], p["model"])
         goal = 10 if p["strategy"] == "ps" else 15
         for r in repeats(o["train"], shape):
-            step = r["workers"] * r["batch"] / r["images_s"] * 1e3
-            comm = step - r["compute_ms"]
+            comm = spans(r)[0].mid - r["compute_ms"]  # the repeat's mean step less its own compute
             err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / comm - 1)
             ok = p["images_lo"] <= r["images_s"] <= p["images_hi"]
             wire = sum(v for k, v in p["terms"].items() if k in ("read_ms", "gradients_ms", "allreduce_ms"))

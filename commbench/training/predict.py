@@ -230,6 +230,11 @@ def measured_comm(path: str, strategy: str, workers: int, ps: int, model: str, t
     return r["time_us"] / 1e3 * total / r["size"], f"allreduce {r['transport']} {r['algorithm']} at {r['size']} B"
 
 
+def pct_off(predicted: float, measured: float | None) -> float | None:
+    """predicted / measured - 1, in %; None where nothing positive was measured."""
+    return 100 * (predicted / measured - 1) if measured and measured > 0 else None
+
+
 def restepped(p: Prediction, step_ms: float, **fields) -> Prediction:
     """The prediction with another step time (and the images/s it gives) and these fields."""
     return replace(p, step_ms=step_ms, images_s=p.workers * p.batch / step_ms * 1e3, **fields)
@@ -622,14 +627,14 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     m = out["measured_images_s"]
     out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
     out["beyond_compute_ms"] = pred.step_ms - compute.mid
-    meas_beyond = workers * batch / m * 1e3 - compute.mid if m else None  # the mean step, as images/s is
+    mean_step = workers * batch / m * 1e3 if m else None  # the mean step, as images/s is
+    meas_beyond = mean_step - compute.mid if mean_step is not None else None
     out["measured_beyond_compute_ms"] = meas_beyond
-    out["beyond_compute_error_pct"] = 100 * (out["beyond_compute_ms"] / meas_beyond - 1) \
-        if meas_beyond and meas_beyond > 0 else None
+    out["beyond_compute_error_pct"] = pct_off(out["beyond_compute_ms"], meas_beyond)
     own = [r["compute_ms"] for r in rows if r.get("compute_ms") is not None] if m else []
-    comm_meas = workers * batch / m * 1e3 - float(np.median(own)) if own else None
+    comm_meas = mean_step - float(np.median(own)) if own else None
     out["measured_comm_ms"] = comm_meas
-    out["comm_error_pct"] = 100 * (out["beyond_compute_ms"] / comm_meas - 1) if comm_meas and comm_meas > 0 else None
+    out["comm_error_pct"] = pct_off(out["beyond_compute_ms"], comm_meas)
     out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
     out["label"], out["compute_from"] = args.label, compute_from
     if args.output:
