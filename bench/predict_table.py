@@ -26,14 +26,19 @@ from commbench.core.output.results import read_runs
 from commbench.training.predict import spans
 
 
-def predict(o: dict, in_sample: bool) -> dict:
-    """The prediction made again with the recipe's inputs (without --compute: from the compared runs)."""
+def predict(o: dict, in_sample: bool, calibration: Path | None = None) -> dict:
+    """The prediction made again with the recipe's inputs (without --compute: from the compared runs;
+    with ``calibration``: that recipe directory's calibration instead of its own)."""
     cmd = [str(BIN / "commbench"), "predict", "--p2p", o["p2p"], "--train", o["train"], "--json"]
     if o.get("compute") and not in_sample:
         cmd += ["--compute", o["compute"]]
-    for f in o.get("overhead") or []:
+    overhead, sweeps = o.get("overhead") or [], o.get("overhead_p2p") or []
+    if calibration and overhead:
+        overhead = [str(calibration / Path(f).name) for f in overhead]
+        sweeps = [str(calibration / Path(f).name) for f in sweeps]
+    for f in overhead:
         cmd += ["--overhead", f]
-    for f in o.get("overhead_p2p") or []:
+    for f in sweeps:
         cmd += ["--overhead-p2p", f]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
@@ -50,6 +55,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="the recipe's OUT directory (predict.jsonl and the files it names)")
     ap.add_argument("--in-sample", action="store_true", help="compute time from the compared runs themselves")
+    ap.add_argument("--calibration", metavar="DIR", type=Path,
+                    help="another recipe directory whose calibration (cal_*_none.jsonl, cal_sweep_none.jsonl) "
+                         "replaces OUT's: a model change that needs a new calibration, tried on runs already made")
     a = ap.parse_args()
     made = [r.meta["options"] for r in read_runs(Path(a.out) / "predict.jsonl") if r.rows]
     latest = {(o["train"], o["label"]): o for o in made}  # a recipe run again replaces what it made before
@@ -59,7 +67,7 @@ def main() -> int:
     n = inside = comm_ok = img_ok = 0
     terms: dict[tuple, list] = {}
     for o in latest.values():
-        p = predict(o, a.in_sample)
+        p = predict(o, a.in_sample, a.calibration)
         shape = (p["strategy"], p["workers"], p["batch"], p["model"])
         goal = 10 if p["strategy"] == "ps" else 15
         for r in repeats(o["train"], shape):

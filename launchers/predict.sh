@@ -2,8 +2,9 @@
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
 #   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: 35-100 min here (by the pace)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 11 min
-# 1. calibration, once: TF's runtime cost per RPC (ps) or tensor (mirrored) from --batch 1 runs of
-#    small_cnn with 2 workers on unshaped links (3 each; their spread is part of the uncertainty),
+# 1. calibration, once: TF's runtime cost per closure and RPC (ps) or collective (mirrored) from --batch 1
+#    runs with 2 workers on unshaped links, of small_cnn (and mobilenet_v2 for ps: 3 each; their spread is
+#    part of the uncertainty),
 #    over a sweep of those links (OUT/cal_sweep_none.jsonl)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), then a real train run, REPEATS times
@@ -47,10 +48,13 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * 2 )); else echo $(( STEPS / 3 )); fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 
-step "1. calibration: small_cnn --batch 1 on unshaped links"
+step "1. calibration: --batch 1 on unshaped links"
 hosts none
 sweep cal_sweep_none  # its own file: the unshaped rate's sweep below must not add to what calibrated
 for s in $STRATEGIES; do for _ in $(seq "$CAL"); do train "$OUT/cal_${s}_none.jsonl" "$s" small-cnn 2 1 "$STEPS"; done; done
+# ps's runtime has a term per closure and one per RPC: a second model, with 17x the RPCs per closure, tells them apart
+case " $STRATEGIES " in *" ps "*)
+  for _ in $(seq "$CAL"); do train "$OUT/cal_ps_none.jsonl" ps mobilenet_v2 2 1 "$STEPS"; done;; esac
 
 step "2. predicted from the sweep and the calibration, then measured: $RATES"
 for rate in $RATES; do

@@ -224,6 +224,9 @@ def test_tf_mode_sends_what_tensorflow_sends_on_the_wire(tmp_path, model, ps):
             # Neither opens more than one step's calls on a connection (TF: up to 300 of 299 seen, so + 2)
             assert a["in_flight_max"] / 2 - 2 <= b["in_flight_max"] <= step_calls[k] + 2, (k, a, b)
             assert a["in_flight_max"] <= step_calls[k] + 2, (k, a, step_calls)
-        if k == ("ps", "ps"):  # learning-rate reads: one worker's update at a time here, TF's overlap
-            assert a["in_flight_max"] / 2 - 2 <= b["in_flight_max"] <= a["in_flight_max"], (k, a, b)
+        if k == ("ps", "ps"):  # learning-rate reads: one worker's update at a time here (an update's reads at
+            # once), TF's two overlap (mobilenet_v2, P = 2: TF 158 = 2 x 79, the emulator 75-79 of its 79; under
+            # load it once had 75 against TF's 158, so half of TF's is not a bound: half of one update's is)
+            lr = max(p.lr_reads() for p in plans)
+            assert min(a["in_flight_max"], lr) / 2 - 2 <= b["in_flight_max"] <= lr + 2, (k, a, b, lr)
         assert abs(b["bytes_step"] - a["bytes_step"]) <= max(0.1 * a["bytes_step"], 32 * calls), (k, a, b)

@@ -60,7 +60,7 @@ def test_predict_ps_by_hand():
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 0.1, pr.LinkModel(100.0, b))) is None
 
 
-def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_collectives():
+def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
     link = pr.LinkModel(100.0, 1000.0)
     small = tuple(tf_ps.Variable(n) for n in (1000, 2000))
     shape = pr.Shape("ps", 2, 1, 1, small)
@@ -73,28 +73,60 @@ def test_tf_runtime_is_calibrated_once_and_scaled_by_rpcs_or_collectives():
     assert pr.Shape("mirrored", 3, 0, 1, small * 150).units() == 3 * 2
     exact = pr.Link(link, link, link)
 
-    def run(shape: pr.Shape, per_unit: float, wobble: float = 0.0) -> pr.Calibrated:
-        step = pr.with_runtime(shape.at(0.5, link), shape.units(), per_unit).step_ms
+    def run(shape: pr.Shape, per_unit: float, wobble: float = 0.0, per_closure: float = 0.0) -> pr.Calibrated:
+        cost = per_unit * shape.units() + per_closure * shape.workers
+        step = pr.with_runtime(shape.at(0.5, link), cost).step_ms
         return pr.Calibrated(shape, exact, pr.Span.of(step, step - wobble, step + wobble), pr.Span.of(0.5))
 
-    # three repeats: 0.4, 0.5, 0.6 ms per RPC: the fit is their least-squares middle; its ends reach
-    # each repeat's own value, and each run's interval (1 ms over 28 RPCs) beyond
+    # three repeats of one shape: 0.4, 0.5, 0.6 ms per RPC (one shape cannot tell closures from RPCs: the
+    # RPCs' term alone): the fit is their least-squares middle; its ends reach each repeat's own value,
+    # and each run's interval (1 ms over 28 RPCs) beyond
     rt = pr.fit_runtime([run(shape, 0.4, 1.0), run(shape, 0.5, 1.0), run(shape, 0.6, 1.0)])
-    assert rt.mid == pytest.approx(0.5) and rt.lo == pytest.approx(0.4) and rt.hi == pytest.approx(0.6)
-    tight = pr.fit_runtime([run(shape, 0.5, 1.0)] * 3)
+    assert rt.mid == pytest.approx((0.0, 0.5))
+    at = rt.at(shape)
+    assert (at.mid, at.lo, at.hi) == pytest.approx((0.5 * 28, 0.4 * 28, 0.6 * 28))
+    tight = pr.fit_runtime([run(shape, 0.5, 1.0)] * 3).at(shape)
     in_turn = shape.at(0.5, link).step_ms - shape.at(0.5, link, fast=True).step_ms  # the high end's schedule
     assert in_turn > 0
-    assert tight.lo == pytest.approx(0.5 - 1 / 28) and tight.hi == pytest.approx(0.5 + (1 + in_turn) / 28)
+    assert tight.lo == pytest.approx(14 - 1) and tight.hi == pytest.approx(14 + 1 + in_turn)
     # the slowest worker computed 0.3 ms longer: at the low end the step waited for it, not for TF's runtime
     waited = pr.with_wait(shape.at(0.5, link), 0.8)
     assert waited.terms["slowest_worker_ms"] == pytest.approx(0.3)
     assert waited.step_ms == pytest.approx(shape.at(0.5, link).step_ms + 0.3)
-    step = pr.with_runtime(shape.at(0.5, link), shape.units(), 0.5).step_ms
+    step = pr.with_runtime(shape.at(0.5, link), 14).step_ms
     slowest = pr.fit_runtime([pr.Calibrated(shape, exact, pr.Span.of(step), pr.Span.of(0.5), pr.Span.of(0.8))])
-    assert slowest.mid == pytest.approx(0.5) and slowest.lo == pytest.approx(0.5 - 0.3 / 28)
-    # a second shape with 4x the RPCs: least squares weighs runs by their units
+    assert slowest.at(shape).mid == pytest.approx(14) and slowest.at(shape).lo == pytest.approx(14 - 0.3)
+    # a second shape with 4x the workers (the same RPCs per closure): still one term, per RPC
     big = pr.Shape("ps", 8, 1, 1, small)
-    assert pr.fit_runtime([run(shape, 0.5), run(big, 0.5)]).mid == pytest.approx(0.5)
+    assert pr.fit_runtime([run(shape, 0.5), run(big, 0.5)]).mid == pytest.approx((0.0, 0.5))
+    # two models (other RPCs per closure): a closure's cost and an RPC's apart, and a third model predicted
+    # from them; each repeat's fit (the i-th run of each shape) widens the ends
+    many = pr.Shape("ps", 2, 1, 1, small * 40)
+    apart = pr.fit_runtime([run(shape, 0.1, per_closure=3.0), run(many, 0.1, per_closure=3.0)])
+    third = pr.Shape("ps", 3, 1, 1, small * 10)
+    assert apart.mid == pytest.approx((3.0, 0.1)) and apart.at(third).mid == pytest.approx(9 + 0.1 * third.units())
+    both = pr.fit_runtime([run(shape, 0.1, per_closure=3.0), run(many, 0.1, per_closure=3.0),
+                           run(shape, 0.1, per_closure=3.0), run(many, 0.2, per_closure=3.0)])
+    assert both.at(third).lo == pytest.approx(apart.at(third).mid)  # the first repeats' own fit
+    assert both.at(third).hi > both.at(third).mid > both.at(third).lo
+    # a closure term the steps make negative: not fitted (no negative cost), the RPCs' term alone
+    neg = pr.fit_runtime([run(shape, 0.1, per_closure=-3.0), run(many, 0.1, per_closure=-3.0)])
+    assert neg.mid[0] == 0.0 and neg.mid[1] > 0
+    # mirrored: one term, per collective
+    ring = pr.Shape("mirrored", 2, 0, 1, small)
+    assert pr.fit_runtime([run(ring, 1.0)]).at(ring).mid == pytest.approx(4.0)
+
+
+def test_a_compute_run_is_taken_to_drift_as_far_as_it_moved_while_measured():
+    """The compute time for a later run: its interval widened by how far the pace moved between the
+    compute run's two measurements (3 ms here: 40 +- 3), never narrower than the median's interval."""
+    row = {"compute_ms": 40.0, "compute_ci_lo_ms": 39.5, "compute_ci_hi_ms": 40.5, "compute_before_ms": 38.0,
+           "compute_after_ms": 41.0}
+    assert pr.drifting(row) == pr.Span(40.0, 37.0, 43.0)
+    steady = {**row, "compute_before_ms": 40.1, "compute_after_ms": 40.0}
+    assert pr.drifting(steady) == pr.Span(40.0, 39.5, 40.5)
+    old = {k: v for k, v in row.items() if not k.startswith("compute_") or k.endswith(("ci_lo_ms", "ci_hi_ms"))}
+    assert pr.drifting({**old, "compute_ms": 40.0}) == pr.Span(40.0, 39.5, 40.5)
 
 
 def test_fit_span_gives_a_fast_and_a_slow_link():
@@ -168,10 +200,10 @@ def test_ps_gradients_in_turn_and_the_slowest_worker(tmp_path):
         assert r["images_lo"] == pytest.approx(r["images_s"])
 
 
-def test_runtime_adds_its_cost_per_rpc_or_tensor():
+def test_runtime_adds_its_cost_to_the_step():
     link = pr.LinkModel(100.0, 1000.0)
     p = pr.predict_ps([1_000_000, 2_000_000, 3_000_000], 2, 2, 30, 60.0, link)
-    q = pr.with_runtime(p, 10, 0.5)
+    q = pr.with_runtime(p, 5.0)
     assert q.step_ms == pytest.approx(p.step_ms + 5) and q.terms["tf_runtime_ms"] == 5.0
     assert q.comm_ms == pytest.approx(p.comm_ms + 5) and q.images_s == pytest.approx(60 / q.step_ms * 1e3)
     assert q.margin_ms == pytest.approx(2 * 60.0 - q.step_ms)
@@ -617,6 +649,8 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     o = run.meta["options"]  # calibrated out of sample: nothing at 1 Gbit/s but the sweep
     assert [Path(f).name for f in o["overhead"]] == ["cal_ps_none.jsonl"]
     assert [Path(f).name for f in o["overhead_p2p"]] == ["cal_sweep_none.jsonl"]
+    # ps's runtime is per closure and per RPC: calibrated on two models with different RPCs per closure
+    assert {r.rows[-1]["model"] for r in read_runs(out / "cal_ps_none.jsonl")} == {"small_cnn", "mobilenet_v2"}
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
     assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]

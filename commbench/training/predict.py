@@ -18,17 +18,21 @@ bytes); at the slow end a synchronous step waits for its slowest worker's comput
 run measured it for this W (``slowest_p50_ms``, every worker computing at once).
 
 TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
-over its own link's sweep ``--overhead-p2p FILE``): a cost per unit, the units being the step's RPCs
-(ps: W x the RPCs of a worker-step as ``--rpc tf`` makes them) or collectives (mirrored: W x 2 a
-step: TF concatenates every gradient into one all-reduce, and the loss is all-reduced), fitted by
-least squares to the calibration runs' steps less their compute and modelled communication
-(``--batch 1`` runs: little compute, few bytes). Calibrated on one model, W and link, the prediction
-is made for others from micro-benchmark results only. The model has no overlap of transfers with
+over its own link's sweep ``--overhead-p2p FILE``): ps, a cost per closure (the chief schedules,
+dispatches and joins W a step, whatever the model) and per RPC (W x the RPCs of a worker-step as
+``--rpc tf`` makes them); mirrored, a cost per collective (W x 2 a step: TF concatenates every
+gradient into one all-reduce, and the loss is all-reduced). Fitted by non-negative least squares to
+the calibration runs' steps less their compute and modelled communication (``--batch 1`` runs:
+little compute); the two ps terms need two models with different RPCs per closure (the recipe's
+small_cnn and mobilenet_v2), one model gives the RPC's term alone. Calibrated once, the prediction is
+made for other models, W and links from micro-benchmark results only. The model has no overlap of transfers with
 compute (but one worker's gradients with another's compute, above): an overlap share fitted to runs
 at 100 Mbit/s made predictions at other rates worse (docs/training.md).
 
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
-compute times' and the calibration runs' steps: the 95 % intervals of their medians, the calibration
+compute time from ``--compute``: its median's 95 % interval widened by as far as the pace moved
+between that run's measurements before and after, since the predicted run computes minutes later;
+the calibration runs' steps: the 95 % intervals of their medians, the calibration
 widened to each repeat's own fit; the link's fit to the ends of its points' intervals; the slowest
 worker waited for) and at the fast end (the ps gradients in turn): Low / High. The verdicts ("pays
 off", the minimum bandwidth) say "undecided" where those ends disagree. A ``--train`` file with
@@ -245,9 +249,8 @@ def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
     return restepped(p, p.compute_ms + ms, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms)
 
 
-def with_runtime(p: Prediction, units: int, per_unit_ms: float) -> Prediction:
-    """The prediction with TF's runtime cost (per RPC or collective, x units) added."""
-    cost = per_unit_ms * units
+def with_runtime(p: Prediction, cost: float) -> Prediction:
+    """The prediction with TF's runtime cost (ms a step) added."""
     return restepped(p, p.step_ms + cost, terms={**p.terms, "tf_runtime_ms": cost}, comm_ms=p.comm_ms + cost)
 
 
@@ -294,6 +297,12 @@ class Shape:
             return self.workers * tf_ps.rpcs_per_worker_step(ps_plan(self.variables, self.ps, self.policy))
         return self.workers * COLLECTIVES_PER_STEP
 
+    def counts(self) -> tuple[int, ...]:
+        """The counts TF's runtime terms cost each: ps (closures, RPCs): the chief schedules, dispatches and
+        joins W closures a step whatever the model, and each of their RPCs costs its own; mirrored
+        (collectives,)."""
+        return (self.workers, self.units()) if self.strategy == "ps" else (self.units(),)
+
 
 def with_wait(p: Prediction, slowest_ms: float) -> Prediction:
     """The step at the slowest worker's compute time: a synchronous step (a ps round, an all-reduce)
@@ -313,14 +322,54 @@ class Calibrated:
     slowest: Span | None = None
 
 
-def fit_runtime(runs: Sequence[Calibrated]) -> Span:
-    """TF's runtime cost per unit (ms per RPC or collective), fitted by least squares to the calibration
-    runs' steps less their compute and modelled communication. Its ends: the fits to the ends of every
-    run's intervals and of the model's that make it high (high steps, low compute, the fast link, the
-    gradients in turn) and low (the slowest worker waited for), widened to each run's own fit (repeats:
-    the machine's phases move a run more than its interval says)."""
-    def fit_at(end: int, which: Sequence[Calibrated]) -> float:
-        r, u = [], []
+RUNTIME_TERMS = {"ps": ("closure", "RPC"), "mirrored": ("collective",)}
+
+
+def nonnegative_fit(x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Least squares r ~ x @ k with k >= 0: every term where the counts tell them apart (x of full column
+    rank), else or where a term comes out negative the last term alone (per RPC or collective)."""
+    n = x.shape[1]
+    for cols in ([*range(n)], [n - 1], *([[i] for i in range(n - 1)])):
+        sub = x[:, cols]
+        if np.linalg.matrix_rank(sub) < len(cols):
+            continue
+        k = np.linalg.lstsq(sub, r, rcond=None)[0]
+        if (k >= 0).all():
+            out = np.zeros(n)
+            out[cols] = k
+            return out
+    return np.zeros(n)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """TF's runtime cost per count (``Shape.counts``): the fit, and the fits at its low and high ends."""
+
+    mid: tuple[float, ...]
+    ends: tuple[tuple[float, ...], ...] = ()
+
+    def at(self, shape: Shape) -> Span:
+        """The cost (ms a step) at a shape, with the lowest and highest of the end fits there."""
+        def cost(k: Sequence[float]) -> float:
+            return float(np.dot(k, shape.counts())) if len(k) == len(shape.counts()) else 0.0
+        every = [cost(k) for k in (self.mid, *self.ends)]
+        return Span.of(cost(self.mid), min(every), max(every))
+
+    def describe(self, strategy: str) -> str:
+        terms = zip(self.mid, RUNTIME_TERMS[strategy], strict=False)
+        return " + ".join(f"{k * 1e3:.1f} us per {name}" for k, name in terms)
+
+
+def fit_runtime(runs: Sequence[Calibrated]) -> Runtime:
+    """TF's runtime cost per count (``Shape.counts``), fitted by non-negative least squares to the
+    calibration runs' steps less their compute and modelled communication. With one shape (or shapes
+    whose counts are proportional) only the last term is fitted: its cost per RPC or collective. Its
+    ends: the fits to the ends of every run's intervals and of the model's that make it high (high
+    steps, low compute, the fast link, the gradients in turn) and low (the slowest worker waited for),
+    widened to each repeat's own fit (the i-th run of every shape: the machine's phases move a run more
+    than its interval says)."""
+    def fit_at(end: int, which: Sequence[Calibrated]) -> tuple[float, ...]:
+        r, x = [], []
         for c in which:
             step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
             link = (c.link.slow, c.link.mid, c.link.fast)[1 + end]
@@ -328,12 +377,15 @@ def fit_runtime(runs: Sequence[Calibrated]) -> Span:
             if c.slowest and end < 0:
                 p = with_wait(p, c.slowest.hi)
             r.append(step - p.step_ms)
-            u.append(c.shape.units())
-        r_, u_ = np.asarray(r, dtype=np.float64), np.asarray(u, dtype=np.float64)
-        return max(0.0, float(r_ @ u_ / (u_ @ u_)))
+            x.append(c.shape.counts())
+        k = nonnegative_fit(np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64))
+        return tuple(float(v) for v in k)
 
-    each = [fit_at(0, [c]) for c in runs]
-    return Span.of(fit_at(0, runs), min([fit_at(-1, runs), *each]), max([fit_at(1, runs), *each]))
+    groups: dict[tuple, list[Calibrated]] = {}
+    for c in runs:
+        groups.setdefault(c.shape.counts(), []).append(c)
+    each = [fit_at(0, [g[i % len(g)] for g in groups.values()]) for i in range(max(map(len, groups.values())))]
+    return Runtime(fit_at(0, runs), (fit_at(-1, runs), fit_at(1, runs), *each))
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -443,6 +495,19 @@ def compute_span(row: dict, compute_ms: float) -> Span:
     return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
 
 
+def drifting(row: dict) -> Span:
+    """A compute run's time for a run made after it: its interval, widened to how far the machine's pace
+    moved between the run's two measurements (before and after: ``|after - before|`` either side of the
+    middle). A later run computes at the pace of its own minutes, not at the median of these."""
+    span, before, after = compute_span(row, row["compute_ms"]), row.get("compute_before_ms"), \
+        row.get("compute_after_ms")
+    if before is None or after is None:
+        return span
+    moved = abs(after - before)
+    return Span.of(span.mid, min(span.lo, before, after, span.mid - moved),
+                   max(span.hi, before, after, span.mid + moved))
+
+
 def compute_rows(path: str, model: str, workers: int, batch: int) -> list[dict]:
     """The compute rows (``train --compute-only``, or train runs) of this model, W and batch in a file."""
     every = presentation.read_checked(path)
@@ -503,7 +568,7 @@ def one_host(meta: dict) -> bool:
     return len(set(meta.get("hosts", []))) == 1
 
 
-def calibrate(args: argparse.Namespace, strategy: str) -> tuple[Span, str]:
+def calibrate(args: argparse.Namespace, strategy: str) -> tuple[Runtime, str]:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
     what it was fitted to."""
     sweeps = args.overhead_p2p or [args.p2p]
@@ -574,7 +639,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError("predict: give --compute FILE or --compute-ms, not both")
     if args.compute:
         given = compute_rows(args.compute, prof.name, workers, batch)
-        compute, compute_from = pooled([compute_span(r, r["compute_ms"]) for r in given]), args.compute
+        compute, compute_from = pooled([drifting(r) for r in given]), args.compute
     elif args.compute_ms is not None:
         compute, compute_from, given = Span.of(args.compute_ms), "--compute-ms", []
     else:
@@ -585,19 +650,19 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
-    rt, calibration = calibrate(args, strategy) if args.overhead else (Span.of(0.0), "")
-    units = shape.units()
+    runtime, calibration = calibrate(args, strategy) if args.overhead else (Runtime(()), "")
+    rt = runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
 
     def at(c: float, s: float | None, lm: LinkModel, r: float, fast: bool = False) -> Prediction:
         """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
-        link, TF's runtime r per unit, the ps gradients together or (fast) in turn."""
+        link, TF's runtime r (ms a step), the ps gradients together or (fast) in turn."""
         p = shape.at(c, lm, fast)
         p = with_comm(p, *measured) if measured else p
         p = with_wait(p, s) if s is not None else p
-        return with_runtime(p, units, r) if args.overhead else p
+        return with_runtime(p, r) if args.overhead else p
 
     def end(which: str) -> tuple:
         """at()'s inputs for the middle, the slow and fast ends, and the ends that make W workers least
@@ -615,11 +680,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     pred, slow, fast, tight, roomy = (at(*end(w)) for w in ("mid", "slow", "fast", "tight", "roomy"))
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
     meas = measured_span(rows) if same and row.get("images_s") else None
-    mid, slow_rt, fast_rt = rt.mid, rt.hi, rt.lo
     out = {**asdict(pred), "min_beta_mb_s": min_beta("mid"), "min_beta_lo_mb_s": min_beta("roomy"),
            "min_beta_hi_mb_s": min_beta("tight"),
            "images_lo": slow.images_s, "images_hi": fast.images_s, "pays_off": pays,
-           "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_per_unit_ms": asdict(rt),
+           "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_ms": asdict(rt),
            "model": prof.name, "link": asdict(link), "shared_host": shared,
            "measured_images_s": meas.mid if meas else None, "measured_lo": meas.lo if meas else None,
            "measured_hi": meas.hi if meas else None, "measured_runs": len(rows) if meas else None,
@@ -662,9 +726,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
              + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
              if comm_meas is not None else ""))
     if args.overhead:
-        print(f"# TF's runtime: {mid * 1e3:.1f} us per {'RPC' if strategy == 'ps' else 'collective'} "
-              f"({fast_rt * 1e3:.1f}-{slow_rt * 1e3:.1f}) x {units} = {mid * units:.2f} ms per step; "
-              f"fitted to {calibration}")
+        print(f"# TF's runtime: {runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
+              f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {calibration}")
     print("# Low / High: the prediction with every input at the slow / fast end of its 95 % interval"
           + (f"; measured {m:.1f} img/s ({meas.lo:.1f}-{meas.hi:.1f}: the 95 % intervals of "
              f"{len(rows)} run{'s' if len(rows) > 1 else ''}); the prediction's Low-High "
