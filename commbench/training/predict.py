@@ -349,7 +349,8 @@ class Runtime:
     ends: tuple[tuple[float, ...], ...] = ()
 
     def at(self, shape: Shape) -> Span:
-        """The cost (ms a step) at a shape, with the lowest and highest of the end fits there."""
+        """The cost (ms a step) at a shape, with the lowest and highest of the end fits there (no
+        calibration, ``Runtime(())``: nothing)."""
         def cost(k: Sequence[float]) -> float:
             return float(np.dot(k, shape.counts())) if len(k) == len(shape.counts()) else 0.0
         every = [cost(k) for k in (self.mid, *self.ends)]
