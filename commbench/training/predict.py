@@ -25,9 +25,9 @@ gradient into one all-reduce, and the loss is all-reduced). Fitted by non-negati
 the calibration runs' steps less their compute and modelled communication (``--batch 1`` runs:
 little compute); the two ps terms need two models with different RPCs per closure (the recipe's
 small_cnn and mobilenet_v2), one model gives the RPC's term alone. Calibrated once, the prediction is
-made for other models, W and links from micro-benchmark results only. The model has no overlap of transfers with
-compute (but one worker's gradients with another's compute, above): an overlap share fitted to runs
-at 100 Mbit/s made predictions at other rates worse (docs/training.md).
+made for other models, W and links from micro-benchmark results only. The model has no overlap of
+transfers with compute (but one worker's gradients with another's compute, above): an overlap share
+fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
 
 Uncertainty: the prediction is made again with every input at the slow end of its interval (the
 compute time from ``--compute``: its median's 95 % interval widened by as far as the pace moved
@@ -357,7 +357,7 @@ class Runtime:
         return Span.of(cost(self.mid), min(every), max(every))
 
     def describe(self, strategy: str) -> str:
-        terms = zip(self.mid, RUNTIME_TERMS[strategy], strict=False)
+        terms = zip(self.mid, RUNTIME_TERMS[strategy], strict=True)  # Shape.counts' order
         return " + ".join(f"{k * 1e3:.1f} us per {name}" for k, name in terms)
 
 
