@@ -65,11 +65,13 @@ def main() -> int:
           "predicted comm ms | measured comm ms | comm error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     n = inside = comm_ok = img_ok = 0
+    claims = set()
     terms: dict[tuple, list] = {}
     for o in latest.values():
         p = predict(o, a.in_sample, a.calibration)
         shape = (p["strategy"], p["workers"], p["batch"], p["model"])
         goal = 10 if p["strategy"] == "ps" else 15
+        claims.add(p.get("interval_coverage"))
         for r in repeats(o["train"], shape):
             comm = spans(r)[0].mid - r["compute_ms"]  # the repeat's mean step less its own compute
             err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / comm - 1)
@@ -82,7 +84,9 @@ def main() -> int:
                   f"{p['images_lo']:.0f}-{p['images_hi']:.0f} ({100 * (p['images_hi'] / p['images_lo'] - 1):.0f} %) | "
                   f"{r['images_s']:.0f} | {err:+.1f} % | {'yes' if ok else 'no'} | {p['beyond_compute_ms']:.1f} | "
                   f"{comm:.1f} (compute {r['compute_ms']:.1f}) | {cerr:+.1f} % |")
-    print(f"\n{n} measured runs: {inside} inside the stated interval ({100 * inside / max(n, 1):.0f} %), "
+    claim = "/".join(f"{100 * c:.0f} %" for c in sorted(claims - {None})) or "no proportion"
+    print(f"\n{n} measured runs: {inside} inside the stated interval ({100 * inside / max(n, 1):.0f} %; it claims "
+          f"{claim}), "
           f"{img_ok} within the images/s goal (10 % ps, 15 % mirrored), {comm_ok} with communication within 15 %; "
           f"compute time from {'the compared runs (in-sample)' if a.in_sample else 'a run of its own'}")
     print("\nWhich term misses: measured communication = a + b x the predicted wire term (alpha-beta), "

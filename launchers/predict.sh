@@ -2,10 +2,11 @@
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
 #   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: 35-100 min here (by the pace)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 11 min
-# 1. calibration, once: TF's runtime cost per closure and RPC (ps) or collective (mirrored) from --batch 1
-#    runs with 2 workers on unshaped links, of small_cnn (and mobilenet_v2 for ps: 3 each; their spread is
-#    part of the uncertainty),
-#    over a sweep of those links (OUT/cal_sweep_none.jsonl)
+# 1. calibration, once, on unshaped links (the setup a user has): TF's runtime cost per closure and RPC
+#    (ps) or collective (mirrored) from train runs of every model and strategy at the batch trained below,
+#    2 workers (3 each: their spread is part of the uncertainty), over a sweep of those links
+#    (OUT/cal_sweep_none.jsonl). At the batch trained: on these emulated hosts a step's cost beyond compute
+#    and the wire grows with the batch (the ranks share 2 cores), so batch 1 runs fall short of it
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), then a real train run, REPEATS times
 #    (default 2: what a repeat moves is part of what is compared), and `commbench predict` from the
@@ -48,13 +49,12 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * 2 )); else echo $(( STEPS / 3 )); fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 
-step "1. calibration: --batch 1 on unshaped links"
+step "1. calibration on unshaped links: every model and strategy at its batch"
 hosts none
 sweep cal_sweep_none  # its own file: the unshaped rate's sweep below must not add to what calibrated
-for s in $STRATEGIES; do for _ in $(seq "$CAL"); do train "$OUT/cal_${s}_none.jsonl" "$s" small-cnn 2 1 "$STEPS"; done; done
-# ps's runtime has a term per closure and one per RPC: a second model, with 17x the RPCs per closure, tells them apart
-case " $STRATEGIES " in *" ps "*)
-  for _ in $(seq "$CAL"); do train "$OUT/cal_ps_none.jsonl" ps mobilenet_v2 2 1 "$STEPS"; done;; esac
+for m in $MODELS; do for s in $STRATEGIES; do for _ in $(seq "$CAL"); do
+  train "$OUT/cal_${s}_none.jsonl" "$s" "$m" 2 "$(model_batch "$m")" "$(model_steps "$m")"
+done; done; done
 
 step "2. predicted from the sweep and the calibration, then measured: $RATES"
 for rate in $RATES; do

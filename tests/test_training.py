@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import BIN, ENV, commbench, table_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commbench.core.errors import UsageError
 from commbench.core.imports import TF_NOISE
@@ -45,10 +48,13 @@ def test_predict_ps_by_hand():
     assert p.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(8.1)}
     assert p.step_ms == pytest.approx(66.200042) and p.images_s == pytest.approx(64 / 66.200042e-3)
     assert p.one_worker_images_s == pytest.approx(640.0)
-    # in turn (the fast end): the round ends with the last worker's gradients alone, 6 MB + 23 B
-    turn = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, in_turn=True)
+    # in turn (the fast end): the round ends with the last worker's gradients alone, 6 MB + 23 B; the
+    # middle (TURN 0.5) halfway: 7 MB + 12 B (bytes rounded)
+    turn = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, turn=1.0)
     assert turn.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(6.100023)}
-    assert pr.predict_ps(sizes, 1, 2, 32, 50.0, link, in_turn=True) == pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
+    half = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, turn=pr.TURN)
+    assert pr.TURN == 0.5 and half.terms["gradients_ms"] == pytest.approx(7.100012)
+    assert pr.predict_ps(sizes, 1, 2, 32, 50.0, link, turn=1.0) == pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
     # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b))) == \
         pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
@@ -75,7 +81,7 @@ def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
 
     def run(shape: pr.Shape, per_unit: float, wobble: float = 0.0, per_closure: float = 0.0) -> pr.Calibrated:
         cost = per_unit * shape.units() + per_closure * shape.workers
-        step = pr.with_runtime(shape.at(0.5, link), cost).step_ms
+        step = pr.with_runtime(shape.at(0.5, link, pr.TURN), cost).step_ms
         return pr.Calibrated(shape, exact, pr.Span.of(step, step - wobble, step + wobble), pr.Span.of(0.5))
 
     # three repeats of one shape: 0.4, 0.5, 0.6 ms per RPC (one shape cannot tell closures from RPCs: the
@@ -86,16 +92,17 @@ def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
     at = rt.at(shape)
     assert (at.mid, at.lo, at.hi) == pytest.approx((0.5 * 28, 0.4 * 28, 0.6 * 28))
     tight = pr.fit_runtime([run(shape, 0.5, 1.0)] * 3).at(shape)
-    in_turn = shape.at(0.5, link).step_ms - shape.at(0.5, link, fast=True).step_ms  # the high end's schedule
-    assert in_turn > 0
-    assert tight.lo == pytest.approx(14 - 1) and tight.hi == pytest.approx(14 + 1 + in_turn)
+    half = shape.at(0.5, link, pr.TURN).step_ms  # the middle's schedule of the ps gradients; the ends':
+    in_turn, together = half - shape.at(0.5, link, 1.0).step_ms, shape.at(0.5, link, 0.0).step_ms - half
+    assert in_turn > 0 and together > 0
+    assert tight.lo == pytest.approx(14 - 1 - together) and tight.hi == pytest.approx(14 + 1 + in_turn)
     # the slowest worker computed 0.3 ms longer: at the low end the step waited for it, not for TF's runtime
-    waited = pr.with_wait(shape.at(0.5, link), 0.8)
+    waited = pr.with_wait(shape.at(0.5, link, pr.TURN), 0.8)
     assert waited.terms["slowest_worker_ms"] == pytest.approx(0.3)
-    assert waited.step_ms == pytest.approx(shape.at(0.5, link).step_ms + 0.3)
-    step = pr.with_runtime(shape.at(0.5, link), 14).step_ms
+    assert waited.step_ms == pytest.approx(shape.at(0.5, link, pr.TURN).step_ms + 0.3)
+    step = pr.with_runtime(shape.at(0.5, link, pr.TURN), 14).step_ms
     slowest = pr.fit_runtime([pr.Calibrated(shape, exact, pr.Span.of(step), pr.Span.of(0.5), pr.Span.of(0.8))])
-    assert slowest.at(shape).mid == pytest.approx(14) and slowest.at(shape).lo == pytest.approx(14 - 0.3)
+    assert slowest.at(shape).mid == pytest.approx(14) and slowest.at(shape).lo == pytest.approx(14 - 0.3 - together)
     # a second shape with 4x the workers (the same RPCs per closure): still one term, per RPC
     big = pr.Shape("ps", 8, 1, 1, small)
     assert pr.fit_runtime([run(shape, 0.5), run(big, 0.5)]).mid == pytest.approx((0.0, 0.5))
@@ -115,6 +122,57 @@ def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
     # mirrored: one term, per collective
     ring = pr.Shape("mirrored", 2, 0, 1, small)
     assert pr.fit_runtime([run(ring, 1.0)]).at(ring).mid == pytest.approx(4.0)
+
+
+@given(sigmas=st.lists(st.floats(0.1, 20.0), min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_the_interval_holds_what_it_claims_where_the_inputs_errors_are_what_their_intervals_say(sigmas, seed):
+    """A step that is the sum of inputs with independent normal errors, each known by its 95 % interval
+    (1.96 sigma): the interval built from one-at-a-time moves holds COVERAGE of the outcomes (within
+    sampling error), where moving every input to its end at once (the corners) holds more than it says."""
+    rng = np.random.default_rng(seed)
+    mid = 100.0
+    hi = pr.interval_end(mid, [mid + 1.96 * s for s in sigmas], slow=True)
+    lo = pr.interval_end(mid, [mid - 1.96 * s for s in sigmas], slow=False)
+    assert lo < mid < hi and hi - mid == pytest.approx(mid - lo)
+    outcomes = mid + rng.normal(0.0, sigmas, size=(20_000, len(sigmas))).sum(axis=1)
+    held = np.mean((lo <= outcomes) & (outcomes <= hi))
+    assert abs(held - pr.COVERAGE) < 0.015, held
+    corners = np.mean(np.abs(outcomes - mid) <= 1.96 * sum(sigmas))
+    assert corners >= held
+    if len(sigmas) > 1 and max(sigmas) < 0.5 * sum(sigmas):
+        assert corners > 0.98  # claims 95 % of each input and holds nearly all: wider than needed
+
+
+def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_and_batch(tmp_path):
+    """--overhead runs at batch 1 and at the predicted batch (slower beyond compute, as shared cores
+    make it): the prediction at that batch takes its runs alone and says so; at a batch no run has, every
+    run is fitted."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
+                                                          for s in (8, 65536, 1 << 20)], transport="tcp")
+    base = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0}
+
+    def run(batch: int, beyond: float) -> dict:
+        compute = 2.0 if batch == 1 else 25.0
+        step = compute + beyond
+        return {**base, "batch": batch, "images_s": 2 * batch / step * 1e3, "step_p50_ms": step,
+                "compute_ms": compute}
+
+    cal = tmp_path / "cal.jsonl"
+    for i, row in enumerate([run(1, 6.0), run(1, 6.0), run(64, 10.0), run(64, 10.0)]):
+        with open(cal, "a") as f:
+            f.write(Path(_results(tmp_path / f"c{i}.jsonl", "train", [row])).read_text())
+    args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--strategy", "mirrored", "--workers", "2",
+            "--compute-ms", "25", "--overhead", str(cal), "--json"]
+    at64 = json.loads(commbench(*args, "--batch", "64").out)
+    wire = pr.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
+                           pr.LinkModel(100.08, 100.0)).comm_ms
+    assert at64["overhead_ms"] == pytest.approx(10.0 - wire)
+    assert at64["calibration"].startswith("2x small_cnn W=2 batch 64 over ")
+    assert at64["calibration"].endswith("(the runs of this model and batch)")
+    at32 = json.loads(commbench(*args, "--batch", "32").out)
+    assert 6.0 - wire < at32["overhead_ms"] < 10.0 - wire and "batch 1 over" in at32["calibration"]
+    assert "this model and batch" not in at32["calibration"]
 
 
 def test_a_compute_run_is_taken_to_drift_as_far_as_it_moved_while_measured():
@@ -172,17 +230,21 @@ def test_predict_says_when_its_uncertainty_makes_the_verdict_undecided(tmp_path,
 
 
 def test_ps_gradients_in_turn_and_the_slowest_worker(tmp_path):
-    """Exact inputs (no intervals): Low is the prediction itself, High has the ps gradients in turn;
-    a train run of the same shape that measured its slowest worker's compute puts it in Low's step."""
+    """Exact inputs (no intervals): ps's middle has the workers' gradients halfway between all at once and
+    in turn, Low moves toward all at once and High toward in turn (each bound taken as a 95 % end, the
+    interval a 90 % one: 1.645 / 1.96 of the way); mirrored's Low and High are its middle. A train run of
+    the same shape that measured its slowest worker's compute moves Low's step toward waiting for it."""
     p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
                                                           for s in (8, 65536, 1 << 20)], transport="tcp")
     args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--batch", "32", "--json", "--shared-host", "no"]
     ps = json.loads(commbench(*args, "--compute-ms", "40", "--strategy", "ps", "--workers", "2", "--ps", "1").out)
     variables, link = tf_ps.variables_of(store.load("small_cnn")), pr.LinkModel(100.08, 100.0)  # alpha: 8 B
-    assert ps["images_lo"] == pytest.approx(ps["images_s"])
-    assert ps["images_s"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link).images_s)
-    assert ps["images_hi"] == pytest.approx(pr.predict_ps(variables, 2, 1, 32, 40.0, link, in_turn=True).images_s)
-    assert ps["images_hi"] > ps["images_s"] * 1.02
+    together, half, turn = (pr.predict_ps(variables, 2, 1, 32, 40.0, link, turn=t).step_ms for t in (0.0, 0.5, 1.0))
+    share = 1.645 / 1.96
+    assert ps["step_ms"] == pytest.approx(half) and together > half > turn
+    assert 64e3 / ps["images_lo"] == pytest.approx(half + share * (together - half))
+    assert 64e3 / ps["images_hi"] == pytest.approx(half - share * (half - turn))
+    assert ps["images_hi"] > ps["images_s"] * 1.01 > ps["images_lo"] * 1.02
     ring = json.loads(commbench(*args, "--compute-ms", "40", "--strategy", "mirrored", "--workers", "2").out)
     assert ring["images_lo"] == pytest.approx(ring["images_s"]) == pytest.approx(ring["images_hi"])
     # the slowest worker took 46 ms where the median took 40: Low's step waits 6 ms; the middle, High
@@ -193,7 +255,7 @@ def test_ps_gradients_in_turn_and_the_slowest_worker(tmp_path):
     waited = json.loads(commbench(*args, "--train", train).out)
     assert waited["step_ms"] == pytest.approx(ring["step_ms"])
     assert waited["images_hi"] == pytest.approx(ring["images_s"])
-    assert waited["images_lo"] == pytest.approx(64e3 / (ring["step_ms"] + 6))
+    assert waited["images_lo"] == pytest.approx(64e3 / (ring["step_ms"] + share * 6))
     assert waited["one_worker_images_s"] == pytest.approx(800.0)
     for other in (["--compute-ms", "40"], ["--workers", "3"]):  # not measured for what is predicted: no wait
         r = json.loads(commbench(*args, "--train", train, *other).out)
@@ -627,8 +689,8 @@ def loopback_flood():
 @pytest.mark.root
 @pytest.mark.slow
 def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
-    """launchers/predict.sh, short and on small_cnn's ps training: calibrated by --batch 1 runs on
-    unshaped links, it predicts training over 1 Gbit/s links from a sweep over them and a compute
+    """launchers/predict.sh, short and on small_cnn's ps training: calibrated by runs at the batch it
+    trains on unshaped links, it predicts training over 1 Gbit/s links from a sweep over them and a compute
     time measured apart (train --compute-only), never from the run it is compared with. Its saved
     files give the same predictions again after the whole recipe (the unshaped rate's sweep once went
     into the calibration's file, moving the earlier rates' predictions made again). How close the
@@ -649,8 +711,11 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     o = run.meta["options"]  # calibrated out of sample: nothing at 1 Gbit/s but the sweep
     assert [Path(f).name for f in o["overhead"]] == ["cal_ps_none.jsonl"]
     assert [Path(f).name for f in o["overhead_p2p"]] == ["cal_sweep_none.jsonl"]
-    # ps's runtime is per closure and per RPC: calibrated on two models with different RPCs per closure
-    assert {r.rows[-1]["model"] for r in read_runs(out / "cal_ps_none.jsonl")} == {"small_cnn", "mobilenet_v2"}
+    # calibrated at the model and batch it predicts (the runtime grows with the batch on shared cores)
+    cal = [r.rows[-1] for r in read_runs(out / "cal_ps_none.jsonl")]
+    assert {(r["model"], r["batch"], r["workers"]) for r in cal} == {("small_cnn", 64, 2)} and len(cal) == 2
+    assert row["calibration"] == f"2x small_cnn W=2 P=1 batch 64 over {o['overhead_p2p'][0]} (the runs of this " \
+                                 "model and batch)"
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
     assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
