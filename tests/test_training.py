@@ -158,12 +158,9 @@ def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_an
         return {**base, "batch": batch, "images_s": 2 * batch / step * 1e3, "step_p50_ms": step,
                 "compute_ms": compute}
 
-    cal = tmp_path / "cal.jsonl"
-    for i, row in enumerate([run(1, 6.0), run(1, 6.0), run(64, 10.0), run(64, 10.0)]):
-        with open(cal, "a") as f:
-            f.write(Path(_results(tmp_path / f"c{i}.jsonl", "train", [row])).read_text())
+    cal = _train_runs(tmp_path / "cal.jsonl", [run(1, 6.0), run(1, 6.0), run(64, 10.0), run(64, 10.0)])
     args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--strategy", "mirrored", "--workers", "2",
-            "--compute-ms", "25", "--overhead", str(cal), "--json"]
+            "--compute-ms", "25", "--overhead", cal, "--json"]
     at64 = json.loads(commbench(*args, "--batch", "64").out)
     wire = pr.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
                            pr.LinkModel(100.08, 100.0)).comm_ms
@@ -200,6 +197,13 @@ def _results(path, bench, rows, **options):
     meta = {"type": "meta", "bench": bench, "options": options, "hosts": ["a", "b"]}
     path.write_text("\n".join(json.dumps(x) for x in [meta, *({"type": "row", "bench": bench, **r} for r in rows)])
                     + "\n")
+    return str(path)
+
+
+def _train_runs(path, rows):
+    """One train run per row, appended to one file as ``train -o`` does with repeats."""
+    path.write_text("".join(Path(_results(path.with_suffix(f".{i}"), "train", [row])).read_text()
+                            for i, row in enumerate(rows)))
     return str(path)
 
 
@@ -340,11 +344,8 @@ def test_predict_compares_with_repeats_and_their_intervals(tmp_path):
                 "step_ci_hi_ms": step + ci, "compute_ms": compute, "compute_ci_lo_ms": compute - 1,
                 "compute_ci_hi_ms": compute + 1}
 
-    train = tmp_path / "t.jsonl"  # three train runs appended to one file, as -o does
-    for i, row in enumerate([{**run(10.0, 5.0), "workers": 3}, run(80.0, 40.0), run(100.0, 42.0)]):
-        with open(train, "a") as f:
-            f.write(Path(_results(tmp_path / f"r{i}.jsonl", "train", [row])).read_text())
-    out = json.loads(commbench("predict", "--p2p", p2p, "--train", str(train), "--json").out)
+    train = _train_runs(tmp_path / "t.jsonl", [{**run(10.0, 5.0), "workers": 3}, run(80.0, 40.0), run(100.0, 42.0)])
+    out = json.loads(commbench("predict", "--p2p", p2p, "--train", train, "--json").out)
     assert out["measured_runs"] == 2
     assert out["measured_images_s"] == pytest.approx((64e3 / 80 + 64e3 / 100) / 2)
     assert (out["measured_lo"], out["measured_hi"]) == (pytest.approx(64e3 / 101), pytest.approx(64e3 / 79))

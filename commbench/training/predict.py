@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -280,7 +281,7 @@ def interval_end(mid_ms: float, moved_ms: Sequence[float], slow: bool) -> float:
     quadrature. Moving every input to its end at once (the corners) claims no proportion and is wider
     than the errors are, since they do not all go the same way."""
     d = [max(0.0, (m - mid_ms) if slow else (mid_ms - m)) / Z_INPUT for m in moved_ms]
-    return mid_ms + (1 if slow else -1) * Z_COVERAGE * float(np.sqrt(sum(x * x for x in d)))
+    return mid_ms + (1 if slow else -1) * Z_COVERAGE * math.hypot(*d)
 
 
 def min_bandwidth(step_at: Callable[[float], Prediction]) -> float | None:
@@ -616,7 +617,7 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int) -
     if len(sweeps) not in (1, len(args.overhead)):
         raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
                          f"or one for all of them, not {len(sweeps)}")
-    runs, what, models = [], [], []
+    runs: list[tuple[Calibrated, str, str]] = []  # (run, its model, what it is)
     for path, sweep in zip(args.overhead, sweeps * len(args.overhead) if len(sweeps) == 1 else sweeps, strict=True):
         link = p2p_link(sweep)
         for row, meta in train_rows(path):
@@ -627,14 +628,12 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int) -
             shape = Shape(strategy, int(row["workers"]), int(row.get("ps") or 0), int(row["batch"]),
                           tuple(tf_ps.variables_of(prof)), args.placement,
                           args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta)))
-            runs.append(Calibrated(shape, link, *spans(row), slowest_span(row)))
-            models.append(prof.name)
-            what.append(f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
-                        f"batch {shape.batch} over {sweep}")
-    mine = [i for i, c in enumerate(runs) if (c.shape.batch, models[i]) == (batch, model)]
-    if mine:
-        runs, what = [runs[i] for i in mine], [what[i] for i in mine]
-    return fit_runtime(runs), "; ".join(f"{n}x {w}" for w, n in sorted(Counter(what).items())) + (
+            runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
+                         f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
+                         f"batch {shape.batch} over {sweep}"))
+    mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
+    return fit_runtime([r[0] for r in mine or runs]), "; ".join(
+        f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
         " (the runs of this model and batch)" if mine else "")
 
 
@@ -711,10 +710,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return with_runtime(p, r) if args.overhead else p
 
     def end(which: str) -> tuple:
-        """at()'s inputs for the middle, the slow and fast ends, and the ends that make W workers least
-        (tight) and most (roomy) worth it against one."""
-        i = {"mid": 1, "slow": 2, "fast": 0, "tight": 0, "roomy": 2}[which]  # the compute time
-        j = {"mid": 1, "slow": 2, "fast": 0, "tight": 2, "roomy": 0}[which]  # the rest
+        """at()'s inputs for the middle and the corners that make W workers least (tight) and most
+        (roomy) worth it against one."""
+        i = {"mid": 1, "tight": 0, "roomy": 2}[which]  # the compute time
+        j = {"mid": 1, "tight": 2, "roomy": 0}[which]  # the rest
         s = slowest.hi if slowest and j == 2 else None  # the slow ends wait for the slowest worker
         return ((compute.lo, compute.mid, compute.hi)[i], s, (link.fast, link.mid, link.slow)[j],
                 (rt.lo, rt.mid, rt.hi)[j], (1.0, TURN, 0.0)[j])
@@ -725,10 +724,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     pred, tight, roomy = (at(*end(w)) for w in ("mid", "tight", "roomy"))
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
-    mid = end("mid")
+    mid = dict(zip(("c", "s", "lm", "r", "turn"), end("mid"), strict=True))
 
     def moved(**change) -> float:  # the step with one input moved
-        return at(*{**dict(zip(("c", "s", "lm", "r", "turn"), mid, strict=True)), **change}.values()).step_ms
+        return at(**{**mid, **change}).step_ms
 
     slow_moves = [moved(c=compute.hi), moved(lm=link.slow), moved(r=rt.hi), moved(turn=0.0)] + (
         [moved(s=slowest.hi)] if slowest else [])
