@@ -7,8 +7,8 @@ from the files it saved, against every repeat of the measured run (not only thei
 Per repeat: the measured images/s, the error of the prediction against it, whether it lies inside the
 prediction's stated interval (Low-High), and the communication per step, predicted (the step less the
 compute time) against measured (the repeat's mean step less its own compute time, measured in that run
-before and after training). Then the coverage of the intervals and how many repeats lie within 15 %
-(communication) and 10 % / 15 % (images/s, ps / mirrored).
+between its training steps; runs older than that: before and after training). Then the coverage of the
+intervals and how many repeats lie within 15 % (communication) and 10 % / 15 % (images/s, ps / mirrored).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def main() -> int:
         goal = 10 if p["strategy"] == "ps" else 15
         claims.add(p.get("interval_coverage"))
         for r in repeats(o["train"], shape):
-            comm = spans(r)[0].mid - r["compute_ms"]  # the repeat's mean step less its own compute
+            step, own = spans(r)  # the repeat's mean step and its own compute
+            comm = step.mid - own.mid
             err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / comm - 1)
             ok = p["images_lo"] <= r["images_s"] <= p["images_hi"]
             wire = sum(v for k, v in p["terms"].items() if k in ("read_ms", "gradients_ms", "allreduce_ms"))
@@ -83,7 +84,7 @@ def main() -> int:
             print(f"| {o['label']} | {p['model']} | {p['strategy']} | {p['workers']} | {p['images_s']:.0f} | "
                   f"{p['images_lo']:.0f}-{p['images_hi']:.0f} ({100 * (p['images_hi'] / p['images_lo'] - 1):.0f} %) | "
                   f"{r['images_s']:.0f} | {err:+.1f} % | {'yes' if ok else 'no'} | {p['beyond_compute_ms']:.1f} | "
-                  f"{comm:.1f} (compute {r['compute_ms']:.1f}) | {cerr:+.1f} % |")
+                  f"{comm:.1f} (compute {own.mid:.1f}) | {cerr:+.1f} % |")
     claim = "/".join(f"{100 * c:.0f} %" for c in sorted(claims - {None})) or "no proportion"
     print(f"\n{n} measured runs: {inside} inside the stated interval ({100 * inside / max(n, 1):.0f} %; it claims "
           f"{claim}), "

@@ -164,12 +164,31 @@ def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_an
     at64 = json.loads(commbench(*args, "--batch", "64").out)
     wire = pr.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
                            pr.LinkModel(100.08, 100.0)).comm_ms
-    assert at64["overhead_ms"] == pytest.approx(10.0 - wire)
+    assert at64["overhead_ms"] == pytest.approx(10.0 - wire) and at64["runtime_pace"] == pytest.approx(1.0)
+    slow = json.loads(commbench(*args[:9], "--compute-ms", "50", *args[11:], "--batch", "64").out)
+    assert slow["overhead_ms"] == pytest.approx(2 * (10.0 - wire)) and slow["runtime_pace"] == pytest.approx(2.0)
     assert at64["calibration"].startswith("2x small_cnn W=2 batch 64 over ")
     assert at64["calibration"].endswith("(the runs of this model and batch)")
     at32 = json.loads(commbench(*args, "--batch", "32").out)
     assert 6.0 - wire < at32["overhead_ms"] < 10.0 - wire and "batch 1 over" in at32["calibration"]
+    assert at32["runtime_pace"] is None  # other batches' compute is another step's: not scaled
     assert "this model and batch" not in at32["calibration"]
+
+
+@given(st.floats(10.0, 80.0), st.floats(0.5, 2.0), st.floats(0.02, 0.6))
+@settings(max_examples=25, deadline=None)
+def test_tf_runtime_is_taken_at_the_pace_of_the_compute_time_predicted_with(pace, slower, share):
+    """TF's runtime is CPU work at the machine's pace: calibration runs of the predicted model and batch
+    whose cost beyond compute and the wire is ``share`` of their own compute time (one made while the
+    machine ran ``slower``), predicted with compute time ``pace``: the runtime is share x pace, and the row
+    says the pace against theirs. Runs of other batches are not scaled (their compute is another step's)."""
+    link = pr.fit_span([{"size": s, "p50_us": 100 + s / 100} for s in (8, 65536, 1 << 20)], "by hand")
+    shape = pr.Shape("mirrored", 2, 0, 64, tuple(tf_ps.variables_of(store.load("small_cnn"))))
+    wire = shape.at(30.0, link.mid).comm_ms
+    runs = [pr.Calibrated(shape, link, pr.Span.of(c + wire + share * c), pr.Span.of(c)) for c in (30.0, 30.0 * slower)]
+    fitted = pr.fit_runtime(runs, pace).at(shape)
+    assert fitted.mid == pytest.approx(share * pace, rel=1e-6) and fitted.lo <= fitted.mid <= fitted.hi
+    assert pr.fit_runtime(runs).at(shape).mid == pytest.approx(share * 30.0 * (1 + slower) / 2, rel=1e-6)
 
 
 def test_a_compute_run_is_taken_to_drift_as_far_as_it_moved_while_measured():
@@ -182,6 +201,41 @@ def test_a_compute_run_is_taken_to_drift_as_far_as_it_moved_while_measured():
     assert pr.drifting(steady) == pr.Span(40.0, 39.5, 40.5)
     old = {k: v for k, v in row.items() if not k.startswith("compute_") or k.endswith(("ci_lo_ms", "ci_hi_ms"))}
     assert pr.drifting({**old, "compute_ms": 40.0}) == pr.Span(40.0, 39.5, 40.5)
+
+
+@given(st.lists(st.lists(st.lists(st.floats(1.0, 100.0), min_size=3, max_size=3), min_size=1, max_size=4),
+                min_size=1, max_size=4))
+def test_the_compute_between_training_steps_is_the_bursts_steps_after_the_first(bursts):
+    """train's compute bursts between training steps: compute_during_p50_ms is the median of every
+    worker's burst steps but the first (the run's pace), compute_cold_p50_ms of the first steps (a compute
+    step right after a training step's communication); before and after stay as they were."""
+    from commbench.training.train import compute_row
+
+    before, after = [[40.0] * 12 for _ in bursts], [[42.0] * 12 for _ in bursts]
+    row = compute_row(before, after, bursts)
+    assert row["compute_during_p50_ms"] == pytest.approx(float(np.median([t for w in bursts for b in w
+                                                                           for t in b[1:]])))
+    assert row["compute_cold_p50_ms"] == pytest.approx(float(np.median([b[0] for w in bursts for b in w])))
+    assert (row["compute_before_ms"], row["compute_after_ms"]) == (40.0, 42.0)
+    assert "compute_during_p50_ms" not in compute_row(before, after)  # --compute-only: no bursts
+
+
+def test_a_runs_own_compute_is_the_one_between_its_steps_where_it_has_one(tmp_path):
+    """The measured communication (a train run's mean step less its own compute) and the calibration
+    take the compute measured between the run's training steps where the row has it (the pace of the
+    run's own minutes), else the one before and after training."""
+    row = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 32, "images_s": 1000.0,
+           "step_p50_ms": 64.0, "compute_ms": 40.0, "compute_ci_lo_ms": 38.0, "compute_ci_hi_ms": 45.0}
+    during = {**row, "compute_during_p50_ms": 44.0, "compute_during_ci_lo_ms": 43.5, "compute_during_ci_hi_ms": 44.5}
+    assert pr.spans(row)[1] == pr.Span(40.0, 38.0, 45.0) and pr.spans(during)[1] == pr.Span(44.0, 43.5, 44.5)
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [
+        {"size": s, "p50_us": 100 + s / 100, "p50_ci_lo_us": 99 + s / 100, "p50_ci_hi_us": 101 + s / 100}
+        for s in (8, 65536, 1 << 20)], transport="tcp")
+    for r, own in ((row, 40.0), (during, 44.0)):
+        out = json.loads(commbench("predict", "--p2p", p2p, "--train", _results(tmp_path / f"t{own}.jsonl", "train",
+                                                                                   [r]), "--compute-ms", "40",
+                                   "--json").out)
+        assert out["measured_comm_ms"] == pytest.approx(64.0 - own) and out["compute_ms"] == 40.0
 
 
 def test_fit_span_gives_a_fast_and_a_slow_link():
@@ -426,6 +480,8 @@ def test_train_ps_small_then_predict(tmp_path):
     assert r.code == 0, r.err
     (row,) = read_runs(out)[0].rows
     assert row["images_s"] > 0 and row["compute_ms"] > 0 and row["steps"] == 16
+    # 8 rounds: a burst of compute steps on every worker after the 5th (the chief asks, the workers compute)
+    assert row["compute_during_p50_ms"] > 0 and row["compute_cold_p50_ms"] > 0, row
     assert row["loss_last"] < row["loss_first"]  # it learns the (fixed, synthetic) batch
     assert len(table_rows(r.out)) == 1
     assert not any(n in r.err for n in TF_NOISE), r.err  # TensorFlow's start-up notices are not the user's
@@ -449,6 +505,19 @@ def test_train_ps_small_then_predict(tmp_path):
     assert json.loads(r.out)["compute_ms"] == c["compute_ms"]
     r = commbench("train", "--compute-only", "--traffic")
     assert r.code == 2 and "sends nothing to capture" in r.err
+
+
+@pytest.mark.slow
+def test_train_mirrored_measures_its_compute_between_its_steps(tmp_path):
+    """A mirrored run: every worker computes a burst of steps after every 5th training step, outside its
+    clock; the row says the compute at the run's pace and right after a training step."""
+    out = tmp_path / "train.jsonl"
+    r = commbench("train", "--model", "small-cnn", "--strategy", "mirrored", "--workers", "2", "--steps", "10",
+                  "--warmup-steps", "2", "--batch", "8", "-o", str(out), timeout=400)
+    assert r.code == 0, r.err
+    (row,) = read_runs(out)[0].rows
+    assert row["steps"] == 10 and row["images_s"] > 0 and row["compute_ms"] > 0
+    assert row["compute_during_p50_ms"] > 0 and row["compute_cold_p50_ms"] > 0, row
 
 
 @pytest.mark.slow

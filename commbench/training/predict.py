@@ -391,9 +391,12 @@ class Runtime:
         return " + ".join(f"{k * 1e3:.1f} us per {name}" for k, name in terms)
 
 
-def fit_runtime(runs: Sequence[Calibrated]) -> Runtime:
+def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtime:
     """TF's runtime cost per count (``Shape.counts``), fitted by non-negative least squares to the
-    calibration runs' steps less their compute and modelled communication. With one shape (or shapes
+    calibration runs' steps less their compute and modelled communication. ``pace``: the compute time
+    predicted with, for runs of the same model and batch: each run's cost is taken at that pace (times
+    pace / the run's own compute time), for TF's runtime is CPU work on the cores the compute runs on, and
+    a machine that computes 20 % slower runs it 20 % slower too (docs/training.md, round 4). With one shape (or shapes
     whose counts are proportional) only the last term is fitted: its cost per RPC or collective. Its
     ends: the fits to the ends of every run's intervals and of the model's that make it high (high
     steps, low compute, the fast link, the gradients in turn) and low (the slowest worker waited for),
@@ -407,7 +410,7 @@ def fit_runtime(runs: Sequence[Calibrated]) -> Runtime:
             p = c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link, (0.0, TURN, 1.0)[1 + end])
             if c.slowest and end < 0:
                 p = with_wait(p, c.slowest.hi)
-            r.append(step - p.step_ms)
+            r.append((step - p.step_ms) * (pace / c.compute.mid if pace else 1.0))
             x.append(c.shape.counts())
         k = nonnegative_fit(np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64))
         return tuple(float(v) for v in k)
@@ -449,7 +452,8 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("beyond_compute_error_pct", "%", "--train: beyond_compute_ms / measured_beyond_compute_ms - 1",
             optional=True),
         key("measured_comm_ms", "ms", "--train: its mean step less its own compute time (measured in those runs, "
-                                      "before and after training): the network's share of the measured step, "
+                                      "between their training steps; older runs: before and after training): "
+                                      "the network's share of the measured step, "
                                       "free of how the machine's pace moved between runs; compared with, never "
                                       "predicted from", optional=True),
         key("comm_error_pct", "%", "--train: beyond_compute_ms / measured_comm_ms - 1", optional=True),
@@ -463,6 +467,9 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("overhead_ms", "ms", "TF's runtime cost per step, from the calibration (--overhead)"),
         key("calibration", doc="--overhead: the train runs TF's runtime was fitted to (model, W, batch, link)",
             optional=True),
+        key("runtime_pace", "ratio", "--overhead: the compute time predicted with / the calibration runs' own "
+                                     "(their median), where they are of this model and batch: TF's runtime, CPU "
+                                     "work at the machine's pace, is taken at this pace", optional=True),
         key("min_beta_mb_s", "MB/s", "the smallest link bandwidth at which W workers beat one"),
         key("min_beta_lo_mb_s", "MB/s", "the same with every input at its favourable end"),
         key("min_beta_hi_mb_s", "MB/s", "the same with every input at its unfavourable end"),
@@ -533,6 +540,15 @@ def compute_span(row: dict, compute_ms: float) -> Span:
     return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
 
 
+def own_compute(row: dict) -> Span:
+    """A train row's compute time in its own conditions: the steps measured between its training steps
+    (all workers at once) where it has them, else those before and after training."""
+    mid = row.get("compute_during_p50_ms")
+    if mid is None:
+        return compute_span(row, row["compute_ms"])
+    return Span.of(mid, row.get("compute_during_ci_lo_ms"), row.get("compute_during_ci_hi_ms"))
+
+
 def drifting(row: dict) -> Span:
     """A compute run's time for a run made after it: its interval, widened to how far the machine's pace
     moved between the run's two measurements (before and after: ``|after - before|`` either side of the
@@ -599,20 +615,23 @@ def spans(row: dict) -> tuple[Span, Span]:
     lo, hi = row.get("step_ci_lo_ms"), row.get("step_ci_hi_ms")
     shift = mean - row["step_p50_ms"]
     return (Span.of(mean, None if lo is None else lo + shift, None if hi is None else hi + shift),
-            compute_span(row, row["compute_ms"]))
+            own_compute(row))
 
 
 def one_host(meta: dict) -> bool:
     return len(set(meta.get("hosts", []))) == 1
 
 
-def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int) -> tuple[Runtime, str]:
+def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int,
+              pace: float) -> tuple[Runtime, str, float | None]:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
     what it was fitted to. Where some of them are of the predicted model and batch, those alone: on a
     machine whose ranks share cores, what a step costs beyond compute and the wire grows with the batch
     (the workers' compute crowds the chief's and the PS's threads: 3.5 ms from batch 1 to 64 for
     small_cnn, docs/training.md), so a calibration at the batch trained is the runtime of that step;
-    else every run (other models and batches: the terms' cross-model fit)."""
+    else every run (other models and batches: the terms' cross-model fit). Runs of the model and batch
+    are taken at the ``pace`` of the compute time predicted with (``fit_runtime``); the third value is
+    that pace against theirs (None: other runs, not scaled)."""
     sweeps = args.overhead_p2p or [args.p2p]
     if len(sweeps) not in (1, len(args.overhead)):
         raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
@@ -632,9 +651,10 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int) -
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                          f"batch {shape.batch} over {sweep}"))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
-    return fit_runtime([r[0] for r in mine or runs]), "; ".join(
+    ratio = pace / float(np.median([r[0].compute.mid for r in mine])) if mine else None
+    return fit_runtime([r[0] for r in mine or runs], pace if mine else None), "; ".join(
         f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
-        " (the runs of this model and batch)" if mine else "")
+        " (the runs of this model and batch)" if mine else ""), ratio
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
@@ -688,14 +708,15 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     elif args.compute_ms is not None:
         compute, compute_from, given = Span.of(args.compute_ms), "--compute-ms", []
     else:
-        compute = pooled([compute_span(r, r["compute_ms"]) for r in rows if r.get("compute_ms") is not None] or
+        compute = pooled([own_compute(r) for r in rows if r.get("compute_ms") is not None] or
                          [compute_span(row, pick(args.compute_ms, "compute_ms"))])
         compute_from, given = "in-sample", rows
     sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
-    runtime, calibration = calibrate(args, strategy, prof.name, batch) if args.overhead else (Runtime(()), "")
+    runtime, calibration, pace = calibrate(args, strategy, prof.name, batch, compute.mid) if args.overhead else \
+        (Runtime(()), "", None)
     rt = runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
@@ -750,7 +771,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     meas_beyond = mean_step - compute.mid if mean_step is not None else None
     out["measured_beyond_compute_ms"] = meas_beyond
     out["beyond_compute_error_pct"] = pct_off(out["beyond_compute_ms"], meas_beyond)
-    own = [r["compute_ms"] for r in rows if r.get("compute_ms") is not None] if m else []
+    own = [own_compute(r).mid for r in rows if r.get("compute_ms") is not None] if m else []
     comm_meas = mean_step - float(np.median(own)) if own else None
     out["measured_comm_ms"] = comm_meas
     out["comm_error_pct"] = pct_off(out["beyond_compute_ms"], comm_meas)
@@ -758,6 +779,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["inside"] = (slow.images_s <= meas.mid <= fast.images_s) if meas else None
     out["interval_coverage"] = COVERAGE
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, calibration or None
+    out["runtime_pace"] = pace
     if args.output:
         save(args, out)
     if args.json:
@@ -784,7 +806,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
              if comm_meas is not None else ""))
     if args.overhead:
         print(f"# TF's runtime: {runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
-              f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {calibration}")
+              f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {calibration}"
+              + (f", at the pace of the compute time given ({pace:.2f}x theirs)" if pace else ""))
     print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
           "added in quadrature)"
           + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "

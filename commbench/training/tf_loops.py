@@ -30,6 +30,9 @@ class StepTimes:
     compute_before: list[float] | None = None  # mirrored: this worker's compute steps (ms) before training
 
 
+PROBE_EVERY = 5  # ``between`` runs after every 5th measured step (ps: round), outside its clock
+
+
 def build_in_scope(tf, model_name: str, lr: float):
     """(model, input shape, classes, optimizer) with every variable made inside the strategy's scope
     (the caller's ``with strategy.scope()``). Keras 3 makes an optimizer's slots (momentum) lazily, at
@@ -79,29 +82,42 @@ def synthetic(tf, shape: tuple, classes: int, batch: int, seed: int):
     return tf.data.Dataset.from_tensors((x, y)).repeat()
 
 
+class ComputeProbe:
+    """One worker's training step on a model of its own, with no communication: built and traced once,
+    then timed a step at a time (between training steps too: the compute time in the run's own conditions)."""
+
+    def __init__(self, name: str, batch: int, seed: int) -> None:
+        tf = tensorflow()
+        model, shape, classes = image_model(name)
+        opt = tf.keras.optimizers.SGD(0.01)
+        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        x, y = next(iter(synthetic(tf, shape, classes, batch, seed)))
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables,
+                                    strict=True))
+            return loss
+
+        self._step = step
+        for _ in range(3):
+            step()
+
+    def __call__(self) -> float:
+        """One step's time (ms)."""
+        t0 = time.perf_counter_ns()
+        self._step().numpy()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    def steps(self, n: int = 12) -> list[float]:
+        return [self() for _ in range(n)]
+
+
 def compute_step_ms(name: str, batch: int, seed: int, steps: int = 12) -> list[float]:
     """Times (ms) of training steps of the model on this process alone: no communication."""
-    tf = tensorflow()
-    model, shape, classes = image_model(name)
-    opt = tf.keras.optimizers.SGD(0.01)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    x, y = next(iter(synthetic(tf, shape, classes, batch, seed)))
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
-        return loss
-
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter_ns()
-        step().numpy()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return times
+    return ComputeProbe(name, batch, seed).steps(steps)
 
 
 def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
@@ -121,8 +137,9 @@ def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
 
 
 def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int, lr: float,
-           tick: Callable[[int], None] = lambda n: None) -> StepTimes:
-    """On the chief: ParameterServerStrategy + ClusterCoordinator from TF_CONFIG."""
+           tick: Callable[[int], None] = lambda n: None, between: Callable[[], object] = lambda: None) -> StepTimes:
+    """On the chief: ParameterServerStrategy + ClusterCoordinator from TF_CONFIG. ``between`` runs after
+    every PROBE_EVERY-th measured round, every closure joined (the workers idle)."""
     tf = tensorflow()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
@@ -157,14 +174,18 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
             out.ns.append(t)
             out.losses.append(float(np.mean([v.fetch() for v in results])))
             tick(workers)  # after the round's clock stopped
+            if (r - first) % PROBE_EVERY == PROBE_EVERY - 1:
+                between()
     return out
 
 
 def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int,
                  lr: float, tick: Callable[[int], None] = lambda n: None,
-                 before: Callable[[], list[float]] | None = None) -> StepTimes:
+                 before: Callable[[], list[float]] | None = None,
+                 between: Callable[[], object] = lambda: None) -> StepTimes:
     """On every worker: MultiWorkerMirroredStrategy (RING) from TF_CONFIG; ``batch`` is per worker.
-    ``before`` runs once the strategy is made (TF's collectives must be set up before any op runs)."""
+    ``before`` runs once the strategy is made (TF's collectives must be set up before any op runs);
+    ``between`` after every PROBE_EVERY-th measured step, on every worker at once (the steps keep them in step)."""
     tf = tensorflow()
     comm = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
@@ -196,6 +217,8 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
             out.ns.append(t)
             out.losses.append(loss)
             tick(1)
+            if (s - warmup) % PROBE_EVERY == PROBE_EVERY - 1:
+                between()
     return out
 
 

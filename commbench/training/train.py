@@ -60,7 +60,18 @@ CI_KEYS = [key("step_ci_lo_ms", "ms", "lower end of the median step's 95 % confi
            key("slowest_p50_ms", "ms", "median over steps of the slowest worker's compute step (what a "
                                        "synchronous step waits for)"),
            key("slowest_ci_lo_ms", "ms", "lower end of slowest_p50_ms's interval"),
-           key("slowest_ci_hi_ms", "ms", "upper end of slowest_p50_ms's interval")]
+           key("slowest_ci_hi_ms", "ms", "upper end of slowest_p50_ms's interval"),
+           key("compute_during_p50_ms", "ms", "median compute step of every worker measured in bursts of 3 "
+                                              "between training steps (after every 5th; ps: round), all workers "
+                                              "at once, each burst's first step left out: the compute time at "
+                                              "the pace of the run's own minutes", optional=True),
+           key("compute_during_ci_lo_ms", "ms", "lower end of compute_during_p50_ms's interval", optional=True),
+           key("compute_during_ci_hi_ms", "ms", "upper end of compute_during_p50_ms's interval", optional=True),
+           key("compute_cold_p50_ms", "ms", "median of the bursts' first steps: the compute step right after a "
+                                            "training step (its communication), all workers at once",
+               optional=True),
+           key("compute_cold_ci_lo_ms", "ms", "lower end of compute_cold_p50_ms's interval", optional=True),
+           key("compute_cold_ci_hi_ms", "ms", "upper end of compute_cold_p50_ms's interval", optional=True)]
 BENCH = key("bench", doc="train (train-traffic: --traffic rows)")
 _BY_NAME = {c.key: c for c in (*COLUMNS, *CI_KEYS)}
 COMPUTE_COLUMNS = [*(_BY_NAME[k] for k in ("model", "workers", "batch", "compute_ms")),
@@ -73,6 +84,7 @@ COMPUTE_PRESENTATION = Presentation("compute_ms", "lower", "none", "workers", ("
                                     "train --compute-only")
 PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strategy", "model"), tuple(COLUMNS),
                             "train")
+BURST = 3  # compute steps between training steps, every PROBE_EVERY-th (tf_loops)
 PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
 
 
@@ -197,31 +209,46 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         budget = o.timeout * (2 + (o.steps + o.warmup_steps) / max(1, o.workers))
         row = None
 
-        def compute() -> list[float]:  # one worker's steps without communication (ms)
-            return tf_loops.compute_step_ms(o.model, o.batch, o.seed)
+        probe: list = []  # this worker's compute step, built at its first use (mirrored: once the strategy is)
+
+        def compute(n: int = 12) -> list[float]:  # one worker's steps without communication (ms)
+            if not probe:
+                probe.append(tf_loops.ComputeProbe(o.model, o.batch, o.seed))
+            return probe[0].steps(n)
 
         # the compute time before training and after it, every worker at once: this machine can change
-        # pace during a run, and the difference is part of the compute time's uncertainty
-        before = None
+        # pace during a run, and the difference is part of the compute time's uncertainty; and between
+        # training steps (``bursts`` of BURST steps, every worker at once): the compute time at the run's own
+        # pace, what its steps are compared with (mirrored: this worker's bursts; ps, on the chief: a list of
+        # every worker's burst a pause)
+        before, bursts = None, []
         if o.strategy == "ps":  # before the workers' servers start (mirrored: after its strategy is made)
             before = compute() if job == "worker" else None
             world.barrier("compute-before", patient=True)
         if o.strategy == "ps" and job != "chief":
             _server = tf_loops.start_server(job, index)  # serves until this process ends
-            world.bcast_json("train-done", timeout=budget)  # the chief says when
+            while world.bcast_json("train-cmd", timeout=budget) == "compute":  # the chief's, until "done"
+                world.gather_json("burst-ms", compute(BURST) if job == "worker" else None)
         else:
+            if o.strategy == "ps":
+                def between() -> None:  # every worker computes at once, the round's closures joined
+                    world.bcast_json("train-cmd", "compute")
+                    bursts.append([b for b in world.gather_json("burst-ms", None) or [] if b is not None])
+            else:
+                def between() -> None:
+                    bursts.append(compute(BURST))
             step_fn = tf_loops.run_ps if o.strategy == "ps" else tf_loops.run_mirrored
             progress = Progress(f"train {o.strategy} {o.model}", o.steps, "steps", enabled=reporter)
             try:
-                times = step_fn(o.model, o.workers, o.batch, o.steps, o.warmup_steps, o.seed,
-                                o.lr, progress.advance, *([] if o.strategy == "ps" else [compute]))
+                times = step_fn(o.model, o.workers, o.batch, o.steps, o.warmup_steps, o.seed, o.lr,
+                                progress.advance, *([] if o.strategy == "ps" else [compute]), between=between)
             finally:
                 progress.close()
             row = summarize(o, times) if reporter else None
             if o.strategy == "mirrored":
                 before = times.compute_before
             if o.strategy == "ps":
-                world.bcast_json("train-done", True)
+                world.bcast_json("train-cmd", "done")
         if o.traffic:  # every rank names its sockets; the chief sums the capture by role
             owned = traffic.owners(world)
             if capture is not None:
@@ -232,9 +259,15 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         # compute without communication: every worker at once, as they computed during training
         world.barrier("compute")
         after = compute() if job == "worker" else None
-        computes = world.gather_json("compute-ms", {"before": before, "after": after} if after else None)
+        computes = world.gather_json("compute-ms", {"before": before, "after": after, "bursts": bursts}
+                                     if after else None)
         if reporter:
-            row.update(compute_row([c["before"] for c in computes if c], [c["after"] for c in computes if c]))
+            if o.strategy == "ps":  # the chief's: every worker's burst a pause
+                by_worker = [list(w) for w in zip(*bursts, strict=True)]
+            else:
+                by_worker = [c["bursts"] for c in computes if c]
+            row.update(compute_row([c["before"] for c in computes if c], [c["after"] for c in computes if c],
+                                   by_worker))
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
             meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
@@ -317,15 +350,21 @@ def with_ci(name: str, ms) -> dict:
             f"{name}_ci_lo_ms": ci[0], f"{name}_ci_hi_ms": ci[1]}
 
 
-def compute_row(before: list[list[float]], after: list[list[float]]) -> dict:
+def compute_row(before: list[list[float]], after: list[list[float]],
+                bursts: Sequence[Sequence[Sequence[float]]] = ()) -> dict:
     """Every worker's compute steps (ms), measured before and after training, all workers at once.
     compute_ms: their median; its interval reaches both medians' 95 % intervals (a change of pace
     between them widens it). slowest_p50_ms: the median over the i-th steps of the slowest worker's i-th
-    step, what a synchronous step waits for (the workers do not finish at once), with its interval."""
+    step, what a synchronous step waits for (the workers do not finish at once), with its interval.
+    Where measured, every worker's ``bursts`` between training steps: compute_during_p50_ms, the median
+    of their steps after the first (the pace of the run's minutes); compute_cold_p50_ms, of their first
+    steps (a step's compute right after a training step's communication)."""
     flat_b, flat_a = [t for w in before for t in w], [t for w in after for t in w]
     pooled, b, a = with_ci("compute", flat_b + flat_a), with_ci("compute", flat_b), with_ci("compute", flat_a)
     ends = [x for part in (pooled, b, a) for x in (part["compute_ci_lo_ms"], part["compute_ci_hi_ms"],
                                                    part["compute_ms"]) if x is not None]
     slowest = [max(ts) for runs in (before, after) for ts in zip(*runs, strict=False)]
     return {**pooled, "compute_ci_lo_ms": min(ends), "compute_ci_hi_ms": max(ends),
-            "compute_before_ms": b["compute_ms"], "compute_after_ms": a["compute_ms"], **with_ci("slowest", slowest)}
+            "compute_before_ms": b["compute_ms"], "compute_after_ms": a["compute_ms"], **with_ci("slowest", slowest),
+            **(with_ci("compute_during", [t for w in bursts for b in w for t in b[1:]]) if bursts else {}),
+            **(with_ci("compute_cold", [b[0] for w in bursts for b in w]) if bursts else {})}
