@@ -218,6 +218,7 @@ def test_the_compute_between_training_steps_is_the_bursts_steps_after_the_first(
     assert row["compute_cold_p50_ms"] == pytest.approx(float(np.median([b[0] for w in bursts for b in w])))
     assert (row["compute_before_ms"], row["compute_after_ms"]) == (40.0, 42.0)
     assert "compute_during_p50_ms" not in compute_row(before, after)  # --compute-only: no bursts
+    assert "compute_cold_p50_ms" not in compute_row(before, after, [[] for _ in bursts])  # under 5 steps: none
 
 
 def test_a_runs_own_compute_is_the_one_between_its_steps_where_it_has_one(tmp_path):

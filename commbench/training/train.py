@@ -364,7 +364,7 @@ def compute_row(before: list[list[float]], after: list[list[float]],
     ends = [x for part in (pooled, b, a) for x in (part["compute_ci_lo_ms"], part["compute_ci_hi_ms"],
                                                    part["compute_ms"]) if x is not None]
     slowest = [max(ts) for runs in (before, after) for ts in zip(*runs, strict=False)]
+    during, cold = [t for w in bursts for b in w for t in b[1:]], [b[0] for w in bursts for b in w if b]
     return {**pooled, "compute_ci_lo_ms": min(ends), "compute_ci_hi_ms": max(ends),
             "compute_before_ms": b["compute_ms"], "compute_after_ms": a["compute_ms"], **with_ci("slowest", slowest),
-            **(with_ci("compute_during", [t for w in bursts for b in w for t in b[1:]]) if bursts else {}),
-            **(with_ci("compute_cold", [b[0] for w in bursts for b in w]) if bursts else {})}
+            **(with_ci("compute_during", during) if during else {}), **(with_ci("compute_cold", cold) if cold else {})}
