@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
-#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: about 80 min here (by the pace)
+#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: about 85 min here (by the pace)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 10 min
 # 1. calibration, once, on unshaped links (the setup a user has): TF's runtime cost per closure and RPC
 #    (ps) or collective (mirrored) from train runs of every model and strategy at the batch trained below,
