@@ -180,8 +180,8 @@ def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_an
 def test_tf_runtime_is_taken_at_the_pace_of_the_compute_time_predicted_with(pace, slower, share):
     """TF's runtime is CPU work at the machine's pace: calibration runs of the predicted model and batch
     whose cost beyond compute and the wire is ``share`` of their own compute time (one made while the
-    machine ran ``slower``), predicted with compute time ``pace``: the runtime is share x pace, and the row
-    says the pace against theirs. Runs of other batches are not scaled (their compute is another step's)."""
+    machine ran ``slower``), predicted with compute time ``pace``: the runtime is share x pace; unscaled,
+    the mean of the two runs' costs (the CLI's pace and unscaled batches: the test above)."""
     link = pr.fit_span([{"size": s, "p50_us": 100 + s / 100} for s in (8, 65536, 1 << 20)], "by hand")
     shape = pr.Shape("mirrored", 2, 0, 64, tuple(tf_ps.variables_of(store.load("small_cnn"))))
     wire = shape.at(30.0, link.mid).comm_ms

@@ -31,6 +31,7 @@ class StepTimes:
 
 
 PROBE_EVERY = 5  # ``between`` runs after every 5th measured step (ps: round), outside its clock
+BURST = 3  # compute steps ``between`` times (train.py): the first right after a training step, then the pace
 
 
 def build_in_scope(tf, model_name: str, lr: float):
@@ -137,7 +138,7 @@ def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
 
 
 def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int, lr: float,
-           tick: Callable[[int], None] = lambda n: None, between: Callable[[], object] = lambda: None) -> StepTimes:
+           tick: Callable[[int], None] = lambda n: None, between: Callable[[], None] = lambda: None) -> StepTimes:
     """On the chief: ParameterServerStrategy + ClusterCoordinator from TF_CONFIG. ``between`` runs after
     every PROBE_EVERY-th measured round, every closure joined (the workers idle)."""
     tf = tensorflow()
@@ -182,7 +183,7 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
 def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int,
                  lr: float, tick: Callable[[int], None] = lambda n: None,
                  before: Callable[[], list[float]] | None = None,
-                 between: Callable[[], object] = lambda: None) -> StepTimes:
+                 between: Callable[[], None] = lambda: None) -> StepTimes:
     """On every worker: MultiWorkerMirroredStrategy (RING) from TF_CONFIG; ``batch`` is per worker.
     ``before`` runs once the strategy is made (TF's collectives must be set up before any op runs);
     ``between`` after every PROBE_EVERY-th measured step, on every worker at once (the steps keep them in step)."""

@@ -84,7 +84,6 @@ COMPUTE_PRESENTATION = Presentation("compute_ms", "lower", "none", "workers", ("
                                     "train --compute-only")
 PRESENTATION = Presentation("images_s", "higher", "training", "workers", ("strategy", "model"), tuple(COLUMNS),
                             "train")
-BURST = 3  # compute steps between training steps, every PROBE_EVERY-th (tf_loops)
 PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
 
 
@@ -218,7 +217,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
 
         # the compute time before training and after it, every worker at once: this machine can change
         # pace during a run, and the difference is part of the compute time's uncertainty; and between
-        # training steps (``bursts`` of BURST steps, every worker at once): the compute time at the run's own
+        # training steps (``bursts`` of tf_loops.BURST steps, every worker at once): the compute time at the run's own
         # pace, what its steps are compared with (mirrored: this worker's bursts; ps, on the chief: a list of
         # every worker's burst a pause)
         before, bursts = None, []
@@ -228,7 +227,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         if o.strategy == "ps" and job != "chief":
             _server = tf_loops.start_server(job, index)  # serves until this process ends
             while world.bcast_json("train-cmd", timeout=budget) == "compute":  # the chief's, until "done"
-                world.gather_json("burst-ms", compute(BURST) if job == "worker" else None)
+                world.gather_json("burst-ms", compute(tf_loops.BURST) if job == "worker" else None)
         else:
             if o.strategy == "ps":
                 def between() -> None:  # every worker computes at once, the round's closures joined
@@ -236,7 +235,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
                     bursts.append([b for b in world.gather_json("burst-ms", None) or [] if b is not None])
             else:
                 def between() -> None:
-                    bursts.append(compute(BURST))
+                    bursts.append(compute(tf_loops.BURST))
             step_fn = tf_loops.run_ps if o.strategy == "ps" else tf_loops.run_mirrored
             progress = Progress(f"train {o.strategy} {o.model}", o.steps, "steps", enabled=reporter)
             try:
