@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -54,7 +55,19 @@ def test_predict_ps_by_hand():
     assert turn.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(6.100023)}
     half = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, turn=pr.TURN)
     assert pr.TURN == 0.5 and half.terms["gradients_ms"] == pytest.approx(7.100012)
-    assert pr.predict_ps(sizes, 1, 2, 32, 50.0, link, turn=1.0) == pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
+    one_turn, one = pr.predict_ps(sizes, 1, 2, 32, 50.0, link, turn=1.0), pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
+    assert (one_turn.step_ms, one_turn.terms) == (one.step_ms, one.terms)  # one worker: nothing to take turns
+    # the middle from measured lags (turn None), one PS: gradients ready 2.05 ms apart, a worker's alone
+    # 6.100023 ms at this link: the last ends 2 x 6.100023 - 2.05 after its own were ready, 0.336 of the
+    # way from both at once to one alone
+    assert pr.turn_of([[2.05], [2.05]], 6.100023, 2) == pytest.approx(2.05 / 6.100023)
+    # the reads (6.1 ms a worker's alone) end half that apart: 3.05 ms more lag or 3.05 less (the lag's
+    # sign flipped), 0.5 of the way on average; gradients of 12,000,046 B at once, 6,000,023 B alone
+    lagged = pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None, lags=[[2.05], [2.05]])
+    assert lagged.gradients_turn == pytest.approx(0.5, abs=1e-5)
+    assert lagged.terms["gradients_ms"] == pytest.approx(12.100046 - 6.000023 * 0.5, abs=1e-4)
+    assert pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None, lags=[[13.0]]).gradients_turn == 1.0  # apart
+    assert pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None).gradients_turn == pr.TURN  # no lags: TURN
     # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b))) == \
         pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
@@ -64,6 +77,60 @@ def test_predict_ps_by_hand():
     assert greedy.beta_bytes == pytest.approx(p.beta_bytes, abs=60)
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 1, 1, 32, 50.0, pr.LinkModel(100.0, b))) is None
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 0.1, pr.LinkModel(100.0, b))) is None
+
+
+@given(st.integers(2, 6), st.floats(0.01, 100.0), st.lists(st.lists(st.floats(0.0, 300.0), min_size=5, max_size=5),
+                                                          min_size=1, max_size=30))
+def test_the_gradients_turn_is_what_a_link_taking_them_in_order_makes_of_the_lags(workers, one_ms, raw):
+    """turn_of: gradients ready at once (lags 0) cross all at once (0); ready a worker's transfer or more
+    apart, one at a time (1); in between, the round's end as a queue at the PS's link makes it, never
+    nearer in turn for lags made shorter; rounds of another W are left out (all of them: TURN)."""
+    lags = [sorted(r[:workers - 1], reverse=True) for r in raw]
+    assert pr.turn_of([[0.0] * (workers - 1)] * 3, one_ms, workers) == pytest.approx(0.0)
+    apart = [[(workers - 1 - k) * one_ms * 1.01 for k in range(workers - 1)]]
+    assert pr.turn_of(apart, one_ms, workers) == pytest.approx(1.0)
+    t = pr.turn_of(lags, one_ms, workers)
+    assert 0.0 <= t <= 1.0
+    # by hand: the mean of the rounds' ends, W x one_ms at turn 0 and one_ms at turn 1
+    ends = [max([one_ms] + [(workers - k) * one_ms - lag for k, lag in enumerate(r)]) for r in lags]
+    assert t == pytest.approx((workers * one_ms - float(np.mean(ends))) / ((workers - 1) * one_ms), abs=1e-9)
+    assert pr.turn_of([[lag / 2 for lag in r] for r in lags], one_ms, workers) <= t + 1e-9
+    assert pr.turn_of([[1.0] * workers], one_ms, workers) == pr.TURN  # a round of W + 1 workers
+
+
+def test_ps_gradients_cross_in_turn_as_the_calibration_runs_lags_make_them(tmp_path):
+    """predict --overhead with ps runs that measured their gradients-ready lags (grads_lag_ms): the
+    middle prediction's gradients cross as far in turn as those lags make it at the predicted link
+    (runs of this model, batch and W only; none: TURN)."""
+    def link(path, per_us):  # p50 = 100 us + n / per_us
+        return _results(tmp_path / path, "p2p-latency", [{"size": s, "p50_us": 100 + s / per_us}
+                                                         for s in (8, 65536, 1 << 20)], transport="tcp")
+    fast, slow = link("fast.jsonl", 1000.0), link("slow.jsonl", 10.0)
+    base = {"strategy": "ps", "model": "small_cnn", "workers": 2, "ps": 1, "batch": 64, "compute_ms": 30.0}
+
+    def run(lag: float | None, workers: int = 2) -> dict:
+        lags = {} if lag is None else {"grads_lag_ms": [[lag] * (workers - 1)] * 20}
+        return {**base, "workers": workers, "images_s": 2 * 64 / 45.0 * 1e3, "step_p50_ms": 45.0, **lags}
+
+    args = ["predict", "--p2p", slow, "--model", "small_cnn", "--strategy", "ps", "--workers", "2", "--ps", "1",
+            "--batch", "64", "--compute-ms", "30", "--overhead-p2p", fast, "--json"]
+    out = {}
+    for name, runs in (("apart", [run(100.0), run(100.0)]), ("together", [run(0.0), run(0.0)]),
+                       ("none", [run(None), run(None)]), ("w3", [run(100.0, 3), run(100.0)])):
+        r = commbench(*args, "--overhead", _train_runs(tmp_path / f"{name}.jsonl", runs))
+        assert r.code == 0, r.err
+        out[name] = json.loads(r.out)
+    assert out["apart"]["gradients_turn"] == pytest.approx(1.0) and out["apart"]["gradients_lag_rounds"] == 40
+    # ready together, the gradients are apart only by the reads' ends: half a worker's reads (about its
+    # gradients' bytes): half the way
+    assert out["together"]["gradients_turn"] == pytest.approx(0.5, abs=0.01)
+    assert out["none"]["gradients_turn"] == pr.TURN and out["none"]["gradients_lag_rounds"] == 0
+    assert out["w3"]["gradients_lag_rounds"] == 20  # the W = 3 run's rounds are another shape's
+    assert out["apart"]["step_ms"] < out["together"]["step_ms"]
+    for o in out.values():
+        assert o["images_lo"] <= o["images_s"] <= o["images_hi"]
+    text = commbench(*args[:-1], "--overhead", str(tmp_path / "apart.jsonl")).out
+    assert "1.00 of the way from all at once to in turn: as 40 calibration rounds' gradients-ready lags" in text
 
 
 def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
@@ -237,6 +304,48 @@ def test_a_runs_own_compute_is_the_one_between_its_steps_where_it_has_one(tmp_pa
                                                                                    [r]), "--compute-ms", "40",
                                    "--json").out)
         assert out["measured_comm_ms"] == pytest.approx(64.0 - own) and out["compute_ms"] == 40.0
+
+
+@given(st.floats(20.0, 200.0), st.floats(0.0, 5.0), st.floats(0.0, 5.0), st.floats(0.5, 0.95),
+       st.floats(0.0, 5.0), st.floats(0.0, 5.0))
+def test_a_runs_measured_communication_is_as_fine_as_its_two_medians_together(step, s_lo, s_hi, share, c_lo, c_hi):
+    """comm_span: a run's mean step less its own compute, each end as far out as the two medians'
+    intervals added in quadrature (the step's upper side with the compute's lower, and so on): a run
+    whose step and compute are both known to +-1 ms knows its communication to +-1.41 ms, not +-1."""
+    own = share * step
+    row = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 32,
+           "images_s": 2 * 32 / step * 1e3, "step_p50_ms": step, "step_ci_lo_ms": step - s_lo,
+           "step_ci_hi_ms": step + s_hi, "compute_ms": own, "compute_during_p50_ms": own,
+           "compute_during_ci_lo_ms": own - c_lo, "compute_during_ci_hi_ms": own + c_hi}
+    c = pr.comm_span(row)
+    assert c.mid == pytest.approx(step - own)
+    assert c.hi - c.mid == pytest.approx(math.hypot(s_hi, c_lo), abs=1e-9)
+    assert c.mid - c.lo == pytest.approx(math.hypot(s_lo, c_hi), abs=1e-9)
+    assert c.hi - c.lo >= max(s_lo + s_hi, c_lo + c_hi) - 1e-9  # never finer than either alone
+
+
+def test_predict_gives_the_measured_communications_interval_over_its_repeats(tmp_path):
+    """predict --train with two repeats: measured_comm_lo_ms / _hi_ms are the farthest ends of the
+    repeats' own intervals, and the printed line gives them."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [
+        {"size": s, "p50_us": 100 + s / 100, "p50_ci_lo_us": 99 + s / 100, "p50_ci_hi_us": 101 + s / 100}
+        for s in (8, 65536, 1 << 20)], transport="tcp")
+
+    def run(step: float, half: float) -> dict:
+        return {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 32,
+                "images_s": 64 / step * 1e3, "step_p50_ms": step, "step_ci_lo_ms": step - 3 * half,
+                "step_ci_hi_ms": step + 3 * half, "compute_ms": 40.0, "compute_during_p50_ms": 40.0,
+                "compute_during_ci_lo_ms": 40.0 - 4 * half, "compute_during_ci_hi_ms": 40.0 + 4 * half}
+
+    f = _train_runs(tmp_path / "t.jsonl", [run(50.0, 0.2), run(54.0, 0.4)])
+    r = commbench("predict", "--p2p", p2p, "--train", f, "--compute-ms", "40", "--json")
+    assert r.code == 0, r.err
+    out = json.loads(r.out)
+    assert out["measured_runs"] == 2
+    # 10 ms known to +-hypot(0.6, 0.8) = 1.0, and 14 ms to +-2.0
+    assert (out["measured_comm_lo_ms"], out["measured_comm_hi_ms"]) == (pytest.approx(9.0), pytest.approx(16.0))
+    text = commbench("predict", "--p2p", p2p, "--train", f, "--compute-ms", "40").out
+    assert f"({out['measured_comm_lo_ms']:.2f}-{out['measured_comm_hi_ms']:.2f})" in text
 
 
 def test_fit_span_gives_a_fast_and_a_slow_link():
@@ -483,11 +592,20 @@ def test_train_ps_small_then_predict(tmp_path):
     assert row["images_s"] > 0 and row["compute_ms"] > 0 and row["steps"] == 16
     # 8 rounds: a burst of compute steps on every worker after the 5th (the chief asks, the workers compute)
     assert row["compute_during_p50_ms"] > 0 and row["compute_cold_p50_ms"] > 0, row
+    # and every round's gradients-ready lag: the earlier worker's, within the round (two processes on
+    # one host's clock never finish to the nanosecond together)
+    lags = row["grads_lag_ms"]
+    assert len(lags) == 8 and all(len(r) == 1 for r in lags), lags
+    assert all(0 <= r[0] < row["step_p99_ms"] for r in lags) and any(r[0] > 0 for r in lags), lags
     assert row["loss_last"] < row["loss_first"]  # it learns the (fixed, synthetic) batch
     assert len(table_rows(r.out)) == 1
     assert not any(n in r.err for n in TF_NOISE), r.err  # TensorFlow's start-up notices are not the user's
     p2p = tmp_path / "lat.jsonl"
     assert commbench("p2p-latency", "-t", "grpc", "-m", "8,64K,1M", "-i", "50", "-o", str(p2p)).code == 0
+    cal = json.loads(commbench("predict", "--p2p", str(p2p), "--model", "small_cnn", "--strategy", "ps",
+                               "--workers", "2", "--ps", "1", "--batch", "32", "--compute-ms", "20",
+                               "--overhead", str(out), "--json").out)
+    assert cal["gradients_lag_rounds"] == 8 and 0 <= cal["gradients_turn"] <= 1, cal
     r = commbench("predict", "--p2p", str(p2p), "--train", str(out), "--json")
     assert r.code == 0, r.err
     pred = json.loads(r.out)

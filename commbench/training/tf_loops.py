@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +28,7 @@ class StepTimes:
     devices: dict[str, str] = field(default_factory=dict)  # every model and optimizer variable: its device
     window: list[int] = field(default_factory=lambda: [0, 0])  # wall clock (ns) around the measured steps
     compute_before: list[float] | None = None  # mirrored: this worker's compute steps (ms) before training
+    lags: list[list[float]] = field(default_factory=list)  # ps: per measured round, grads_lags' (ms)
 
 
 PROBE_EVERY = 5  # ``between`` runs after every 5th measured step (ps: round), outside its clock
@@ -121,7 +122,9 @@ def compute_step_ms(name: str, batch: int, seed: int, steps: int = 12) -> list[f
     return ComputeProbe(name, batch, seed).steps(steps)
 
 
-def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
+def _step_fn(tf, strategy, model, opt, per_replica_batch: int, stamp: bool = False):
+    """A replica's training step, returning its loss; ``stamp``: (loss, the wall clock (s) on the
+    replica's host once its every gradient is computed, as they leave for the PS)."""
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                             reduction=tf.keras.losses.Reduction.NONE)
 
@@ -131,16 +134,28 @@ def _step_fn(tf, strategy, model, opt, per_replica_batch: int):
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=per_replica_batch *
                                               strategy.num_replicas_in_sync)
         grads = tape.gradient(loss, model.trainable_variables)
+        if stamp:
+            with tf.control_dependencies(grads):
+                ready = tf.timestamp()
         opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
+        return (loss, ready) if stamp else loss
 
     return replica
+
+
+def grads_lags(ready_s: Sequence[float]) -> list[float]:
+    """A round's workers' gradients-ready times (s) as how long before the last one each other worker's
+    were ready (ms), earliest first: W - 1 numbers, what `predict` makes the gradients' crossing of the
+    PS's link from (docs/training.md)."""
+    t = sorted(ready_s)
+    return [round((t[-1] - x) * 1e3, 3) for x in t[:-1]]
 
 
 def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int, lr: float,
            tick: Callable[[int], None] = lambda n: None, between: Callable[[], None] = lambda: None) -> StepTimes:
     """On the chief: ParameterServerStrategy + ClusterCoordinator from TF_CONFIG. ``between`` runs after
-    every PROBE_EVERY-th measured round, every closure joined (the workers idle)."""
+    every PROBE_EVERY-th measured round, every closure joined (the workers idle). Every closure stamps
+    when its gradients were ready (``_step_fn``): the round's ``grads_lags`` in ``lags``."""
     tf = tensorflow()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
@@ -148,7 +163,7 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
     with strategy.scope():
         model, shape, classes, opt = build_in_scope(tf, model_name, lr)
     sigterm_ends_the_process()
-    replica = _step_fn(tf, strategy, model, opt, batch)
+    replica = _step_fn(tf, strategy, model, opt, batch, stamp=True)
 
     def dataset_fn():
         return synthetic(tf, shape, classes, batch, seed)
@@ -173,7 +188,9 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
         if r >= first:
             out.window[1] = time.time_ns()
             out.ns.append(t)
-            out.losses.append(float(np.mean([v.fetch() for v in results])))
+            fetched = [v.fetch() for v in results]
+            out.losses.append(float(np.mean([loss for loss, _ in fetched])))
+            out.lags.append(grads_lags([float(ready) for _, ready in fetched]))
             tick(workers)  # after the round's clock stopped
             if (r - first) % PROBE_EVERY == PROBE_EVERY - 1:
                 between()

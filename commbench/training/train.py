@@ -71,7 +71,11 @@ CI_KEYS = [key("step_ci_lo_ms", "ms", "lower end of the median step's 95 % confi
                                             "training step (its communication), all workers at once",
                optional=True),
            key("compute_cold_ci_lo_ms", "ms", "lower end of compute_cold_p50_ms's interval", optional=True),
-           key("compute_cold_ci_hi_ms", "ms", "upper end of compute_cold_p50_ms's interval", optional=True)]
+           key("compute_cold_ci_hi_ms", "ms", "upper end of compute_cold_p50_ms's interval", optional=True),
+           key("grads_lag_ms", "ms", "ps: per measured round, how long before the last worker's gradients were "
+                                     "ready each other worker's were (W - 1, earliest first; each worker's host "
+                                     "clock, tf.timestamp): how far apart the gradients leave for the PS",
+               optional=True, many=True)]
 BENCH = key("bench", doc="train (train-traffic: --traffic rows)")
 _BY_NAME = {c.key: c for c in (*COLUMNS, *CI_KEYS)}
 COMPUTE_COLUMNS = [*(_BY_NAME[k] for k in ("model", "workers", "batch", "compute_ms")),
@@ -327,7 +331,8 @@ def summarize(o: TrainOptions, times) -> dict:
             (o.workers if o.strategy == "ps" else 1),
             "images_s": per_step_images * len(ns) / (ns.sum() / 1e9),
             **with_ci("step", ns / 1e6), "step_p99_ms": float(np.percentile(ns, 99)) / 1e6,
-            "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1]}
+            "compute_ms": None, "loss_first": times.losses[0], "loss_last": times.losses[-1],
+            **({"grads_lag_ms": times.lags} if times.lags else {})}
 
 
 def schema(with_traffic: bool) -> dict[str, Column]:
