@@ -123,8 +123,9 @@ def compute_step_ms(name: str, batch: int, seed: int, steps: int = 12) -> list[f
 
 
 def _step_fn(tf, strategy, model, opt, per_replica_batch: int, stamp: bool = False):
-    """A replica's training step, returning its loss; ``stamp``: (loss, the wall clock (s) on the
-    replica's host once its every gradient is computed, as they leave for the PS)."""
+    """A replica's training step, returning its loss; ``stamp``: [loss, the wall clock (s) on the
+    replica's host once its every gradient is computed, as they leave for the PS], one float64 tensor
+    (one output: the chief fetches it in as many calls as the loss alone, so the wire stays TF's)."""
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                             reduction=tf.keras.losses.Reduction.NONE)
 
@@ -138,7 +139,7 @@ def _step_fn(tf, strategy, model, opt, per_replica_batch: int, stamp: bool = Fal
             with tf.control_dependencies(grads):
                 ready = tf.timestamp()
         opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return (loss, ready) if stamp else loss
+        return tf.stack([tf.cast(loss, tf.float64), ready]) if stamp else loss
 
     return replica
 
@@ -188,9 +189,9 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
         if r >= first:
             out.window[1] = time.time_ns()
             out.ns.append(t)
-            fetched = [v.fetch() for v in results]
-            out.losses.append(float(np.mean([loss for loss, _ in fetched])))
-            out.lags.append(grads_lags([float(ready) for _, ready in fetched]))
+            fetched = [np.asarray(v.fetch(), dtype=np.float64) for v in results]  # each [loss, ready]
+            out.losses.append(float(np.mean([f[0] for f in fetched])))
+            out.lags.append(grads_lags([float(f[1]) for f in fetched]))
             tick(workers)  # after the round's clock stopped
             if (r - first) % PROBE_EVERY == PROBE_EVERY - 1:
                 between()
