@@ -675,7 +675,7 @@ def one_host(meta: dict) -> bool:
 
 
 def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, pace: float,
-              workers: int = 0) -> tuple[Runtime, str, float | None, tuple[tuple[float, ...], ...]]:
+              workers: int) -> tuple[Runtime, str, float | None, tuple[tuple[float, ...], ...]]:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
     what it was fitted to. Where some of them are of the predicted model and batch, those alone: on a
     machine whose ranks share cores, what a step costs beyond compute and the wire grows with the batch
