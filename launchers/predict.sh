@@ -6,8 +6,7 @@
 #    (ps) or collective (mirrored) from train runs of every model and strategy at the batch trained below,
 #    2 workers (3 each: their spread is part of the uncertainty), over a sweep of those links
 #    (OUT/cal_sweep_none.jsonl). At the batch trained: on these emulated hosts a step's cost beyond compute
-#    and the wire grows with the batch (the ranks share 2 cores), so batch 1 runs fall short of it; and a
-#    `train --compute-only` just before them: how much slower the compute runs inside training (contention)
+#    and the wire grows with the batch (the ranks share 2 cores), so batch 1 runs fall short of it
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), then a real train run, REPEATS times
 #    (default 2: what a repeat moves is part of what is compared), and `commbench predict` from the
@@ -51,24 +50,15 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
 # +-17 %, too coarse to tell 15 %; 4x the steps halve that, for about 15 s a run); QUICK checks the recipe
 # runs, not its precision: 24. mobilenet_v2: 10 (6 s a step)
 SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
-compute_only() {  # compute_only OUTFILE MODEL W
-  $CB train --compute-only --hosts 5 --model "$2" --workers "$3" --batch "$(model_batch "$2")" -o "$1" \
-    2>>"$OUT/train.log" | tail -1 >&2
-}
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo $(( STEPS / 3 )); fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 
 step "1. calibration on unshaped links: every model and strategy at its batch"
 hosts none
 sweep cal_sweep_none  # its own file: the unshaped rate's sweep below must not add to what calibrated
-for m in $MODELS; do for s in $STRATEGIES; do
-  # the compute alone just before, as at every rate below: against the calibration runs' own compute,
-  # how much training's other ranks slow it on these shared cores (predict --overhead-compute)
-  compute_only "$OUT/cal_compute_$s.jsonl" "$m" 2
-  for _ in $(seq "$CAL"); do
-    train "$OUT/cal_${s}_none.jsonl" "$s" "$m" 2 "$(model_batch "$m")" "$(model_steps "$m")"
-  done
-done; done
+for m in $MODELS; do for s in $STRATEGIES; do for _ in $(seq "$CAL"); do
+  train "$OUT/cal_${s}_none.jsonl" "$s" "$m" 2 "$(model_batch "$m")" "$(model_steps "$m")"
+done; done; done
 
 step "2. predicted from the sweep and the calibration, then measured: $RATES"
 for rate in $RATES; do
@@ -79,10 +69,11 @@ for rate in $RATES; do
       [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
       f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
       # the compute time from a run of its own just before (never from the runs it is compared with)
-      compute_only "$c" "$m" "$w"
+      $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" -o "$c" \
+        2>>"$OUT/train.log" | tail -1 >&2
       for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
       $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$c" --overhead "$OUT/cal_${s}_none.jsonl" \
-        --overhead-p2p "$OUT/cal_sweep_none.jsonl" --overhead-compute "$OUT/cal_compute_$s.jsonl" --label "$rate" \
+        --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
         -o "$OUT/predict.jsonl" | sed -n 4p >&2
     done
   done; done

@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -257,47 +256,6 @@ def test_tf_runtime_is_taken_at_the_pace_of_the_compute_time_predicted_with(pace
     fitted = pr.fit_runtime(runs, pace).at(shape)
     assert fitted.mid == pytest.approx(share * pace, rel=1e-6) and fitted.lo <= fitted.mid <= fitted.hi
     assert pr.fit_runtime(runs).at(shape).mid == pytest.approx(share * 30.0 * (1 + slower) / 2, rel=1e-6)
-
-
-@given(st.floats(20.0, 60.0), st.floats(0.8, 1.6), st.floats(0.5, 2.0))
-@settings(max_examples=5, deadline=None)
-def test_the_compute_given_is_scaled_by_the_contention_the_calibration_measured(alone, kappa, now):
-    """--overhead-compute: the calibration runs computed kappa x slower between their training steps than
-    compute-only runs beside them (training's other ranks on the shared cores). A compute time given
-    (``now`` x theirs alone) is predicted as kappa x it inside training, and TF's runtime at that pace:
-    the same runtime as at calibration when the machine is as fast (now = 1). Without the file: unscaled.
-    A file without the calibration runs' W names the command that measures it."""
-    tmp = Path(tempfile.mkdtemp())
-    p2p = _results(tmp / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
-                                                     for s in (8, 65536, 1 << 20)], transport="tcp")
-    base = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 64}
-    during = alone * kappa
-
-    def run(d: float) -> dict:  # 12 ms beyond its own compute
-        return {**base, "images_s": 2 * 64 / (d + 12.0) * 1e3, "step_p50_ms": d + 12.0, "compute_ms": alone,
-                "compute_during_p50_ms": d}
-
-    cal = _train_runs(tmp / "cal.jsonl", [run(during * 0.98), run(during), run(during * 1.02)])
-    solo = _results(tmp / "solo.jsonl", "train-compute", [
-        {"model": "small_cnn", "workers": 2, "batch": 64, "compute_ms": alone * f} for f in (0.99, 1.0, 1.01)])
-    args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--strategy", "mirrored", "--workers", "2",
-            "--batch", "64", "--compute-ms", str(alone * now), "--overhead", cal, "--json"]
-    r = commbench(*args, "--overhead-compute", solo)
-    assert r.code == 0, r.err
-    out = json.loads(r.out)
-    assert out["contention"] == pytest.approx(kappa, rel=1e-6)
-    assert out["compute_ms"] == pytest.approx(alone * now * kappa, rel=1e-6)
-    assert out["runtime_pace"] == pytest.approx(now, rel=1e-6)
-    plain = json.loads(commbench(*args).out)
-    assert plain["contention"] is None and plain["compute_ms"] == pytest.approx(alone * now)
-    assert out["overhead_ms"] == pytest.approx(plain["overhead_ms"] * kappa, rel=1e-6, abs=1e-9)
-    wire = out["beyond_compute_ms"] - out["overhead_ms"]  # the calibration's 12 ms beyond, at the pace now
-    assert out["overhead_ms"] == pytest.approx((12.0 - wire) * now, rel=1e-3)
-    w3 = _results(tmp / "w3.jsonl", "train-compute", [{"model": "small_cnn", "workers": 3, "batch": 64,
-                                                       "compute_ms": alone}])
-    bad = commbench(*args, "--overhead-compute", w3)
-    assert bad.code == 2 and bad.err.count("\n") == 1, bad.err
-    assert "train --compute-only --model small_cnn --workers 2 --batch 64" in bad.err
 
 
 def test_a_compute_run_is_taken_to_drift_as_far_as_it_moved_while_measured():
@@ -948,15 +906,11 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     assert row["calibration"] == f"2x small_cnn W=2 P=1 batch 64 over {o['overhead_p2p'][0]} (the runs of this " \
                                  "model and batch)"
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
-    # the contention measured beside the calibration: its runs' compute against a compute-only run's
-    assert [Path(f).name for f in o["overhead_compute"]] == ["cal_compute_ps.jsonl"]
-    assert 0.5 < row["contention"] < 3 and row["compute_ms"] > 0, row
     assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
     assert row["measured_images_s"] > 0 and 0.25 < row["images_s"] / row["measured_images_s"] < 4, row
     assert row["beyond_compute_ms"] == pytest.approx(row["step_ms"] - row["compute_ms"])
-    inputs = [x for flag in ("overhead", "overhead_p2p", "overhead_compute") for f in o[flag]
-              for x in (f"--{flag.replace('_', '-')}", f)]
+    inputs = [x for flag in ("overhead", "overhead_p2p") for f in o[flag] for x in (f"--{flag.replace('_', '-')}", f)]
     again = commbench("predict", "--p2p", o["p2p"], "--train", o["train"], "--compute", o["compute"], *inputs,
                       "--json")
     assert again.code == 0, again.err

@@ -32,10 +32,7 @@ models with different RPCs per closure, one model gives the RPC's term alone. Wh
 of the predicted model and batch exist, they alone are fitted: on ranks that share cores the cost
 grows with the batch (the workers' compute crowds the chief's and PS's threads), so the recipe
 calibrates each model at its batch on the unshaped links and predicts the other links from their
-sweeps. There a worker computes slower inside training than alone (the chief's and PS's threads take
-the CPU; a compute-only run has none of them): compute-only runs beside the calibration runs
-(``--overhead-compute``) measure that contention once, and the compute time given is scaled by it.
-Calibrated once, the prediction is made for other W and links from micro-benchmark results
+sweeps. Calibrated once, the prediction is made for other W and links from micro-benchmark results
 only (and for other models and batches from the terms' fit across the runs). The model has no overlap of
 transfers with compute (but one worker's gradients with another's compute, above): an overlap share
 fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
@@ -509,9 +506,6 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("runtime_pace", "ratio", "--overhead: the compute time predicted with / the calibration runs' own "
                                      "(their median), where they are of this model and batch: TF's runtime, CPU "
                                      "work at the machine's pace, is taken at this pace", optional=True),
-        key("contention", "ratio", "--overhead-compute: the calibration runs' compute in training / alone "
-                                   "(compute-only runs beside them): compute_ms is the compute time given "
-                                   "times this, and TF's runtime is taken at its pace", optional=True),
         key("gradients_turn", "fraction", "ps: how far the workers' gradients cross the PS's link in turn in the "
                                           "middle prediction (0: all at once, 1: one at a time): as the "
                                           "calibration runs' grads_lag_ms make it at this link (turn_of), else "
@@ -552,11 +546,6 @@ def add_parser(sub) -> None:
     p.add_argument("--overhead-p2p", metavar="FILE", action="append",
                    help="the p2p-latency sweep of the link each --overhead file was run over, in the same order "
                         "(one for all: that one; default: --p2p)")
-    p.add_argument("--overhead-compute", metavar="FILE", action="append",
-                   help="`train --compute-only` runs made beside the --overhead runs (their model, batch and W): "
-                        "the calibration runs' compute against these gives how much training's other ranks slow "
-                        "the compute on shared cores (contention), and the compute time given is scaled by it; "
-                        "repeatable")
     p.add_argument("--measured", metavar="FILE", help="ps-throughput or allreduce results: use their measured "
                                                       "communication time instead of the alpha-beta terms")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -723,27 +712,6 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, p
         " (the runs of this model and batch)" if mine else ""), ratio, lags
 
 
-def contention(args: argparse.Namespace, strategy: str, model: str, batch: int) -> float | None:
-    """How much slower a worker computes inside a training run than alone (``train --compute-only``):
-    the --overhead runs' own compute (between their steps) of this model and batch against the
-    --overhead-compute runs of their W, medians. Where ranks share cores the chief's and the PS's threads
-    (gRPC's pollers, TF's executors) take CPU from the compute, and a compute-only run has none of them:
-    round 7 (docs/training.md) computed a median 8 % slower in its runs than alone just before, and the
-    runtime scaled by the compute-only pace came out that much low. None: no such runs (not scaled)."""
-    if not args.overhead_compute or not args.overhead:
-        return None
-    own: dict[int, list[float]] = {}
-    for path in args.overhead:
-        for row, _ in train_rows(path):
-            if (row.get("strategy"), row.get("model"), row.get("batch")) == (strategy, model, batch):
-                own.setdefault(int(row["workers"]), []).append(own_compute(row).mid)
-    if not own:
-        return None
-    alone = [r["compute_ms"] for w in own for path in args.overhead_compute
-             for r in compute_rows(path, model, w, batch)]
-    return float(np.median([c for cs in own.values() for c in cs]) / np.median(alone))
-
-
 def save(args: argparse.Namespace, out: dict) -> None:
     from commbench.core.output.results import ResultsWriter, check_output_path, run_metadata
 
@@ -789,14 +757,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     prof = store.load(pick(args.model, "model"))
     if args.compute and args.compute_ms is not None:
         raise UsageError("predict: give --compute FILE or --compute-ms, not both")
-    kappa = contention(args, strategy, prof.name, batch) if args.compute or args.compute_ms is not None else None
-    k = kappa or 1.0
     if args.compute:
         given = compute_rows(args.compute, prof.name, workers, batch)
-        c = pooled([drifting(r) for r in given])
-        compute, compute_from = Span.of(c.mid * k, c.lo * k, c.hi * k), args.compute
+        compute, compute_from = pooled([drifting(r) for r in given]), args.compute
     elif args.compute_ms is not None:
-        compute, compute_from, given = Span.of(args.compute_ms * k), "--compute-ms", []
+        compute, compute_from, given = Span.of(args.compute_ms), "--compute-ms", []
     else:
         compute = pooled([own_compute(r) for r in rows if r.get("compute_ms") is not None] or
                          [compute_span(row, pick(args.compute_ms, "compute_ms"))])
@@ -875,7 +840,6 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["interval_coverage"] = COVERAGE
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, calibration or None
     out["runtime_pace"] = pace
-    out["contention"] = kappa
     out["gradients_lag_rounds"] = len(lags) if strategy == "ps" else None
     if args.output:
         save(args, out)
@@ -896,8 +860,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
           f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
           ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"
-           if compute_from == "in-sample" else compute_from)
-          + (f", x {kappa:.2f}: training's other ranks slow it on shared cores (--overhead-compute)" if kappa else ""))
+           if compute_from == "in-sample" else compute_from))
     print(f"# beyond compute (the network, TF's runtime, the slowest worker): predicted "
           f"{out['beyond_compute_ms']:.2f} ms a step" + (
               f", measured {meas_beyond:.2f} ms (the mean step less the same compute time)"
