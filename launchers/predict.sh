@@ -13,7 +13,7 @@
 #    sweep, the calibration and that compute run only: nothing from the runs it is compared with
 #    (plus W=3 for small_cnn at the rate in W3_RATE)
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
-# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, QUICK=1 (short runs, 1 repeat), TRANSPORT (the
+# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (short runs, 1 repeat), TRANSPORT (the
 # sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,7 @@ STRATEGIES=${STRATEGIES:-ps mirrored}
 RATES=${RATES:-200mbit 500mbit 1gbit none}
 W3_RATE=${W3_RATE-500mbit}
 if [ "${QUICK:-0}" = 1 ]; then STEPS=12; CAL=2; SWEEP="-i 20 -x 2"; else STEPS=30; CAL=3; SWEEP="-i 50 -x 5"; fi
+MOBILENET_STEPS=${MOBILENET_STEPS:-$(( STEPS / 3 ))}
 REPEATS=${REPEATS:-$([ "${QUICK:-0}" = 1 ] && echo 1 || echo 2)}
 mkdir -p "$OUT"
 trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
@@ -48,9 +49,10 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
 }
 # small_cnn: 240 steps (its communication at fast links is 7-10 ms of a 45 ms step: 60 steps measured it to
 # +-17 %, too coarse to tell 15 %; 4x the steps halve that, for about 15 s a run); QUICK checks the recipe
-# runs, not its precision: 24. mobilenet_v2: 10 (6 s a step)
+# runs, not its precision: 24. mobilenet_v2: 10 (4-8 s a step; MOBILENET_STEPS=30 measures its communication
+# finely enough to compare it, for 3x the time). A compute-only run: as many steps, at most 60
 SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
-model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo $(( STEPS / 3 )); fi; }
+model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo "$MOBILENET_STEPS"; fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 
 step "1. calibration on unshaped links: every model and strategy at its batch"
@@ -69,8 +71,9 @@ for rate in $RATES; do
       [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
       f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
       # the compute time from a run of its own just before (never from the runs it is compared with)
-      $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" -o "$c" \
-        2>>"$OUT/train.log" | tail -1 >&2
+      n=$(model_steps "$m"); [ "$n" -le 60 ] || n=60
+      $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" --steps "$n" \
+        -o "$c" 2>>"$OUT/train.log" | tail -1 >&2
       for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
       $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$c" --overhead "$OUT/cal_${s}_none.jsonl" \
         --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
