@@ -75,9 +75,9 @@ def main() -> int:
         goal = 10 if p["strategy"] == "ps" else 15
         claims.add(p.get("interval_coverage"))
         for r in repeats(o["train"], shape):
-            own, cs = spans(r)[1], comm_span(r)  # the repeat's own compute; its mean step less that
-            comm = cs.mid
-            fine = max(comm - cs.lo, cs.hi - comm) <= 0.15 * comm  # the run measured it finer than 15 %
+            (step, own), cs = spans(r), comm_span(r)  # the repeat's own compute; its mean step less that
+            comm = step.mid - own.mid
+            fine = cs is not None and max(comm - cs.lo, cs.hi - comm) <= 0.15 * comm  # finer than 15 %
             err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / comm - 1)
             ok = p["images_lo"] <= r["images_s"] <= p["images_hi"]
             wire = sum(v for k, v in p["terms"].items() if k in ("read_ms", "gradients_ms", "allreduce_ms"))
@@ -85,11 +85,13 @@ def main() -> int:
             n, inside = n + 1, inside + ok
             comm_ok, img_ok = comm_ok + (abs(cerr) <= 15), img_ok + (abs(err) <= goal)
             resolved, resolved_ok = resolved + fine, resolved_ok + (fine and abs(cerr) <= 15)
-            in_meas += cs.lo <= p["beyond_compute_ms"] <= cs.hi
+            in_meas += cs is not None and cs.lo <= p["beyond_compute_ms"] <= cs.hi
+            how = "no interval: under 20 samples" if cs is None else \
+                f"{cs.lo:.1f}-{cs.hi:.1f}{'' if fine else ', coarser than 15 %'}"
             print(f"| {o['label']} | {p['model']} | {p['strategy']} | {p['workers']} | {p['images_s']:.0f} | "
                   f"{p['images_lo']:.0f}-{p['images_hi']:.0f} ({100 * (p['images_hi'] / p['images_lo'] - 1):.0f} %) | "
                   f"{r['images_s']:.0f} | {err:+.1f} % | {'yes' if ok else 'no'} | {p['beyond_compute_ms']:.1f} | "
-                  f"{comm:.1f} ({cs.lo:.1f}-{cs.hi:.1f}{'' if fine else ', coarser than 15 %'}; compute "
+                  f"{comm:.1f} ({how}; compute "
                   f"{own.mid:.1f}) | {cerr:+.1f} % |")
     claim = "/".join(f"{100 * c:.0f} %" for c in sorted(claims - {None})) or "no proportion"
     print(f"\n{n} measured runs: {inside} inside the stated interval ({100 * inside / max(n, 1):.0f} %; it claims "

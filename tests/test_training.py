@@ -289,6 +289,9 @@ def test_a_runs_measured_communication_is_as_fine_as_its_two_medians_together(st
     assert c.hi - c.mid == pytest.approx(math.hypot(s_hi, c_lo), abs=1e-9)
     assert c.mid - c.lo == pytest.approx(math.hypot(s_lo, c_hi), abs=1e-9)
     assert c.hi - c.lo >= max(s_lo + s_hi, c_lo + c_hi) - 1e-9  # never finer than either alone
+    # a median of under 20 samples has no interval: how finely the run measured it is unknown, not exact
+    for k in ("step_ci_lo_ms", "compute_during_ci_hi_ms"):
+        assert pr.comm_span({**row, k: None}) is None
 
 
 def test_predict_gives_the_measured_communications_interval_over_its_repeats(tmp_path):

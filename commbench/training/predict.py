@@ -458,7 +458,8 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("comm_error_pct", "%", "--train: beyond_compute_ms / measured_comm_ms - 1", optional=True),
         key("measured_comm_lo_ms", "ms", "--train: the lowest end of the repeats' 95 % intervals of their "
                                          "communication (each: its step's and its own compute's intervals, "
-                                         "added in quadrature): how finely the runs measured it", optional=True),
+                                         "added in quadrature): how finely the runs measured it; empty where a "
+                                         "repeat has none (under 20 steps or compute steps)", optional=True),
         key("measured_comm_hi_ms", "ms", "--train: the highest end of the same", optional=True),
         key("compute_from", doc="where the compute time came from: --compute's file, --compute-ms, or 'in-sample' "
                                 "(the compared train run's own)"),
@@ -621,10 +622,16 @@ def spans(row: dict) -> tuple[Span, Span]:
             own_compute(row))
 
 
-def comm_span(row: dict) -> Span:
+def comm_span(row: dict) -> Span | None:
     """A train row's communication per step (its mean step less its own compute) with a 95 % interval:
     the two medians' intervals are independent estimates, their half-widths added in quadrature on
-    each side. How finely the run measured what the prediction's communication is compared with."""
+    each side. How finely the run measured what the prediction's communication is compared with; None
+    where the row has no interval for either (fewer than 20 steps or compute steps: ``median_ci``)."""
+    during = row.get("compute_during_p50_ms") is not None
+    needed = ("step_ci_lo_ms", "step_ci_hi_ms", *(("compute_during_ci_lo_ms", "compute_during_ci_hi_ms") if during
+                                                  else ("compute_ci_lo_ms", "compute_ci_hi_ms")))
+    if any(row.get(k) is None for k in needed):
+        return None
     step, own = spans(row)
     mid = step.mid - own.mid
     return Span.of(mid, mid - math.hypot(step.mid - step.lo, own.hi - own.mid),
@@ -789,6 +796,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["measured_comm_ms"] = comm_meas
     out["comm_error_pct"] = pct_off(out["beyond_compute_ms"], comm_meas)
     each = [comm_span(r) for r in rows if r.get("compute_ms") is not None and r.get("images_s")] if own else []
+    each = [] if None in each else each  # a repeat without an interval: how finely they measured it is unknown
     out["measured_comm_lo_ms"] = min(c.lo for c in each) if each else None
     out["measured_comm_hi_ms"] = max(c.hi for c in each) if each else None
     out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
