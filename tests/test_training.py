@@ -49,14 +49,25 @@ def test_predict_ps_by_hand():
     assert p.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(8.1)}
     assert p.step_ms == pytest.approx(66.200042) and p.images_s == pytest.approx(64 / 66.200042e-3)
     assert p.one_worker_images_s == pytest.approx(640.0)
-    # in turn (the middle and the fast end): the round ends with the last worker's gradients alone,
-    # 6 MB + 23 B; halfway: 7 MB + 12 B (bytes rounded)
+    # in turn (the fast end): the round ends with the last worker's gradients alone, 6 MB + 23 B; the
+    # middle (TURN 0.5) halfway: 7 MB + 12 B (bytes rounded)
     turn = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, turn=1.0)
     assert turn.terms == {"read_ms": pytest.approx(8.100042), "gradients_ms": pytest.approx(6.100023)}
-    half = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, turn=0.5)
-    assert half.terms["gradients_ms"] == pytest.approx(7.100012)
+    half = pr.predict_ps(sizes, workers=2, ps=2, batch=32, compute_ms=50.0, link=link, turn=pr.TURN)
+    assert pr.TURN == 0.5 and half.terms["gradients_ms"] == pytest.approx(7.100012)
     one_turn, one = pr.predict_ps(sizes, 1, 2, 32, 50.0, link, turn=1.0), pr.predict_ps(sizes, 1, 2, 32, 50.0, link)
     assert (one_turn.step_ms, one_turn.terms) == (one.step_ms, one.terms)  # one worker: nothing to take turns
+    # the middle from measured lags (turn None), one PS: gradients ready 2.05 ms apart, a worker's alone
+    # 6.100023 ms at this link: the last ends 2 x 6.100023 - 2.05 after its own were ready, 0.336 of the
+    # way from both at once to one alone
+    assert pr.turn_of([[2.05], [2.05]], 6.100023, 2) == pytest.approx(2.05 / 6.100023)
+    # the reads (6.1 ms a worker's alone) end half that apart: 3.05 ms more lag or 3.05 less (the lag's
+    # sign flipped), 0.5 of the way on average; gradients of 12,000,046 B at once, 6,000,023 B alone
+    lagged = pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None, lags=[[2.05], [2.05]])
+    assert lagged.gradients_turn == pytest.approx(0.5, abs=1e-5)
+    assert lagged.terms["gradients_ms"] == pytest.approx(12.100046 - 6.000023 * 0.5, abs=1e-4)
+    assert pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None, lags=[[13.0]]).gradients_turn == 1.0  # apart
+    assert pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None).gradients_turn == pr.TURN  # no lags: TURN
     # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 50.0, pr.LinkModel(100.0, b))) == \
         pytest.approx(16_000_042 / (50_000 - 200), rel=1e-6)
@@ -68,36 +79,58 @@ def test_predict_ps_by_hand():
     assert pr.min_bandwidth(lambda b: pr.predict_ps(sizes, 2, 2, 32, 0.1, pr.LinkModel(100.0, b))) is None
 
 
-def test_the_middle_prediction_takes_the_ps_gradients_in_turn_and_the_slow_end_all_at_once(tmp_path):
-    """predict over a slow link: the middle's gradients term is a worker's gradients alone (in turn: at
-    a shared link the workers stagger themselves by about that much), Low is made with them all at
-    once; the calibration runs' gradients-ready lags (grads_lag_ms), however far apart, move nothing."""
+@given(st.integers(2, 6), st.floats(0.01, 100.0), st.lists(st.lists(st.floats(0.0, 300.0), min_size=5, max_size=5),
+                                                          min_size=1, max_size=30))
+def test_the_gradients_turn_is_what_a_link_taking_them_in_order_makes_of_the_lags(workers, one_ms, raw):
+    """turn_of: gradients ready at once (lags 0) cross all at once (0); ready a worker's transfer or more
+    apart, one at a time (1); in between, the round's end as a queue at the PS's link makes it, never
+    nearer in turn for lags made shorter; rounds of another W are left out (all of them: TURN)."""
+    lags = [sorted(r[:workers - 1], reverse=True) for r in raw]
+    assert pr.turn_of([[0.0] * (workers - 1)] * 3, one_ms, workers) == pytest.approx(0.0)
+    apart = [[(workers - 1 - k) * one_ms * 1.01 for k in range(workers - 1)]]
+    assert pr.turn_of(apart, one_ms, workers) == pytest.approx(1.0)
+    t = pr.turn_of(lags, one_ms, workers)
+    assert 0.0 <= t <= 1.0
+    # by hand: the mean of the rounds' ends, W x one_ms at turn 0 and one_ms at turn 1
+    ends = [max([one_ms] + [(workers - k) * one_ms - lag for k, lag in enumerate(r)]) for r in lags]
+    assert t == pytest.approx((workers * one_ms - float(np.mean(ends))) / ((workers - 1) * one_ms), abs=1e-9)
+    assert pr.turn_of([[lag / 2 for lag in r] for r in lags], one_ms, workers) <= t + 1e-9
+    assert pr.turn_of([[1.0] * workers], one_ms, workers) == pr.TURN  # a round of W + 1 workers
+
+
+def test_ps_gradients_cross_in_turn_as_the_calibration_runs_lags_make_them(tmp_path):
+    """predict --overhead with ps runs that measured their gradients-ready lags (grads_lag_ms): the
+    middle prediction's gradients cross as far in turn as those lags make it at the predicted link
+    (runs of this model, batch and W only; none: TURN)."""
     def link(path, per_us):  # p50 = 100 us + n / per_us
         return _results(tmp_path / path, "p2p-latency", [{"size": s, "p50_us": 100 + s / per_us}
                                                          for s in (8, 65536, 1 << 20)], transport="tcp")
     fast, slow = link("fast.jsonl", 1000.0), link("slow.jsonl", 10.0)
     base = {"strategy": "ps", "model": "small_cnn", "workers": 2, "ps": 1, "batch": 64, "compute_ms": 30.0}
 
-    def run(lag: float | None) -> dict:
-        lags = {} if lag is None else {"grads_lag_ms": [[lag]] * 20}
-        return {**base, "images_s": 2 * 64 / 45.0 * 1e3, "step_p50_ms": 45.0, **lags}
+    def run(lag: float | None, workers: int = 2) -> dict:
+        lags = {} if lag is None else {"grads_lag_ms": [[lag] * (workers - 1)] * 20}
+        return {**base, "workers": workers, "images_s": 2 * 64 / 45.0 * 1e3, "step_p50_ms": 45.0, **lags}
 
     args = ["predict", "--p2p", slow, "--model", "small_cnn", "--strategy", "ps", "--workers", "2", "--ps", "1",
             "--batch", "64", "--compute-ms", "30", "--overhead-p2p", fast, "--json"]
     out = {}
     for name, runs in (("apart", [run(100.0), run(100.0)]), ("together", [run(0.0), run(0.0)]),
-                       ("none", [run(None), run(None)])):
+                       ("none", [run(None), run(None)]), ("w3", [run(100.0, 3), run(100.0)])):
         r = commbench(*args, "--overhead", _train_runs(tmp_path / f"{name}.jsonl", runs))
         assert r.code == 0, r.err
         out[name] = json.loads(r.out)
-    assert out["apart"] == out["together"] == out["none"]
-    shape = pr.Shape("ps", 2, 1, 64, tuple(tf_ps.variables_of(store.load("small_cnn"))))
-    lm = pr.LinkModel(100.08, 10.0)  # the slow sweep's fit
-    alone = shape.at(30.0, lm, 1.0).terms["gradients_ms"]
-    assert out["none"]["terms"]["gradients_ms"] == pytest.approx(alone, rel=1e-3)
-    assert alone < shape.at(30.0, lm, 0.0).terms["gradients_ms"]  # all at once: twice the bytes
-    o = out["none"]
-    assert o["images_lo"] < o["images_s"] <= o["images_hi"]
+    assert out["apart"]["gradients_turn"] == pytest.approx(1.0) and out["apart"]["gradients_lag_rounds"] == 40
+    # ready together, the gradients are apart only by the reads' ends: half a worker's reads (about its
+    # gradients' bytes): half the way
+    assert out["together"]["gradients_turn"] == pytest.approx(0.5, abs=0.01)
+    assert out["none"]["gradients_turn"] == pr.TURN and out["none"]["gradients_lag_rounds"] == 0
+    assert out["w3"]["gradients_lag_rounds"] == 20  # the W = 3 run's rounds are another shape's
+    assert out["apart"]["step_ms"] < out["together"]["step_ms"]
+    for o in out.values():
+        assert o["images_lo"] <= o["images_s"] <= o["images_hi"]
+    text = commbench(*args[:-1], "--overhead", str(tmp_path / "apart.jsonl")).out
+    assert "1.00 of the way from all at once to in turn: as 40 calibration rounds' gradients-ready lags" in text
 
 
 def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
@@ -115,7 +148,7 @@ def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
 
     def run(shape: pr.Shape, per_unit: float, wobble: float = 0.0, per_closure: float = 0.0) -> pr.Calibrated:
         cost = per_unit * shape.units() + per_closure * shape.workers
-        step = pr.with_runtime(shape.at(0.5, link, 1.0), cost).step_ms
+        step = pr.with_runtime(shape.at(0.5, link, pr.TURN), cost).step_ms
         return pr.Calibrated(shape, exact, pr.Span.of(step, step - wobble, step + wobble), pr.Span.of(0.5))
 
     # three repeats of one shape: 0.4, 0.5, 0.6 ms per RPC (one shape cannot tell closures from RPCs: the
@@ -126,15 +159,15 @@ def test_tf_runtime_is_calibrated_once_per_closure_and_rpc_or_per_collective():
     at = rt.at(shape)
     assert (at.mid, at.lo, at.hi) == pytest.approx((0.5 * 28, 0.4 * 28, 0.6 * 28))
     tight = pr.fit_runtime([run(shape, 0.5, 1.0)] * 3).at(shape)
-    mid = shape.at(0.5, link, 1.0).step_ms  # the middle's schedule of the ps gradients (in turn); the low end's:
-    together = shape.at(0.5, link, 0.0).step_ms - mid  # all at once
-    assert together > 0
-    assert tight.lo == pytest.approx(14 - 1 - together) and tight.hi == pytest.approx(14 + 1)
+    half = shape.at(0.5, link, pr.TURN).step_ms  # the middle's schedule of the ps gradients; the ends':
+    in_turn, together = half - shape.at(0.5, link, 1.0).step_ms, shape.at(0.5, link, 0.0).step_ms - half
+    assert in_turn > 0 and together > 0
+    assert tight.lo == pytest.approx(14 - 1 - together) and tight.hi == pytest.approx(14 + 1 + in_turn)
     # the slowest worker computed 0.3 ms longer: at the low end the step waited for it, not for TF's runtime
-    waited = pr.with_wait(shape.at(0.5, link, 1.0), 0.8)
+    waited = pr.with_wait(shape.at(0.5, link, pr.TURN), 0.8)
     assert waited.terms["slowest_worker_ms"] == pytest.approx(0.3)
-    assert waited.step_ms == pytest.approx(shape.at(0.5, link, 1.0).step_ms + 0.3)
-    step = pr.with_runtime(shape.at(0.5, link, 1.0), 14).step_ms
+    assert waited.step_ms == pytest.approx(shape.at(0.5, link, pr.TURN).step_ms + 0.3)
+    step = pr.with_runtime(shape.at(0.5, link, pr.TURN), 14).step_ms
     slowest = pr.fit_runtime([pr.Calibrated(shape, exact, pr.Span.of(step), pr.Span.of(0.5), pr.Span.of(0.8))])
     assert slowest.at(shape).mid == pytest.approx(14) and slowest.at(shape).lo == pytest.approx(14 - 0.3 - together)
     # a second shape with 4x the workers (the same RPCs per closure): still one term, per RPC
@@ -575,7 +608,7 @@ def test_train_ps_small_then_predict(tmp_path):
     cal = json.loads(commbench("predict", "--p2p", str(p2p), "--model", "small_cnn", "--strategy", "ps",
                                "--workers", "2", "--ps", "1", "--batch", "32", "--compute-ms", "20",
                                "--overhead", str(out), "--json").out)
-    assert cal["overhead_ms"] > 0 and cal["images_s"] > 0, cal
+    assert cal["gradients_lag_rounds"] == 8 and 0 <= cal["gradients_turn"] <= 1, cal
     r = commbench("predict", "--p2p", str(p2p), "--train", str(out), "--json")
     assert r.code == 0, r.err
     pred = json.loads(r.out)

@@ -14,14 +14,13 @@ Mirrored (ring all-reduce): 2 (W - 1) alpha + 2 (W - 1) / W x model / beta (x W 
 Step = compute + communication + TF's runtime cost; images/s = W x batch / step. What the model
 leaves open bounds it: the ps workers' gradients cross all at once (X_grad as above: the slow end) or
 in turn (they finish computing at different times: the round ends with the last worker's gradients
-alone, X_grad = a worker's bytes: the fast end). The middle is in turn: at a shared link the
-workers stagger themselves by about a worker's transfer (the gradients-ready lags ``train`` stamps
-were 8-11 ms at 115-260 Mbit/s against 2.7-5.4 on unshaped links; a packet trace at 280 Mbit/s: the
-first gradients left a median 7.7 ms apart, a worker's alone took 7.5); the runs of four rounds at
-held-out rates fit b = 1.00-1.08 of this wire term (0.87-0.93 as far in turn as the unshaped
-calibration's lags made it; chosen on those runs, docs/training.md round 8). At the slow end a
-synchronous step waits for its slowest worker's compute, where the train run measured it for this W
-(``slowest_p50_ms``, every worker computing at once).
+alone, X_grad = a worker's bytes: the fast end). The middle is as far in turn as the calibration runs'
+gradients-ready lags make it at the predicted link (``turn_of``: ``train`` stamps when each worker's
+gradients are ready; the PS's link takes them in order), and halfway (``TURN``) where no run of this
+W measured them (a packet trace at 280 Mbit/s: the gradients ended a median 8 ms apart, a worker's
+alone took 7.5; three rounds of held-out rates fitted b = 0.83-0.89 of the halfway wire term); at
+the slow end a synchronous step waits for its slowest worker's compute, where the train run measured
+it for this W (``slowest_p50_ms``, every worker computing at once).
 
 TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
 over its own link's sweep ``--overhead-p2p FILE``): ps, a cost per closure (the chief schedules,
@@ -88,6 +87,11 @@ SLOPE_FROM = 64 << 10
 # calibration (20 units) made mobilenet_v2's 316 units cost 83 ms a step where the runs at 300 Mbit/s
 # and 2 Gbit/s showed about 6.5 (docs/training.md).
 COLLECTIVES_PER_STEP = 2
+# ps: the middle between the workers' gradients crossing the link all at once and in turn, where no
+# calibration run of the predicted W measured its gradients-ready lags (turn_of makes it from those). A packet
+# capture (docs/training.md) saw both: the reads of one step end apart (the flows do not share the
+# bottleneck evenly), so the gradients start apart and overlap in part.
+TURN = 0.5
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class Prediction:
     images_s: float
     one_worker_images_s: float
     beta_bytes: float  # bytes the slowest link carries per step (what beta divides)
+    gradients_turn: float | None = None  # ps: how far in turn the gradients crossed (predict_ps)
 
     @property
     def margin_ms(self) -> float:
@@ -179,25 +184,52 @@ def ps_plan(variables: Sequence[int | tf_ps.Variable], ps: int, policy: str) -> 
     return tf_ps.plan(vs, ps, place([v.nbytes for v in vs], ps, policy))
 
 
+def turn_of(lags: Sequence[Sequence[float]], one_ms: float, workers: int, read_ms: float = 0.0) -> float:
+    """How far the workers' gradients cross the PS's link in turn (0: all at once, 1: one at a time) at
+    ``one_ms`` a worker's gradients alone, from rounds' ``grads_lag_ms`` (how long before the last
+    worker's each other's were ready, earliest first). The link takes them in order: the round's
+    gradients end max_k((W - k) x one_ms - lag_k) after the last were ready (k = 0 the earliest; the last,
+    lag 0: one_ms); averaged over the rounds, and placed between W x one_ms (0) and one_ms (1).
+    ``read_ms``, a worker's reads alone at this link: the reads share the link too and end apart, from
+    all at once (fair shares) to one a ``read_ms`` after another; the middle, half a ``read_ms`` apart
+    (a packet trace at 280 Mbit/s: 3.8 ms, of 7.5), moves each worker's gradients by as much, in the
+    lags' order and against it (averaged: which worker reads first is not the one that computes
+    first). Rounds of another W are left out; none left: TURN."""
+    mine = [r for r in lags if len(r) == workers - 1]
+    if workers < 2 or not mine or one_ms <= 0:
+        return TURN
+    spread = [i * read_ms / 2 for i in range(workers)]  # the reads' ends: earliest first
+    ends = []
+    for r in mine:
+        ready = [-lag for lag in r] + [0.0]  # earliest first
+        for order in (spread[::-1], spread):  # the first to read: the first to compute, or the last
+            t = sorted(x + o for x, o in zip(ready, order, strict=True))
+            ends.append(max(one_ms, *((workers - k) * one_ms - (t[-1] - x) for k, x in enumerate(t))))
+    return min(1.0, max(0.0, (workers * one_ms - float(np.mean(ends))) / ((workers - 1) * one_ms)))
+
+
 def predict_ps(variables: Sequence[int | tf_ps.Variable], workers: int, ps: int, batch: int, compute_ms: float,
                link: LinkModel, policy: str = "round-robin", shared_host: bool = False,
-               turn: float = 0.0) -> Prediction:
+               turn: float | None = 0.0, lags: Sequence[Sequence[float]] = ()) -> Prediction:
     """A round: every worker's reads share the busiest link, the workers compute, and the workers'
     gradients cross it. ``turn`` 0: all at once (the slow end); 1: in turn, since the workers finish
     computing at different times, so the round ends with the last worker's gradients crossing alone
-    (a worker's own bytes: the fast end and the middle); between: that share of the way."""
+    (a worker's own bytes: the fast end); between: that share of the way; None (the middle): as far as
+    ``lags`` (measured rounds' gradients-ready lags) make it at this link (``turn_of``), else TURN."""
     plans = ps_plan(variables, ps, policy)
     reads, grads = [sum(p.reads()) for p in plans], [sum(p.pulls()) for p in plans]
 
     def busiest(per_shard: list[int], w: int = workers) -> int:
         return w * sum(per_shard) if shared_host else max(w * max(per_shard), sum(per_shard))
 
+    if turn is None:
+        turn = turn_of(lags, link.us(busiest(grads, 1)) / 1e3, workers, link.us(busiest(reads, 1)) / 1e3)
     x_read = busiest(reads)
     x_grad = round((1 - turn) * busiest(grads) + turn * busiest(grads, 1))
     read, grad = link.us(x_read) / 1e3, link.us(x_grad) / 1e3
     step = compute_ms + read + grad
     return Prediction("ps", workers, ps, batch, compute_ms, read + grad, {"read_ms": read, "gradients_ms": grad},
-                      step, workers * batch / step * 1e3, batch / compute_ms * 1e3, x_read + x_grad)
+                      step, workers * batch / step * 1e3, batch / compute_ms * 1e3, x_read + x_grad, turn)
 
 
 def predict_ring(total: int, workers: int, batch: int, compute_ms: float, link: LinkModel,
@@ -309,13 +341,14 @@ class Shape:
     variables: tuple[tf_ps.Variable, ...]
     policy: str = "round-robin"
     shared_host: bool = False
+    lags: tuple[tuple[float, ...], ...] = ()  # ps: measured rounds' grads_lag_ms (for turn None)
 
-    def at(self, compute_ms: float, link: LinkModel, turn: float = 0.0) -> Prediction:
+    def at(self, compute_ms: float, link: LinkModel, turn: float | None = 0.0) -> Prediction:
         """The prediction at this compute time and link; ps: ``turn`` of the way from the workers'
-        gradients all at once (0) to in turn (1)."""
+        gradients all at once (0) to in turn (1); None: as the shape's lags make it (``turn_of``)."""
         if self.strategy == "ps":
             return predict_ps(self.variables, self.workers, self.ps, self.batch, compute_ms, link, self.policy,
-                              self.shared_host, turn=turn)
+                              self.shared_host, turn=turn, lags=self.lags)
         total = sum(v.nbytes for v in self.variables if v.trainable)
         return predict_ring(total, self.workers, self.batch, compute_ms, link, self.shared_host)
 
@@ -406,7 +439,7 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
         for c in which:
             step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
             link = (c.link.slow, c.link.mid, c.link.fast)[1 + end]
-            p = c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link, (0.0, 1.0, 1.0)[1 + end])
+            p = c.shape.at((c.compute.hi, c.compute.mid, c.compute.lo)[1 + end], link, (0.0, None, 1.0)[1 + end])
             if c.slowest and end < 0:
                 p = with_wait(p, c.slowest.hi)
             r.append((step - p.step_ms) * (pace / c.compute.mid if pace else 1.0))
@@ -474,6 +507,12 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("runtime_pace", "ratio", "--overhead: the compute time predicted with / the calibration runs' own "
                                      "(their median), where they are of this model and batch: TF's runtime, CPU "
                                      "work at the machine's pace, is taken at this pace", optional=True),
+        key("gradients_turn", "fraction", "ps: how far the workers' gradients cross the PS's link in turn in the "
+                                          "middle prediction (0: all at once, 1: one at a time): as the "
+                                          "calibration runs' grads_lag_ms make it at this link (turn_of), else "
+                                          "TURN", optional=True),
+        key("gradients_lag_rounds", "count", "ps: the calibration rounds (of this model, batch and W) whose "
+                                             "grads_lag_ms gradients_turn came from (0: TURN)", optional=True),
         key("min_beta_mb_s", "MB/s", "the smallest link bandwidth at which W workers beat one"),
         key("min_beta_lo_mb_s", "MB/s", "the same with every input at its favourable end"),
         key("min_beta_hi_mb_s", "MB/s", "the same with every input at its unfavourable end"),
@@ -642,8 +681,8 @@ def one_host(meta: dict) -> bool:
     return len(set(meta.get("hosts", []))) == 1
 
 
-def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int,
-              pace: float) -> tuple[Runtime, str, float | None]:
+def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, pace: float,
+              workers: int) -> tuple[Runtime, str, float | None, tuple[tuple[float, ...], ...]]:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
     what it was fitted to. Where some of them are of the predicted model and batch, those alone: on a
     machine whose ranks share cores, what a step costs beyond compute and the wire grows with the batch
@@ -651,7 +690,8 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int,
     small_cnn, docs/training.md), so a calibration at the batch trained is the runtime of that step;
     else every run (other models and batches: the terms' cross-model fit). Runs of the model and batch
     are taken at the ``pace`` of the compute time predicted with (``fit_runtime``); the third value is
-    that pace against theirs (None: other runs, not scaled)."""
+    that pace against theirs (None: other runs, not scaled); the fourth, the ps gradients-ready lags of
+    every round of the runs of this model, batch and W (``turn_of``; none: TURN)."""
     sweeps = args.overhead_p2p or [args.p2p]
     if len(sweeps) not in (1, len(args.overhead)):
         raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
@@ -666,15 +706,17 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int,
             prof = store.load(row["model"])
             shape = Shape(strategy, int(row["workers"]), int(row.get("ps") or 0), int(row["batch"]),
                           tuple(tf_ps.variables_of(prof)), args.placement,
-                          args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta)))
+                          args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta)),
+                          tuple(tuple(r) for r in row.get("grads_lag_ms") or ()))
             runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                          f"batch {shape.batch} over {sweep}"))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
     ratio = pace / float(np.median([r[0].compute.mid for r in mine])) if mine else None
+    lags = tuple(lag for r in mine if r[0].shape.workers == workers for lag in r[0].shape.lags)
     return fit_runtime([r[0] for r in mine or runs], pace if mine else None), "; ".join(
         f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
-        " (the runs of this model and batch)" if mine else ""), ratio
+        " (the runs of this model and batch)" if mine else ""), ratio, lags
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
@@ -735,16 +777,18 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
-    runtime, calibration, pace = calibrate(args, strategy, prof.name, batch, compute.mid) \
-        if args.overhead else (Runtime(()), "", None)
+    runtime, calibration, pace, lags = calibrate(args, strategy, prof.name, batch, compute.mid, workers) \
+        if args.overhead else (Runtime(()), "", None, ())
+    shape = replace(shape, lags=lags)
     rt = runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
 
-    def at(c: float, s: float | None, lm: LinkModel, r: float, turn: float = 1.0) -> Prediction:
+    def at(c: float, s: float | None, lm: LinkModel, r: float, turn: float | None = None) -> Prediction:
         """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
-        link, TF's runtime r (ms a step), the ps gradients ``turn`` of the way to in turn."""
+        link, TF's runtime r (ms a step), the ps gradients ``turn`` of the way to in turn (None: as the
+        calibration's lags make it, else TURN)."""
         p = shape.at(c, lm, turn)
         p = with_comm(p, *measured) if measured else p
         p = with_wait(p, s) if s is not None else p
@@ -757,7 +801,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         j = {"mid": 1, "tight": 2, "roomy": 0}[which]  # the rest
         s = slowest.hi if slowest and j == 2 else None  # the slow ends wait for the slowest worker
         return ((compute.lo, compute.mid, compute.hi)[i], s, (link.fast, link.mid, link.slow)[j],
-                (rt.lo, rt.mid, rt.hi)[j], (1.0, 1.0, 0.0)[j])
+                (rt.lo, rt.mid, rt.hi)[j], (1.0, None, 0.0)[j])
 
     def min_beta(which: str) -> float | None:
         c, s, lm, r, turn = end(which)
@@ -804,6 +848,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["interval_coverage"] = COVERAGE
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, calibration or None
     out["runtime_pace"] = pace
+    out["gradients_lag_rounds"] = len(lags) if strategy == "ps" else None
     if args.output:
         save(args, out)
     if args.json:
@@ -816,6 +861,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
           f"{link.mid.source}; {'all ranks share one host' if shared else 'one rank per host'}")
     print(header_line(COLUMNS))
     print(row_line(COLUMNS, out))
+    if pred.gradients_turn is not None:
+        print(f"# the workers' gradients cross the PS's link {pred.gradients_turn:.2f} of the way from all at once "
+              "to in turn: " + (f"as {len(lags)} calibration rounds' gradients-ready lags make it at this link"
+                                if lags else "TURN (no calibration run of this W measured the lags)"))
     print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
           f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
           ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"

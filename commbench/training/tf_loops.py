@@ -146,9 +146,8 @@ def _step_fn(tf, strategy, model, opt, per_replica_batch: int, stamp: bool = Fal
 
 def grads_lags(ready_s: Sequence[float]) -> list[float]:
     """A round's workers' gradients-ready times (s) as how long before the last one each other worker's
-    were ready (ms), earliest first: W - 1 numbers. At a shared link they grow to about a worker's
-    transfer (the workers stagger themselves), which is why `predict` takes the gradients in turn
-    (docs/training.md, round 8)."""
+    were ready (ms), earliest first: W - 1 numbers, what `predict` makes the gradients' crossing of the
+    PS's link from (docs/training.md)."""
     t = sorted(ready_s)
     return [round((t[-1] - x) * 1e3, 3) for x in t[:-1]]
 
