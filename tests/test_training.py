@@ -61,11 +61,11 @@ def test_predict_ps_by_hand():
     # 6.100023 ms at this link: the last ends 2 x 6.100023 - 2.05 after its own were ready, 0.336 of the
     # way from both at once to one alone
     assert pr.turn_of([[2.05], [2.05]], 6.100023, 2) == pytest.approx(2.05 / 6.100023)
-    # the reads (6.1 ms a worker's alone) end half that apart: 3.05 ms more lag or 3.05 less (the lag's
-    # sign flipped), 0.5 of the way on average; gradients of 12,000,046 B at once, 6,000,023 B alone
+    # the reads (6.1 ms a worker's alone) end half that apart, the first to read the first to compute:
+    # 3.05 ms more lag, 5.1 of 6.1: gradients of 12,000,046 B at once, 6,000,023 B alone
     lagged = pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None, lags=[[2.05], [2.05]])
-    assert lagged.gradients_turn == pytest.approx(0.5, abs=1e-5)
-    assert lagged.terms["gradients_ms"] == pytest.approx(12.100046 - 6.000023 * 0.5, abs=1e-4)
+    assert lagged.gradients_turn == pytest.approx((2.05 + 6.100065 / 2) / 6.100023, abs=1e-5)
+    assert lagged.terms["gradients_ms"] == pytest.approx(12.100046 - 6.000023 * lagged.gradients_turn, abs=1e-4)
     assert pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None, lags=[[13.0]]).gradients_turn == 1.0  # apart
     assert pr.predict_ps(sizes, 2, 1, 32, 50.0, link, turn=None).gradients_turn == pr.TURN  # no lags: TURN
     # W workers beat one where (W-1) compute exceeds the communication: 49.8 ms of room for 16 MB

@@ -16,11 +16,13 @@ leaves open bounds it: the ps workers' gradients cross all at once (X_grad as ab
 in turn (they finish computing at different times: the round ends with the last worker's gradients
 alone, X_grad = a worker's bytes: the fast end). The middle is as far in turn as the calibration runs'
 gradients-ready lags make it at the predicted link (``turn_of``: ``train`` stamps when each worker's
-gradients are ready; the PS's link takes them in order), and halfway (``TURN``) where no run of this
-W measured them (a packet trace at 280 Mbit/s: the gradients ended a median 8 ms apart, a worker's
-alone took 7.5; three rounds of held-out rates fitted b = 0.83-0.89 of the halfway wire term); at
-the slow end a synchronous step waits for its slowest worker's compute, where the train run measured
-it for this W (``slowest_p50_ms``, every worker computing at once).
+gradients are ready; the PS's link takes them in order, and the reads end half a worker's reads
+apart, the first to read the first to compute), and halfway (``TURN``) where no run of this W
+measured them (a packet trace at 280 Mbit/s: the gradients ended a median 8 ms apart, a worker's
+alone took 7.5; three rounds of held-out rates fitted b = 0.83-0.89 of the halfway wire term, and
+0.95-1.00 of this one, docs/training.md round 8); at the slow end a synchronous step waits for
+its slowest worker's compute, where the train run measured it for this W (``slowest_p50_ms``, every
+worker computing at once).
 
 TF's runtime, which those terms leave out, is calibrated once (``--overhead FILE``, repeatable, each
 over its own link's sweep ``--overhead-p2p FILE``): ps, a cost per closure (the chief schedules,
@@ -193,8 +195,10 @@ def turn_of(lags: Sequence[Sequence[float]], one_ms: float, workers: int, read_m
     ``read_ms``, a worker's reads alone at this link: the reads share the link too and end apart, from
     all at once (fair shares) to one a ``read_ms`` after another; the middle, half a ``read_ms`` apart
     (a packet trace at 280 Mbit/s: 3.8 ms, of 7.5), moves each worker's gradients by as much, in the
-    lags' order and against it (averaged: which worker reads first is not the one that computes
-    first). Rounds of another W are left out; none left: TURN."""
+    lags' order: the first to read is the first to compute (the runs' own lags at shaped links grow
+    to about this: small_cnn 10.4 ms at 190 Mbit/s against 5.4 unshaped and 5.5 half its reads;
+    averaged with the other order, rounds 6-8 fitted b = 0.87-0.93 of ps's wire term, with this
+    order 0.95-1.00). Rounds of another W are left out; none left: TURN."""
     mine = [r for r in lags if len(r) == workers - 1]
     if workers < 2 or not mine or one_ms <= 0:
         return TURN
@@ -202,9 +206,8 @@ def turn_of(lags: Sequence[Sequence[float]], one_ms: float, workers: int, read_m
     ends = []
     for r in mine:
         ready = [-lag for lag in r] + [0.0]  # earliest first
-        for order in (spread[::-1], spread):  # the first to read: the first to compute, or the last
-            t = sorted(x + o for x, o in zip(ready, order, strict=True))
-            ends.append(max(one_ms, *((workers - k) * one_ms - (t[-1] - x) for k, x in enumerate(t))))
+        t = sorted(x + o for x, o in zip(ready, spread, strict=True))  # the first to read: the first to compute
+        ends.append(max(one_ms, *((workers - k) * one_ms - (t[-1] - x) for k, x in enumerate(t))))
     return min(1.0, max(0.0, (workers * one_ms - float(np.mean(ends))) / ((workers - 1) * one_ms)))
 
 
