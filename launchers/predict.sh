@@ -13,8 +13,8 @@
 #    sweep, the calibration and that compute run only: nothing from the runs it is compared with
 #    (plus W=3 for small_cnn at the rate in W3_RATE)
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
-# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (short runs, 1 repeat), TRANSPORT (the
-# sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
+# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (short runs, 1
+# repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "launchers/predict.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }

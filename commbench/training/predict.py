@@ -586,13 +586,17 @@ def compute_span(row: dict, compute_ms: float) -> Span:
     return Span.of(compute_ms, row.get("compute_ci_lo_ms"), row.get("compute_ci_hi_ms"))
 
 
+def own_compute_key(row: dict) -> str:
+    """The keys a train row's own compute time is under: ``compute_during`` (the steps measured between
+    its training steps, all workers at once) where it has them, else ``compute`` (before and after)."""
+    return "compute" if row.get("compute_during_p50_ms") is None else "compute_during"
+
+
 def own_compute(row: dict) -> Span:
-    """A train row's compute time in its own conditions: the steps measured between its training steps
-    (all workers at once) where it has them, else those before and after training."""
-    mid = row.get("compute_during_p50_ms")
-    if mid is None:
+    """A train row's compute time in its own conditions (``own_compute_key``)."""
+    if own_compute_key(row) == "compute":
         return compute_span(row, row["compute_ms"])
-    return Span.of(mid, row.get("compute_during_ci_lo_ms"), row.get("compute_during_ci_hi_ms"))
+    return Span.of(row["compute_during_p50_ms"], row.get("compute_during_ci_lo_ms"), row.get("compute_during_ci_hi_ms"))
 
 
 def drifting(row: dict) -> Span:
@@ -669,10 +673,7 @@ def comm_span(row: dict) -> Span | None:
     the two medians' intervals are independent estimates, their half-widths added in quadrature on
     each side. How finely the run measured what the prediction's communication is compared with; None
     where the row has no interval for either (fewer than 20 steps or compute steps: ``median_ci``)."""
-    during = row.get("compute_during_p50_ms") is not None
-    needed = ("step_ci_lo_ms", "step_ci_hi_ms", *(("compute_during_ci_lo_ms", "compute_during_ci_hi_ms") if during
-                                                  else ("compute_ci_lo_ms", "compute_ci_hi_ms")))
-    if any(row.get(k) is None for k in needed):
+    if any(row.get(f"{k}_ci_{end}_ms") is None for k in ("step", own_compute_key(row)) for end in ("lo", "hi")):
         return None
     step, own = spans(row)
     mid = step.mid - own.mid
