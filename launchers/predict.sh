@@ -2,16 +2,18 @@
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
 #   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: about 90 min here (85 before small_cnn ran 240 steps; by the pace)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: about 18 min (6 rates: 23, measured)
-# 1. calibration, once, on unshaped links (the setup a user has): TF's runtime cost per closure and RPC
-#    (ps) or collective (mirrored) from train runs of every model and strategy at the batch trained below,
-#    2 workers (3 each: their spread is part of the uncertainty), over a sweep of those links
-#    (OUT/cal_sweep_none.jsonl). At the batch trained: on these emulated hosts a step's cost beyond compute
-#    and the wire grows with the batch (the ranks share 2 cores), so batch 1 runs fall short of it
+# 1. calibration on unshaped links (the setup a user has): TF's runtime cost per closure and RPC (ps) or
+#    collective (mirrored) from train runs of every model and strategy at the batch trained below, 2 workers
+#    (CAL each: their spread is part of the uncertainty), over a sweep of those links (OUT/cal_sweep_none.jsonl).
+#    At the batch trained: on these emulated hosts a step's cost beyond compute and the wire grows with the
+#    batch (the ranks share 2 cores). Spread over the recipe, one before the rates at evenly spaced places
+#    (CAL=3, 6 rates: before the 1st, 3rd and 5th): this machine's phases move TF's runtime by 2-4 ms for
+#    minutes at a time, so runs made back to back measure one phase (docs/training.md, round 9)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), then a real train run, REPEATS times
-#    (default 2: what a repeat moves is part of what is compared), and `commbench predict` from the
-#    sweep, the calibration and that compute run only: nothing from the runs it is compared with
-#    (plus W=3 for small_cnn at the rate in W3_RATE)
+#    (default 2: what a repeat moves is part of what is compared) (plus W=3 for small_cnn at W3_RATE)
+# 3. `commbench predict` for every rate, model and strategy from its sweep, the calibration and its compute
+#    run only: nothing from the runs it is compared with
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
 # Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (short runs, 1
 # repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
@@ -55,31 +57,48 @@ SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo "$MOBILENET_STEPS"; fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 
-step "1. calibration on unshaped links: every model and strategy at its batch"
-hosts none
-sweep cal_sweep_none  # its own file: the unshaped rate's sweep below must not add to what calibrated
-for m in $MODELS; do for s in $STRATEGIES; do for _ in $(seq "$CAL"); do
-  train "$OUT/cal_${s}_none.jsonl" "$s" "$m" 2 "$(model_batch "$m")" "$(model_steps "$m")"
-done; done; done
+calibrate() {  # the CAL calibration runs whose place is before the rate at index $1 of $2 (every model and strategy)
+  local c
+  for c in $(seq 0 $(( CAL - 1 ))); do
+    [ $(( c * $2 / CAL )) = "$1" ] || continue
+    step "1. calibration $(( c + 1 )) of $CAL, on unshaped links: every model and strategy at its batch"
+    hosts none
+    # its own file: the unshaped rate's sweep in 2. must not add to what calibrated
+    [ -s "$OUT/cal_sweep_none.jsonl" ] || sweep cal_sweep_none
+    for m in $MODELS; do for s in $STRATEGIES; do
+      train "$OUT/cal_${s}_none.jsonl" "$s" "$m" 2 "$(model_batch "$m")" "$(model_steps "$m")"
+    done; done
+  done
+}
 
-step "2. predicted from the sweep and the calibration, then measured: $RATES"
-for rate in $RATES; do
+rm -f "$OUT/cal_sweep_none.jsonl"  # a calibration is this recipe's runs only
+for m in $MODELS; do for s in $STRATEGIES; do rm -f "$OUT/cal_${s}_none.jsonl"; done; done
+read -ra rates <<< "$RATES"
+step "2. measured at $RATES, the calibration spread among them"
+for i in "${!rates[@]}"; do
+  rate=${rates[$i]}
+  calibrate "$i" "${#rates[@]}"
   hosts "$rate"
   sweep "link_$rate"
-  for m in $MODELS; do for s in $STRATEGIES; do
-    for w in 2 3; do
-      [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
-      f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
-      # the compute time from a run of its own just before (never from the runs it is compared with)
-      n=$(model_steps "$m"); [ "$n" -le 60 ] || n=60
-      $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" --steps "$n" \
-        -o "$c" 2>>"$OUT/train.log" | tail -1 >&2
-      for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
-      $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$c" --overhead "$OUT/cal_${s}_none.jsonl" \
-        --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
-        -o "$OUT/predict.jsonl" | sed -n 4p >&2
-    done
-  done; done
+  for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
+    [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
+    f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
+    rm -f "$f" "$c"
+    # the compute time from a run of its own just before (never from the runs it is compared with)
+    n=$(model_steps "$m"); [ "$n" -le 60 ] || n=60
+    $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" --steps "$n" \
+      -o "$c" 2>>"$OUT/train.log" | tail -1 >&2
+    for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
+  done; done; done
 done
+
+step "3. predicted from the sweeps, the calibration and the compute runs; compared with the train runs"
+for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
+  f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
+  [ -f "$f" ] || continue
+  $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$OUT/compute_${s}_${m}_w${w}_$rate.jsonl" \
+    --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
+    -o "$OUT/predict.jsonl" | sed -n 4p >&2
+done; done; done; done
 $CB hosts down >/dev/null
 echo "launchers/predict.sh: predictions in $OUT/predict.jsonl (commbench show $OUT/predict.jsonl)" >&2

@@ -242,6 +242,33 @@ def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_an
     assert "this model and batch" not in at32["calibration"]
 
 
+@pytest.mark.parametrize("minutes", [None, 1, 12])
+def test_predict_says_how_long_its_calibration_runs_took_and_warns_when_back_to_back(tmp_path, minutes):
+    """TF's runtime moves with a shared machine's phases for minutes at a time: predict gives the minutes
+    from the first calibration run to the last one's start, and says when they were made back to back
+    (one phase); runs without a start (older files) give none and no warning."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
+                                                          for s in (8, 65536, 1 << 20)], transport="tcp")
+    row = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 64, "images_s": 3000.0,
+           "step_p50_ms": 42.0, "compute_ms": 30.0}
+    cal = tmp_path / "cal.jsonl"
+    _train_runs(cal, [row, row, row])
+    if minutes is not None:
+        lines = [json.loads(x) for x in cal.read_text().splitlines()]
+        metas = [x for x in lines if x["type"] == "meta"]
+        for i, m in enumerate(metas):
+            m["start"] = f"2026-11-27T10:{7 + i * minutes // 2:02d}:30+00:00"
+        cal.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--strategy", "mirrored", "--workers", "2",
+            "--batch", "64", "--compute-ms", "30", "--overhead", str(cal)]
+    out = json.loads(commbench(*args, "--json").out)
+    text = commbench(*args).out
+    want = None if minutes is None else 2 * minutes // 2
+    assert out["calibration_minutes"] == (None if want is None else pytest.approx(want))
+    assert ("back to back" in text) == (minutes == 1), text
+    assert (f"made over {want} min" in text) == (minutes is not None), text
+
+
 @given(st.floats(10.0, 80.0), st.floats(0.5, 2.0), st.floats(0.02, 0.6))
 @settings(max_examples=25, deadline=None)
 def test_tf_runtime_is_taken_at_the_pace_of_the_compute_time_predicted_with(pace, slower, share):
@@ -882,10 +909,11 @@ def loopback_flood():
 @pytest.mark.slow
 def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
     """launchers/predict.sh, short and on small_cnn's ps training: calibrated by runs at the batch it
-    trains on unshaped links, it predicts training over 1 Gbit/s links from a sweep over them and a compute
-    time measured apart (train --compute-only), never from the run it is compared with. Its saved
-    files give the same predictions again after the whole recipe (the unshaped rate's sweep once went
-    into the calibration's file, moving the earlier rates' predictions made again). How close the
+    trains on unshaped links, spread among the rates' runs, it predicts training over 1 Gbit/s links from a
+    sweep over them and a compute time measured apart (train --compute-only), never from the run it is
+    compared with. Its saved files give the same predictions again after the whole recipe (the unshaped
+    rate's sweep once went into the calibration's file, moving the earlier rates' predictions made
+    again). How close the
     prediction comes is measured by the whole recipe (docs/training.md), not here: on a machine
     loaded by other jobs a QUICK run's steps move by 2x (CI: +52 % at 1 Gbit/s, +119 % unshaped), so
     this asserts only a prediction within 4x either way (a unit or a term gone wrong)."""
@@ -897,6 +925,10 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     assert p.returncode == 0, p.stderr
     runs = read_runs(out / "predict.jsonl")
     assert [r.rows[0]["label"] for r in runs] == ["1gbit", "none"]
+    # the calibration spread among the rates (CAL=2: one before each), not made back to back
+    cal_starts = [r.meta["start"] for r in read_runs(out / "cal_ps_none.jsonl")]
+    first_rate = [r.meta["start"] for r in read_runs(out / "train_ps_small-cnn_w2_1gbit.jsonl")]
+    assert cal_starts[0] < min(first_rate) and max(first_rate) < cal_starts[1]
     run = runs[0]
     (row,) = run.rows
     assert (row["label"], row["model"], row["strategy"], row["workers"]) == ("1gbit", "small_cnn", "ps", 2)

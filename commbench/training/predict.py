@@ -69,6 +69,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 
 import numpy as np
 
@@ -510,6 +511,9 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("runtime_pace", "ratio", "--overhead: the compute time predicted with / the calibration runs' own "
                                      "(their median), where they are of this model and batch: TF's runtime, CPU "
                                      "work at the machine's pace, is taken at this pace", optional=True),
+        key("calibration_minutes", "min", "--overhead: from the first calibration run fitted to the last one's "
+                                          "start; runs made back to back sample one phase of a shared "
+                                          "machine's load", optional=True),
         key("gradients_turn", "fraction", "ps: how far the workers' gradients cross the PS's link in turn in the "
                                           "middle prediction (0: all at once, 1: one at a time): as the "
                                           "calibration runs' grads_lag_ms make it at this link (turn_of), else "
@@ -686,7 +690,7 @@ def one_host(meta: dict) -> bool:
 
 
 def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, pace: float,
-              workers: int) -> tuple[Runtime, str, float | None, tuple[tuple[float, ...], ...]]:
+              workers: int) -> tuple[Runtime, str, float | None, tuple[tuple[float, ...], ...], float | None]:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
     what it was fitted to. Where some of them are of the predicted model and batch, those alone: on a
     machine whose ranks share cores, what a step costs beyond compute and the wire grows with the batch
@@ -695,12 +699,15 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, p
     else every run (other models and batches: the terms' cross-model fit). Runs of the model and batch
     are taken at the ``pace`` of the compute time predicted with (``fit_runtime``); the third value is
     that pace against theirs (None: other runs, not scaled); the fourth, the ps gradients-ready lags of
-    every round of the runs of this model, batch and W (``turn_of``; none: TURN)."""
+    every round of the runs of this model, batch and W (``turn_of``; none: TURN); the fifth, the minutes
+    from the first of the runs fitted to to the last one's start (None: a run without a start): on a
+    shared machine TF's runtime moves by 2-4 ms for minutes at a time (docs/training.md, round 9), so runs
+    made back to back sample one phase of it."""
     sweeps = args.overhead_p2p or [args.p2p]
     if len(sweeps) not in (1, len(args.overhead)):
         raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
                          f"or one for all of them, not {len(sweeps)}")
-    runs: list[tuple[Calibrated, str, str]] = []  # (run, its model, what it is)
+    runs: list[tuple[Calibrated, str, str, str | None]] = []  # (run, its model, what it is, its start)
     for path, sweep in zip(args.overhead, sweeps * len(args.overhead) if len(sweeps) == 1 else sweeps, strict=True):
         link = p2p_link(sweep)
         for row, meta in train_rows(path):
@@ -714,13 +721,16 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, p
                           tuple(tuple(r) for r in row.get("grads_lag_ms") or ()))
             runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
-                         f"batch {shape.batch} over {sweep}"))
+                         f"batch {shape.batch} over {sweep}", meta.get("start")))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
     ratio = pace / float(np.median([r[0].compute.mid for r in mine])) if mine else None
     lags = tuple(lag for r in mine if r[0].shape.workers == workers for lag in r[0].shape.lags)
+    starts = [r[3] for r in mine or runs]
+    spread = None if None in starts else (
+        max(map(datetime.fromisoformat, starts)) - min(map(datetime.fromisoformat, starts))).total_seconds() / 60
     return fit_runtime([r[0] for r in mine or runs], pace if mine else None), "; ".join(
         f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
-        " (the runs of this model and batch)" if mine else ""), ratio, lags
+        " (the runs of this model and batch)" if mine else ""), ratio, lags, spread
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
@@ -781,8 +791,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
-    runtime, calibration, pace, lags = calibrate(args, strategy, prof.name, batch, compute.mid, workers) \
-        if args.overhead else (Runtime(()), "", None, ())
+    runtime, calibration, pace, lags, cal_minutes = (
+        calibrate(args, strategy, prof.name, batch, compute.mid, workers) if args.overhead
+        else (Runtime(()), "", None, (), None))
     shape = replace(shape, lags=lags)
     rt = runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
@@ -852,6 +863,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["interval_coverage"] = COVERAGE
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, calibration or None
     out["runtime_pace"] = pace
+    out["calibration_minutes"] = cal_minutes
     out["gradients_lag_rounds"] = len(lags) if strategy == "ps" else None
     if args.output:
         save(args, out)
@@ -886,7 +898,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.overhead:
         print(f"# TF's runtime: {runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
               f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {calibration}"
-              + (f", at the pace of the compute time given ({pace:.2f}x theirs)" if pace else ""))
+              + (f", at the pace of the compute time given ({pace:.2f}x theirs)" if pace else "")
+              + (f"; made over {cal_minutes:.0f} min" + (" (back to back: one phase of a shared machine; spread "
+                                                         "them over the time you measure in)" if cal_minutes < 5
+                                                         else "") if cal_minutes is not None else ""))
     print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
           "added in quadrature)"
           + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "
