@@ -94,8 +94,8 @@ done
 
 step "3. predicted from the sweeps, the calibration and the compute runs; compared with the train runs"
 for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
+  [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue  # what 2. ran (not a stale file)
   f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
-  [ -f "$f" ] || continue
   $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$OUT/compute_${s}_${m}_w${w}_$rate.jsonl" \
     --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
     -o "$OUT/predict.jsonl" | sed -n 4p >&2
