@@ -56,6 +56,7 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
 SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo "$MOBILENET_STEPS"; fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
+measured() { [ "$3" = 2 ] || { [ "$1" = small-cnn ] && [ "$2" = "$W3_RATE" ]; }; }  # MODEL RATE W: trained here?
 
 calibrate() {  # the CAL calibration runs whose place is before the rate at index $1 of $2 (every model and strategy)
   local c
@@ -81,7 +82,7 @@ for i in "${!rates[@]}"; do
   hosts "$rate"
   sweep "link_$rate"
   for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
-    [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue
+    measured "$m" "$rate" "$w" || continue
     f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
     rm -f "$f" "$c"
     # the compute time from a run of its own just before (never from the runs it is compared with)
@@ -94,7 +95,7 @@ done
 
 step "3. predicted from the sweeps, the calibration and the compute runs; compared with the train runs"
 for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
-  [ "$w" = 2 ] || { [ "$m" = small-cnn ] && [ "$rate" = "$W3_RATE" ]; } || continue  # what 2. ran (not a stale file)
+  measured "$m" "$rate" "$w" || continue  # what 2. ran (not a stale file)
   f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
   $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$OUT/compute_${s}_${m}_w${w}_$rate.jsonl" \
     --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \

@@ -726,8 +726,8 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, p
     ratio = pace / float(np.median([r[0].compute.mid for r in mine])) if mine else None
     lags = tuple(lag for r in mine if r[0].shape.workers == workers for lag in r[0].shape.lags)
     starts = [r[3] for r in mine or runs]
-    spread = None if None in starts else (
-        max(map(datetime.fromisoformat, starts)) - min(map(datetime.fromisoformat, starts))).total_seconds() / 60
+    times = None if None in starts else [datetime.fromisoformat(t) for t in starts]
+    spread = (max(times) - min(times)).total_seconds() / 60 if times else None
     return fit_runtime([r[0] for r in mine or runs], pace if mine else None), "; ".join(
         f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
         " (the runs of this model and batch)" if mine else ""), ratio, lags, spread
@@ -896,12 +896,12 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
              + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
              if comm_meas is not None else ""))
     if args.overhead:
+        made = "" if cal_minutes is None else f"; made over {cal_minutes:.0f} min" + (
+            " (back to back: one phase of a shared machine; spread them over the time you measure in)"
+            if cal_minutes < 5 else "")
         print(f"# TF's runtime: {runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
               f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {calibration}"
-              + (f", at the pace of the compute time given ({pace:.2f}x theirs)" if pace else "")
-              + (f"; made over {cal_minutes:.0f} min" + (" (back to back: one phase of a shared machine; spread "
-                                                         "them over the time you measure in)" if cal_minutes < 5
-                                                         else "") if cal_minutes is not None else ""))
+              + (f", at the pace of the compute time given ({pace:.2f}x theirs)" if pace else "") + made)
     print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
           "added in quadrature)"
           + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "
