@@ -689,20 +689,30 @@ def one_host(meta: dict) -> bool:
     return len(set(meta.get("hosts", []))) == 1
 
 
-def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, pace: float,
-              workers: int) -> tuple[Runtime, str, float | None, tuple[tuple[float, ...], ...], float | None]:
-    """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link, and a line saying
-    what it was fitted to. Where some of them are of the predicted model and batch, those alone: on a
-    machine whose ranks share cores, what a step costs beyond compute and the wire grows with the batch
-    (the workers' compute crowds the chief's and the PS's threads: 3.5 ms from batch 1 to 64 for
-    small_cnn, docs/training.md), so a calibration at the batch trained is the runtime of that step;
-    else every run (other models and batches: the terms' cross-model fit). Runs of the model and batch
-    are taken at the ``pace`` of the compute time predicted with (``fit_runtime``); the third value is
-    that pace against theirs (None: other runs, not scaled); the fourth, the ps gradients-ready lags of
-    every round of the runs of this model, batch and W (``turn_of``; none: TURN); the fifth, the minutes
-    from the first of the runs fitted to to the last one's start (None: a run without a start): on a
-    shared machine TF's runtime moves by 2-4 ms for minutes at a time (docs/training.md, round 9), so runs
-    made back to back sample one phase of it."""
+@dataclass(frozen=True)
+class Calibration:
+    """What the --overhead runs give a prediction: TF's runtime fitted to them, a line saying what it was
+    fitted to, the pace it was taken at against theirs (None: other runs, not scaled), the ps
+    gradients-ready lags of every round of the runs of this model, batch and W (``turn_of``; none: TURN),
+    and the minutes from the first run fitted to to the last one's start (None: a run without a start)."""
+
+    runtime: Runtime
+    described: str = ""
+    pace: float | None = None
+    lags: tuple[tuple[float, ...], ...] = ()
+    minutes: float | None = None
+
+
+def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, compute_ms: float,
+              workers: int) -> Calibration:
+    """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link. Where some of them
+    are of the predicted model and batch, those alone: on a machine whose ranks share cores, what a step
+    costs beyond compute and the wire grows with the batch (the workers' compute crowds the chief's and
+    the PS's threads: 3.5 ms from batch 1 to 64 for small_cnn, docs/training.md), so a calibration at the
+    batch trained is the runtime of that step; else every run (other models and batches: the terms'
+    cross-model fit). Runs of the model and batch are taken at the pace of the compute time predicted
+    with (``compute_ms``; ``fit_runtime``). On a shared machine TF's runtime moves by 2-4 ms for minutes at a time
+    (docs/training.md, round 9), so runs made back to back sample one phase of it: ``minutes``."""
     sweeps = args.overhead_p2p or [args.p2p]
     if len(sweeps) not in (1, len(args.overhead)):
         raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
@@ -723,14 +733,14 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, p
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                          f"batch {shape.batch} over {sweep}", meta.get("start")))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
-    ratio = pace / float(np.median([r[0].compute.mid for r in mine])) if mine else None
     lags = tuple(lag for r in mine if r[0].shape.workers == workers for lag in r[0].shape.lags)
     starts = [r[3] for r in mine or runs]
     times = None if None in starts else [datetime.fromisoformat(t) for t in starts]
-    spread = (max(times) - min(times)).total_seconds() / 60 if times else None
-    return fit_runtime([r[0] for r in mine or runs], pace if mine else None), "; ".join(
-        f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
-        " (the runs of this model and batch)" if mine else ""), ratio, lags, spread
+    described = "; ".join(f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
+        " (the runs of this model and batch)" if mine else "")
+    return Calibration(fit_runtime([r[0] for r in mine or runs], compute_ms if mine else None), described,
+                       compute_ms / float(np.median([r[0].compute.mid for r in mine])) if mine else None,
+                       lags, (max(times) - min(times)).total_seconds() / 60 if times else None)
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
@@ -791,11 +801,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
-    runtime, calibration, pace, lags, cal_minutes = (
-        calibrate(args, strategy, prof.name, batch, compute.mid, workers) if args.overhead
-        else (Runtime(()), "", None, (), None))
-    shape = replace(shape, lags=lags)
-    rt = runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
+    cal = calibrate(args, strategy, prof.name, batch, compute.mid, workers) if args.overhead \
+        else Calibration(Runtime(()))
+    shape = replace(shape, lags=cal.lags)
+    rt = cal.runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
@@ -861,10 +870,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
     out["inside"] = (slow.images_s <= meas.mid <= fast.images_s) if meas else None
     out["interval_coverage"] = COVERAGE
-    out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, calibration or None
-    out["runtime_pace"] = pace
-    out["calibration_minutes"] = cal_minutes
-    out["gradients_lag_rounds"] = len(lags) if strategy == "ps" else None
+    out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, cal.described or None
+    out["runtime_pace"] = cal.pace
+    out["calibration_minutes"] = cal.minutes
+    out["gradients_lag_rounds"] = len(cal.lags) if strategy == "ps" else None
     if args.output:
         save(args, out)
     if args.json:
@@ -879,8 +888,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(row_line(COLUMNS, out))
     if pred.gradients_turn is not None:
         print(f"# the workers' gradients cross the PS's link {pred.gradients_turn:.2f} of the way from all at once "
-              "to in turn: " + (f"as {len(lags)} calibration rounds' gradients-ready lags make it at this link"
-                                if lags else "TURN (no calibration run of this W measured the lags)"))
+              "to in turn: " + (f"as {len(cal.lags)} calibration rounds' gradients-ready lags make it at this "
+                                "link" if cal.lags else "TURN (no calibration run of this W measured the lags)"))
     print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
           f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
           ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"
@@ -896,12 +905,12 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
              + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
              if comm_meas is not None else ""))
     if args.overhead:
-        made = "" if cal_minutes is None else f"; made over {cal_minutes:.0f} min" + (
+        made = "" if cal.minutes is None else f"; made over {cal.minutes:.0f} min" + (
             " (back to back: one phase of a shared machine; spread them over the time you measure in)"
-            if cal_minutes < 5 else "")
-        print(f"# TF's runtime: {runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
-              f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {calibration}"
-              + (f", at the pace of the compute time given ({pace:.2f}x theirs)" if pace else "") + made)
+            if cal.minutes < 5 else "")
+        print(f"# TF's runtime: {cal.runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
+              f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {cal.described}"
+              + (f", at the pace of the compute time given ({cal.pace:.2f}x theirs)" if cal.pace else "") + made)
     print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
           "added in quadrature)"
           + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "
