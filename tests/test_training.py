@@ -914,9 +914,8 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     compared with. Its saved files give the same predictions again after the whole recipe (the unshaped
     rate's sweep once went into the calibration's file, moving the earlier rates' predictions made
     again). How close the prediction comes is measured by the whole recipe (docs/training.md), not here:
-    on a machine
-    loaded by other jobs a QUICK run's steps move by 2x (CI: +52 % at 1 Gbit/s, +119 % unshaped), so
-    this asserts only a prediction within 4x either way (a unit or a term gone wrong)."""
+    on a machine loaded by other jobs a QUICK run's steps move by 2x (CI: +52 % at 1 Gbit/s, +119 %
+    unshaped), so this asserts only a prediction within 4x either way (a unit or a term gone wrong)."""
     out = tmp_path / "recipe"
     env = {**ENV, "QUICK": "1", "MODELS": "small-cnn", "STRATEGIES": "ps", "RATES": "1gbit none", "W3_RATE": "",
            "OUT": str(out), "CB": str(BIN / "commbench")}

@@ -711,8 +711,8 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
     the PS's threads: 3.5 ms from batch 1 to 64 for small_cnn, docs/training.md), so a calibration at the
     batch trained is the runtime of that step; else every run (other models and batches: the terms'
     cross-model fit). Runs of the model and batch are taken at the pace of the compute time predicted
-    with (``compute_ms``; ``fit_runtime``). On a shared machine TF's runtime moves by 2-4 ms for minutes at a time
-    (docs/training.md, round 9), so runs made back to back sample one phase of it: ``minutes``."""
+    with (``compute_ms``; ``fit_runtime``). On a shared machine TF's runtime moves by 2-4 ms for minutes
+    at a time (docs/training.md, round 9), so runs made back to back sample one phase of it: ``minutes``."""
     sweeps = args.overhead_p2p or [args.p2p]
     if len(sweeps) not in (1, len(args.overhead)):
         raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
@@ -733,12 +733,13 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                          f"batch {shape.batch} over {sweep}", meta.get("start")))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
+    fitted = mine or runs
     lags = tuple(lag for r in mine if r[0].shape.workers == workers for lag in r[0].shape.lags)
-    starts = [r[3] for r in mine or runs]
+    starts = [r[3] for r in fitted]
     times = None if None in starts else [datetime.fromisoformat(t) for t in starts]
-    described = "; ".join(f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in mine or runs).items())) + (
+    described = "; ".join(f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in fitted).items())) + (
         " (the runs of this model and batch)" if mine else "")
-    return Calibration(fit_runtime([r[0] for r in mine or runs], compute_ms if mine else None), described,
+    return Calibration(fit_runtime([r[0] for r in fitted], compute_ms if mine else None), described,
                        compute_ms / float(np.median([r[0].compute.mid for r in mine])) if mine else None,
                        lags, (max(times) - min(times)).total_seconds() / 60 if times else None)
 
