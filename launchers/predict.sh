@@ -85,9 +85,10 @@ for i in "${!rates[@]}"; do
     measured "$m" "$rate" "$w" || continue
     f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
     rm -f "$f" "$c"
-    # the compute time from a run of its own just before (never from the runs it is compared with)
+    # the compute time from a run of its own just before (never from the runs it is compared with); mirrored's
+    # with its cluster up and idle (it slows the workers' compute: docs/training.md, round 12)
     n=$(model_steps "$m"); [ "$n" -le 60 ] || n=60
-    $CB train --compute-only --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" --steps "$n" \
+    $CB train --compute-only --strategy "$s" --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" --steps "$n" \
       -o "$c" 2>>"$OUT/train.log" | tail -1 >&2
     for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
   done; done; done

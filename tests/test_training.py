@@ -595,7 +595,7 @@ def test_a_prediction_given_a_compute_run_reads_nothing_of_the_run_it_is_compare
     r = commbench("predict", "--p2p", p2p, "--train", train, "--compute", compute, "--workers", "3")
     assert r.code == 2 and r.err.count("\n") == 1, r.err
     assert "no compute time of small_cnn W=3 batch 32 (it holds small_cnn W=2 batch 32)" in r.err
-    assert "train --compute-only --model small_cnn --workers 3 --batch 32" in r.err
+    assert "train --compute-only --strategy ps --model small_cnn --workers 3 --batch 32" in r.err
     r = commbench("predict", "--p2p", p2p, "--train", train, "--compute", compute, "--compute-ms", "4")
     assert r.code == 2 and "not both" in r.err
 
@@ -648,6 +648,7 @@ def test_train_ps_small_then_predict(tmp_path):
     assert r.code == 0 and r.err == "", r.err
     (c,) = read_runs(comp)[0].rows
     assert c["bench"] == "train-compute" and (c["model"], c["workers"], c["batch"]) == ("small_cnn", 2, 32)
+    assert c["cluster_replicas"] == 0  # ps (the default): no TF cluster while computing
     assert c["compute_ci_lo_ms"] <= c["compute_ms"] <= c["compute_ci_hi_ms"] and c["slowest_p50_ms"] >= c["compute_ms"]
     r = commbench("predict", "--p2p", str(p2p), "--train", str(out), "--compute", str(comp), "--json")
     assert r.code == 0, r.err
@@ -667,6 +668,22 @@ def test_train_mirrored_measures_its_compute_between_its_steps(tmp_path):
     (row,) = read_runs(out)[0].rows
     assert row["steps"] == 10 and row["images_s"] > 0 and row["compute_ms"] > 0
     assert row["compute_during_p50_ms"] > 0 and row["compute_cold_p50_ms"] > 0, row
+
+
+@pytest.mark.slow
+def test_train_compute_only_mirrored_brings_its_cluster_up(tmp_path):
+    """`train --compute-only --strategy mirrored` computes with MultiWorkerMirroredStrategy's cluster up and
+    idle (as a mirrored run's workers do): TF resolved the W workers' cluster; nothing is trained."""
+    out = tmp_path / "compute.jsonl"
+    r = commbench("train", "--compute-only", "--strategy", "mirrored", "--model", "small-cnn", "--workers", "2",
+                  "--batch", "8", "-o", str(out), timeout=400)
+    assert r.code == 0 and r.err == "", r.err
+    assert "MultiWorkerMirroredStrategy's cluster of 2 up, idle" in r.out
+    run = read_runs(out)[0]
+    (c,) = run.rows
+    assert c["bench"] == "train-compute" and c["cluster_replicas"] == 2 and "loss_last" not in c
+    assert c["compute_ci_lo_ms"] <= c["compute_ms"] <= c["compute_ci_hi_ms"] and c["slowest_p50_ms"] >= c["compute_ms"]
+    assert run.meta["options"]["strategy"] == "mirrored", run.meta["options"]
 
 
 @pytest.mark.slow

@@ -616,8 +616,9 @@ def drifting(row: dict) -> Span:
                    max(span.hi, before, after, span.mid + moved))
 
 
-def compute_rows(path: str, model: str, workers: int, batch: int) -> list[dict]:
-    """The compute rows (``train --compute-only``, or train runs) of this model, W and batch in a file."""
+def compute_rows(path: str, model: str, workers: int, batch: int, strategy: str = "ps") -> list[dict]:
+    """The compute rows (``train --compute-only``, or train runs) of this model, W and batch in a file
+    (``strategy``: the one predicted, for the command that measures them)."""
     every = presentation.read_checked(path)
     rows = [row for r in every for row in r.rows if row.get("bench", r.meta.get("bench")) in ("train-compute", "train")
             and row.get("compute_ms") is not None]
@@ -627,8 +628,8 @@ def compute_rows(path: str, model: str, workers: int, batch: int) -> list[dict]:
     if not mine:
         have = sorted({f"{row.get('model')} W={row.get('workers')} batch {row.get('batch')}" for row in rows})
         raise UsageError(f"{path}: no compute time of {model} W={workers} batch {batch} (it holds {', '.join(have)}); "
-                         f"measure it: commbench train --compute-only --model {model} --workers {workers} "
-                         f"--batch {batch} -o {path}")
+                         f"measure it: commbench train --compute-only --strategy {strategy} --model {model} "
+                         f"--workers {workers} --batch {batch} -o {path}")
     return mine
 
 
@@ -790,7 +791,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.compute and args.compute_ms is not None:
         raise UsageError("predict: give --compute FILE or --compute-ms, not both")
     if args.compute:
-        given = compute_rows(args.compute, prof.name, workers, batch)
+        given = compute_rows(args.compute, prof.name, workers, batch, strategy)
         compute, compute_from = pooled([drifting(r) for r in given]), args.compute
     elif args.compute_ms is not None:
         compute, compute_from, given = Span.of(args.compute_ms), "--compute-ms", []

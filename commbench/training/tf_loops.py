@@ -198,6 +198,15 @@ def run_ps(model_name: str, workers: int, batch: int, steps: int, warmup: int, s
     return out
 
 
+def mirrored_strategy():
+    """MultiWorkerMirroredStrategy with RING collectives, from TF_CONFIG: every worker's TF server and the
+    coordination service come up (and wait for every worker)."""
+    tf = tensorflow()
+    comm = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+
+
 def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: int, seed: int,
                  lr: float, tick: Callable[[int], None] = lambda n: None,
                  before: Callable[[], list[float]] | None = None,
@@ -206,9 +215,7 @@ def run_mirrored(model_name: str, workers: int, batch: int, steps: int, warmup: 
     ``before`` runs once the strategy is made (TF's collectives must be set up before any op runs);
     ``between`` after every PROBE_EVERY-th measured step, on every worker at once (the steps keep them in step)."""
     tf = tensorflow()
-    comm = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    strategy = mirrored_strategy()
     with strategy.scope():
         model, shape, classes, opt = build_in_scope(tf, model_name, lr)
     sigterm_ends_the_process()

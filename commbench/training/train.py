@@ -81,7 +81,10 @@ _BY_NAME = {c.key: c for c in (*COLUMNS, *CI_KEYS)}
 COMPUTE_COLUMNS = [*(_BY_NAME[k] for k in ("model", "workers", "batch", "compute_ms")),
                    Column("compute_before_ms", "Before", 9, "{:.2f}", "ms", "median compute step, first measurement"),
                    Column("compute_after_ms", "After", 9, "{:.2f}", "ms", "median compute step, second measurement"),
-                   Column("slowest_p50_ms", "Slowest p50", 12, "{:.2f}", "ms", _BY_NAME["slowest_p50_ms"].doc)]
+                   Column("slowest_p50_ms", "Slowest p50", 12, "{:.2f}", "ms", _BY_NAME["slowest_p50_ms"].doc),
+                   Column("cluster_replicas", "Cluster", 8, unit="count",
+                          doc="replicas of the TF cluster up (idle) while computing: W with --strategy mirrored, "
+                              "0: none")]
 COMPUTE_KEYS = [_BY_NAME[k] for k in ("compute_ci_lo_ms", "compute_ci_hi_ms", "slowest_ci_lo_ms", "slowest_ci_hi_ms")]
 COMPUTE_BENCH = key("bench", doc="train-compute (`train --compute-only`)")
 COMPUTE_PRESENTATION = Presentation("compute_ms", "lower", "none", "workers", ("model",), tuple(COMPUTE_COLUMNS),
@@ -114,8 +117,9 @@ class TrainOptions(Options):
                         help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET)")
     traffic: bool = opt(False, action="store_true", help=traffic.HELP + "; a step as the row counts them")
     compute_only: bool = opt(False, action="store_true",
-                             help="measure the compute step alone (W workers computing at once, no TF cluster, "
-                                  "no training): what `predict --compute` takes, measured apart from the run it "
+                             help="measure the compute step alone (W workers computing at once, no training; "
+                                  "with --strategy mirrored its TF cluster up and idle, as in a mirrored run, "
+                                  "else none): what `predict --compute` takes, measured apart from the run it "
                                   "predicts")
     output: str | None = opt(None, "-o", "--output", metavar="FILE",
                              help="write the result row: FILE.jsonl or FILE.csv (an existing file is replaced)")
@@ -189,22 +193,30 @@ def _tf_port(o: TrainOptions, rank: int, host: str) -> int:
         return s.getsockname()[1]
 
 
+def join_tf_cluster(world, o: TrainOptions, rs: Sequence[tuple[str, int]]) -> list[str]:
+    """Agree on every rank's TF server address (this rank's server confined to its run's address) and
+    set TF_CONFIG: this rank becomes its TF task once TensorFlow starts its server. Every rank's address."""
+    job, index = rs[world.rank]
+    addr = world.store.local_address
+    port = _tf_port(o, world.rank, addr)
+    tf_bind.confine(addr, port)
+    if world.rank == 0:
+        tf_bind.exposure(addr)
+    endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
+                                          "task": {"type": job, "index": index}})
+    return endpoints
+
+
 def run_rank(placement: Placement, o: TrainOptions) -> int:
     options = o.plain()
     with Session(placement, o.timeout, None, options, PACKAGES) as run:
         world = run.world
         rs = roles(o)
         job, index = rs[world.rank]
-        addr = world.store.local_address
-        port = _tf_port(o, world.rank, addr)
-        tf_bind.confine(addr, port)
-        if world.rank == 0:
-            tf_bind.exposure(addr)
-        endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
+        endpoints = join_tf_cluster(world, o, rs)
         capture = traffic.start(world, run.on_close, root_netns(o.host_set) if o.hosts else None) \
             if o.traffic else None
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
-                                              "task": {"type": job, "index": index}})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         from commbench.training import tf_loops
 
@@ -294,25 +306,35 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
 
 def compute_only(placement: Placement, o: TrainOptions) -> int:
     """``train --compute-only``: every worker computes at once (as in training, on the same hosts),
-    twice, with no TF cluster and no communication; rank 0 writes the compute row."""
+    twice, with no communication; rank 0 writes the compute row. ``--strategy mirrored``: with the
+    strategy's cluster up and idle, as a mirrored run's workers compute (its servers and coordination
+    service cost them CPU: their compute before and after training, cluster up, was 1.06-1.18x a plain
+    compute-only run's over six rounds; ps's idle cluster cost nothing: 0.96-1.02x, docs/training.md)."""
     with Session(placement, o.timeout, None, o.plain(), PACKAGES) as run:
         world = run.world
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         from commbench.training import tf_loops
 
+        replicas = 0
+        if o.strategy == "mirrored":
+            join_tf_cluster(world, o, roles(o))
+            replicas = tf_loops.mirrored_strategy().num_replicas_in_sync
+            tf_loops.sigterm_ends_the_process()
         measured = []
         for part in ("before", "after"):
             world.barrier(f"compute-{part}", patient=True)
             measured.append(tf_loops.compute_step_ms(o.model, o.batch, o.seed))
         computes = world.gather_json("compute-ms", measured)
         if world.rank == 0:
-            row = {"model": o.model, "workers": o.workers, "batch": o.batch,
+            row = {"model": o.model, "workers": o.workers, "batch": o.batch, "cluster_replicas": replicas,
                    **compute_row([c[0] for c in computes], [c[1] for c in computes])}
             meta = run.metadata("train-compute", {"ranks": world.size})
             meta["metric"] = {"key": "compute_ms", "better": "lower"}
             print(f"# commbench train --compute-only: {o.model}, {o.workers} workers computing at once, batch "
-                  f"{o.batch} per worker, synthetic images; no communication\n# compute = one step of one "
-                  f"worker (median of 2 x 12 steps of every worker); slowest = the slowest worker's step\n"
+                  f"{o.batch} per worker, synthetic images; no communication"
+                  + (f"; MultiWorkerMirroredStrategy's cluster of {replicas} up, idle" if replicas else "")
+                  + "\n# compute = one step of one worker (median of 2 x 12 steps of every worker); "
+                  "slowest = the slowest worker's step\n"
                   + header_line(COMPUTE_COLUMNS), flush=True)
             print(row_line(COMPUTE_COLUMNS, row), flush=True)
             writer = run.open_results(o.output, meta, list(compute_schema()))
