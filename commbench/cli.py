@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import os
 import sys
 from collections.abc import Sequence
@@ -247,6 +248,8 @@ def check_capabilities(bench: str, needs: frozenset[str], transport_cls: type[Tr
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # a rank that crashes in C (a segfault in a transport's library) prints where each of its threads was
+    faulthandler.enable()
     code = _main(argv)
     if code:
         from commbench.core.run import mpi_env

@@ -75,6 +75,21 @@ def test_killed_peer(tmp_path, transport, victim):
     assert len(rows) - 1 <= len(printed) <= len(rows)  # every printed row is in the file (written first)
 
 
+def test_a_rank_that_crashes_says_where_it_was(tmp_path):
+    """A rank dying of a fatal signal (a segfault in a transport's C library) leaves the Python stack it
+    died in on stderr (faulthandler), and the launcher names the rank and the signal."""
+    out = tmp_path / "r.jsonl"
+    launcher = spawn("p2p-latency", "-m", "0:4M", "-i", "400", "-x", "10", "--timeout", "8", "-o", str(out))
+    pids = rank_pids(launcher)
+    wait_rows(out, 2, launcher)
+    psutil.Process(pids[1]).send_signal(signal.SIGSEGV)
+    _, stderr = launcher.communicate(timeout=40)
+    assert launcher.returncode != 0
+    assert "Fatal Python error: Segmentation fault" in stderr, stderr
+    assert "(most recent call first)" in stderr and 'File "' in stderr, stderr
+    assert f"rank 1 (pid {pids[1]}) was killed by SIGSEGV" in stderr, stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", [["-t", "tcp"], ["-t", "grpc"], grpc_cpp()])
 def test_hung_peer(tmp_path, transport):

@@ -616,7 +616,7 @@ def drifting(row: dict) -> Span:
                    max(span.hi, before, after, span.mid + moved))
 
 
-def compute_rows(path: str, model: str, workers: int, batch: int, strategy: str = "ps") -> list[dict]:
+def compute_rows(path: str, model: str, workers: int, batch: int, strategy: str) -> list[dict]:
     """The compute rows (``train --compute-only``, or train runs) of this model, W and batch in a file
     (``strategy``: the one predicted, for the command that measures them)."""
     every = presentation.read_checked(path)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -185,24 +184,11 @@ def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return (compute_only if o.compute_only else run_rank)(placement, o)
 
 
-def _tf_port(o: TrainOptions, rank: int, host: str) -> int:
-    if o.port:
-        return o.port + 1 + rank
-    with socket.socket() as s:  # a free port now; TF binds it a moment later
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def join_tf_cluster(world, o: TrainOptions, rs: Sequence[tuple[str, int]]) -> list[str]:
-    """Agree on every rank's TF server address (this rank's server confined to its run's address) and
+    """Agree on every rank's TF server address (``tf_bind.endpoints``; ``--port``: o.port + 1 + rank) and
     set TF_CONFIG: this rank becomes its TF task once TensorFlow starts its server. Every rank's address."""
     job, index = rs[world.rank]
-    addr = world.store.local_address
-    port = _tf_port(o, world.rank, addr)
-    tf_bind.confine(addr, port)
-    if world.rank == 0:
-        tf_bind.exposure(addr)
-    endpoints = world.allgather_json("tf-addr", f"{addr}:{port}")
+    endpoints = tf_bind.endpoints(world, "tf-addr", o.port + 1 + world.rank if o.port else 0)
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_spec(endpoints, rs),
                                           "task": {"type": job, "index": index}})
     return endpoints

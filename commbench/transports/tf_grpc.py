@@ -17,7 +17,6 @@ is refused.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 from functools import partial
 
@@ -176,14 +175,7 @@ class TfGrpcTransport(Transport):
         world = self.world
         if world.size != 2:
             raise UsageError("the tf-grpc transport runs between two ranks")
-        addr = world.store.local_address
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-        tf_bind.confine(addr, port)  # both tasks start a server (task 0's by connect_to_cluster)
-        if world.rank == 0:
-            tf_bind.exposure(addr)
-        endpoints = world.allgather_json("tf-grpc", f"{addr}:{port}")
+        endpoints = tf_bind.endpoints(world, "tf-grpc")  # both tasks start a server (task 0's by connect_to_cluster)
         tf = _tf()
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
         cluster = tf.train.ClusterSpec({"worker": endpoints})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,18 @@ def exposure(address: str) -> None:
         say(f"note: TensorFlow's servers have no authentication and {where} can run operations in them while "
             "the run lasts; as root the local launcher gives the run a network namespace of its own "
             "(docs/faults.md)")
+
+
+def endpoints(world, key: str, port: int = 0) -> list[str]:
+    """Every rank's TF server address ("host:port", in rank order), agreed under ``key``: this rank's
+    server confined to the run's address, on ``port`` or one free now (TF binds it a moment later);
+    rank 0 says who else can reach the cluster (``exposure``)."""
+    addr = world.store.local_address
+    if not port:
+        with socket.socket() as s:
+            s.bind((addr, 0))
+            port = s.getsockname()[1]
+    confine(addr, port)
+    if world.rank == 0:
+        exposure(addr)
+    return world.allgather_json(key, f"{addr}:{port}")
