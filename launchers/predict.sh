@@ -10,10 +10,11 @@
 #    (CAL=3, 6 rates: before the 1st, 3rd and 5th): this machine's phases move TF's runtime by 2-4 ms for
 #    minutes at a time, so runs made back to back measure one phase (docs/training.md, round 9)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
-#    `train --compute-only` (the compute step, W workers at once), then a real train run, REPEATS times
-#    (default 2: what a repeat moves is part of what is compared) (plus W=3 for small_cnn at W3_RATE)
+#    `train --compute-only` (the compute step, W workers at once), a real train run REPEATS times, and
+#    another compute-only run (predict pools the two: a slow minute in one moves the time half as far)
+#    (REPEATS default 2: what a repeat moves is part of what is compared) (plus W=3 for small_cnn at W3_RATE)
 # 3. `commbench predict` for every rate, model and strategy from its sweep, the calibration and its compute
-#    run only: nothing from the runs it is compared with
+#    runs only: nothing from the runs it is compared with
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
 # Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (short runs, 1
 # repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
@@ -56,6 +57,12 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
 SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo "$MOBILENET_STEPS"; fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
+compute_only() {  # compute_only OUTFILE STRATEGY MODEL W: the compute step alone (mirrored's with its cluster
+  # up and idle: it slows the workers' compute, docs/training.md round 12), as many steps as trained, at most 60
+  local n; n=$(model_steps "$3"); [ "$n" -le 60 ] || n=60
+  $CB train --compute-only --strategy "$2" --hosts 5 --model "$3" --workers "$4" --batch "$(model_batch "$3")" \
+    --steps "$n" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2
+}
 measured() { [ "$3" = 2 ] || { [ "$1" = small-cnn ] && [ "$2" = "$W3_RATE" ]; }; }  # MODEL RATE W: trained here?
 
 calibrate() {  # the CAL calibration runs whose place is before the rate at index $1 of $2 (every model and strategy)
@@ -85,12 +92,11 @@ for i in "${!rates[@]}"; do
     measured "$m" "$rate" "$w" || continue
     f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
     rm -f "$f" "$c"
-    # the compute time from a run of its own just before (never from the runs it is compared with); mirrored's
-    # with its cluster up and idle (it slows the workers' compute: docs/training.md, round 12)
-    n=$(model_steps "$m"); [ "$n" -le 60 ] || n=60
-    $CB train --compute-only --strategy "$s" --hosts 5 --model "$m" --workers "$w" --batch "$(model_batch "$m")" --steps "$n" \
-      -o "$c" 2>>"$OUT/train.log" | tail -1 >&2
+    # the compute time from runs of its own just before and just after (never from the runs it is compared
+    # with): predict pools the two, so a slow minute in one moves the time half as far and widens its interval
+    compute_only "$c" "$s" "$m" "$w"
     for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
+    compute_only "$c" "$s" "$m" "$w"
   done; done; done
 done
 

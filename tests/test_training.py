@@ -958,6 +958,11 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
                                  "model and batch)"
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
     assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
+    # the compute time from two compute-only runs, one just before the train runs and one just after, pooled
+    computes = read_runs(o["compute"])
+    assert [r.rows[-1].get("bench", r.meta.get("bench")) for r in computes] == ["train-compute"] * 2
+    assert computes[0].meta["start"] < min(first_rate) and max(first_rate) < computes[1].meta["start"]
+    assert row["compute_ms"] == pytest.approx(np.mean([r.rows[-1]["compute_ms"] for r in computes]))
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
     assert row["measured_images_s"] > 0 and 0.25 < row["images_s"] / row["measured_images_s"] < 4, row
     assert row["beyond_compute_ms"] == pytest.approx(row["step_ms"] - row["compute_ms"])
