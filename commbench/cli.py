@@ -249,7 +249,8 @@ def check_capabilities(bench: str, needs: frozenset[str], transport_cls: type[Tr
 
 def main(argv: Sequence[str] | None = None) -> int:
     # a rank that crashes in C (a segfault in a transport's library) prints where each of its threads was
-    faulthandler.enable()
+    with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor (called in-process)
+        faulthandler.enable()
     code = _main(argv)
     if code:
         from commbench.core.run import mpi_env
