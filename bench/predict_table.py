@@ -34,14 +34,10 @@ def predict(o: dict, in_sample: bool, calibration: Path | None = None) -> dict:
     cmd = [str(BIN / "commbench"), "predict", "--p2p", o["p2p"], "--train", o["train"], "--json"]
     if o.get("compute") and not in_sample:
         cmd += ["--compute", o["compute"]]
-    overhead, sweeps = o.get("overhead") or [], o.get("overhead_p2p") or []
-    if calibration and overhead:
-        overhead = [str(calibration / Path(f).name) for f in overhead]
-        sweeps = [str(calibration / Path(f).name) for f in sweeps]
-    for f in overhead:
-        cmd += ["--overhead", f]
-    for f in sweeps:
-        cmd += ["--overhead-p2p", f]
+    flags = ("overhead", "overhead_p2p", "overhead_compute")
+    files = {k: [str(calibration / Path(f).name) if calibration and o.get("overhead") else f for f in o.get(k) or []]
+             for k in flags}
+    cmd += [x for k in flags for f in files[k] for x in (f"--{k.replace('_', '-')}", f)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"{' '.join(cmd)}: {p.stderr.strip()}")
@@ -58,7 +54,8 @@ def main() -> int:
     ap.add_argument("out", help="the recipe's OUT directory (predict.jsonl and the files it names)")
     ap.add_argument("--in-sample", action="store_true", help="compute time from the compared runs themselves")
     ap.add_argument("--calibration", metavar="DIR", type=Path,
-                    help="another recipe directory whose calibration (cal_*_none.jsonl, cal_sweep_none.jsonl) "
+                    help="another recipe directory whose calibration (cal_*_none.jsonl, cal_sweep_none.jsonl, "
+                         "cal_compute_*_none.jsonl) "
                          "replaces OUT's: a model change that needs a new calibration, tried on runs already made")
     a = ap.parse_args()
     made = [r.meta["options"] for r in read_runs(Path(a.out) / "predict.jsonl") if r.rows]
@@ -69,6 +66,7 @@ def main() -> int:
     n = inside = comm_ok = img_ok = resolved = resolved_ok = in_meas = 0
     claims = set()
     terms: dict[tuple, list] = {}
+    per_row: dict[tuple, tuple[float, list[float]]] = {}  # (rate, model, strategy, W): (predicted, repeats')
     for o in latest.values():
         p = predict(o, a.in_sample, a.calibration)
         shape = (p["strategy"], p["workers"], p["batch"], p["model"])
@@ -82,6 +80,7 @@ def main() -> int:
             ok = p["images_lo"] <= r["images_s"] <= p["images_hi"]
             wire = sum(v for k, v in p["terms"].items() if k in ("read_ms", "gradients_ms", "allreduce_ms"))
             terms.setdefault((p["model"], p["strategy"]), []).append((wire, p["beyond_compute_ms"] - wire, comm))
+            per_row.setdefault((o["label"], *shape), (p["beyond_compute_ms"], []))[1].append(comm)
             n, inside = n + 1, inside + ok
             comm_ok, img_ok = comm_ok + (abs(cerr) <= 15), img_ok + (abs(err) <= goal)
             resolved, resolved_ok = resolved + fine, resolved_ok + (fine and abs(cerr) <= 15)
@@ -101,6 +100,12 @@ def main() -> int:
     print(f"Measured communication: {resolved} of {n} runs measured it finer than +-15 % (their 95 % interval), "
           f"{resolved_ok} of those within 15 % of the prediction; the prediction inside the run's own interval "
           f"in {in_meas} of {n}")
+    rows_ok = sorted(k for k, (pc, ms) in per_row.items() if abs(pc / np.mean(ms) - 1) <= 0.15)
+    worst = max(per_row.items(), key=lambda kv: abs(kv[1][0] / np.mean(kv[1][1]) - 1), default=None)
+    print(f"Per row (a rate, model and strategy; the mean of its repeats, as predict's measured_comm_ms): "
+          f"{len(rows_ok)} of {len(per_row)} with communication within 15 %"
+          + (f"; farthest {' '.join(map(str, worst[0]))}: {100 * (worst[1][0] / np.mean(worst[1][1]) - 1):+.1f} %"
+             if worst else ""))
     print("\nWhich term misses: measured communication = a + b x the predicted wire term (alpha-beta), "
           "least squares over the rates (b = 1 and a = the predicted rest: the model's terms are right)")
     for (model, strategy), xs in terms.items():

@@ -8,7 +8,9 @@
 #    At the batch trained: on these emulated hosts a step's cost beyond compute and the wire grows with the
 #    batch (the ranks share 2 cores). Spread over the recipe, one before the rates at evenly spaced places
 #    (CAL=3, 6 rates: before the 1st, 3rd and 5th): this machine's phases move TF's runtime by 2-4 ms for
-#    minutes at a time, so runs made back to back measure one phase (docs/training.md, round 9)
+#    minutes at a time, so runs made back to back measure one phase (docs/training.md, round 9). Each between
+#    two `train --compute-only` runs (OUT/cal_compute_*): a worker computes slower inside training than alone
+#    (the load, 1.02-1.08x here: docs/training.md, round 15), and 2. measures the compute alone
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), a real train run REPEATS times, and
 #    another compute-only run (predict pools the two: a slow minute in one moves the time half as far)
@@ -74,13 +76,16 @@ calibrate() {  # the CAL calibration runs whose place is before the rate at inde
     # its own file: the unshaped rate's sweep in 2. must not add to what calibrated
     [ -s "$OUT/cal_sweep_none.jsonl" ] || sweep cal_sweep_none
     for m in $MODELS; do for s in $STRATEGIES; do
+      # bracketed by compute-only runs: how much slower a worker computes inside training than alone (the load)
+      compute_only "$OUT/cal_compute_${s}_none.jsonl" "$s" "$m" 2
       train "$OUT/cal_${s}_none.jsonl" "$s" "$m" 2 "$(model_batch "$m")" "$(model_steps "$m")"
+      compute_only "$OUT/cal_compute_${s}_none.jsonl" "$s" "$m" 2
     done; done
   done
 }
 
 rm -f "$OUT/cal_sweep_none.jsonl"  # a calibration is this recipe's runs only
-for m in $MODELS; do for s in $STRATEGIES; do rm -f "$OUT/cal_${s}_none.jsonl"; done; done
+for s in $STRATEGIES; do rm -f "$OUT/cal_${s}_none.jsonl" "$OUT/cal_compute_${s}_none.jsonl"; done
 read -ra rates <<< "$RATES"
 step "2. measured at $RATES, the calibration spread among them"
 for i in "${!rates[@]}"; do
@@ -105,7 +110,8 @@ for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for 
   measured "$m" "$rate" "$w" || continue  # what 2. ran (not a stale file)
   f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
   $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$OUT/compute_${s}_${m}_w${w}_$rate.jsonl" \
-    --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" --label "$rate" \
+    --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" \
+    --overhead-compute "$OUT/cal_compute_${s}_none.jsonl" --label "$rate" \
     -o "$OUT/predict.jsonl" | sed -n 4p >&2
 done; done; done; done
 $CB hosts down >/dev/null

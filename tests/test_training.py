@@ -243,6 +243,68 @@ def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_an
     assert "this model and batch" not in at32["calibration"]
 
 
+def _started(path, bench, rows, first="2026-11-28T10:00:00+00:00", every=2, offset=0):
+    """One run per row (``bench``), started ``offset`` + i x ``every`` minutes after ``first``."""
+    t0 = datetime.fromisoformat(first)
+    text = ""
+    for i, row in enumerate(rows):
+        meta = {"type": "meta", "bench": bench, "options": {}, "hosts": ["a", "b"],
+                "start": (t0 + timedelta(minutes=offset + i * every)).isoformat()}
+        text += json.dumps(meta) + "\n" + json.dumps({"type": "row", "bench": bench, **row}) + "\n"
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_compute_inside_training_is_the_compute_alone_times_the_calibrations_load(tmp_path):
+    """--overhead-compute: compute-only runs made next to the calibration runs. Each calibration run's own
+    compute (between its steps) over the compute-only runs just before and after it (not the ones
+    minutes away: here 20 ms near the first, 30 near the second, both runs 1.1x theirs) is the load; the
+    prediction computes the compute alone x the load, its runtime fitted at that pace, so predicted in the
+    calibration runs' own conditions it gives their step back, and the communication (the step less the
+    compute inside training) is the same as without the load."""
+    p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
+                                                          for s in (8, 65536, 1 << 20)], transport="tcp")
+    base = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 64}
+    wire = pr.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
+                           pr.LinkModel(100.08, 100.0)).comm_ms
+    step = {c: c + wire + 0.2 * c for c in (22.0, 33.0)}  # TF's runtime: CPU work at the run's pace
+    cal = [{**base, "images_s": 2 * 64 / step[c] * 1e3, "step_p50_ms": step[c], "compute_ms": c / 1.1,
+            "compute_during_p50_ms": c} for c in step]
+    cal_f = _started(tmp_path / "cal.jsonl", "train", cal, every=4, offset=1)  # minutes 1 and 5
+    alone = [{"model": "small_cnn", "workers": 2, "batch": 64, "compute_ms": c} for c in (20.0, 20.0, 30.0, 30.0)]
+    alone_f = _started(tmp_path / "alone.jsonl", "train-compute", alone)  # minutes 0, 2, 4, 6
+    args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--strategy", "mirrored", "--workers", "2",
+            "--batch", "64", "--compute-ms", "20", "--overhead", cal_f, "--json"]
+    plain = json.loads(commbench(*args).out)
+    loaded = json.loads(commbench(*args, "--overhead-compute", alone_f).out)
+    assert (loaded["compute_load"], loaded["compute_load_lo"], loaded["compute_load_hi"]) == pytest.approx((1.1,) * 3)
+    assert loaded["compute_load_runs"] == 2 and plain["compute_load"] == 1.0 and plain["compute_load_runs"] is None
+    assert loaded["compute_alone_ms"] == plain["compute_alone_ms"] == 20.0
+    assert loaded["compute_ms"] == pytest.approx(22.0) and plain["compute_ms"] == 20.0
+    assert loaded["step_ms"] == pytest.approx(step[22.0]) and loaded["runtime_pace"] == pytest.approx(22.0 / 27.5)
+    assert loaded["beyond_compute_ms"] == pytest.approx(wire + 0.2 * 22.0) and plain["step_ms"] < loaded["step_ms"]
+    assert loaded["images_lo"] <= loaded["images_s"] <= loaded["images_hi"]
+    text = commbench(*args[:-1], "--overhead-compute", alone_f).out
+    assert "x 1.100 (1.100-1.100) inside training (the load of 2 calibration runs" in text, text
+    other = _started(tmp_path / "b32.jsonl", "train-compute", [{**alone[0], "batch": 32}] * 4)
+    r = commbench(*args, "--overhead-compute", other)
+    assert r.code == 2 and r.err.count("\n") == 1 and "no `train --compute-only` run of small_cnn batch 64" in r.err
+    r = commbench(*args, "--overhead-compute", alone_f, "--overhead-compute", alone_f)
+    assert r.code == 2 and "one --overhead-compute for every --overhead file (1)" in r.err
+
+
+@given(st.lists(st.floats(0.8, 1.5), min_size=1, max_size=8))
+def test_the_load_interval_holds_every_calibration_run_and_their_spread(ratios):
+    """load_span: the median, with ends never inside the farthest run nor closer than Z_INPUT standard
+    deviations (one run: no spread)."""
+    s = pr.load_span(ratios)
+    assert s.mid == pytest.approx(float(np.median(ratios)))
+    assert s.lo <= min(ratios) and s.hi >= max(ratios)
+    if len(ratios) > 1:
+        sd = float(np.std(ratios, ddof=1))
+        assert s.lo <= s.mid - pr.Z_INPUT * sd + 1e-12 and s.hi >= s.mid + pr.Z_INPUT * sd - 1e-12
+
+
 @pytest.mark.parametrize("minutes", [None, 1, 12])
 def test_predict_says_how_long_its_calibration_runs_took_and_warns_when_back_to_back(tmp_path, minutes):
     """TF's runtime moves with a shared machine's phases for minutes at a time: predict gives the minutes
@@ -962,11 +1024,18 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     computes = read_runs(o["compute"])
     assert [r.rows[-1].get("bench", r.meta.get("bench")) for r in computes] == ["train-compute"] * 2
     assert computes[0].meta["start"] < min(first_rate) and max(first_rate) < computes[1].meta["start"]
-    assert row["compute_ms"] == pytest.approx(np.mean([r.rows[-1]["compute_ms"] for r in computes]))
+    assert row["compute_alone_ms"] == pytest.approx(np.mean([r.rows[-1]["compute_ms"] for r in computes]))
+    # each calibration run between two compute-only runs: how much slower the compute is inside training
+    assert [Path(f).name for f in o["overhead_compute"]] == ["cal_compute_ps_none.jsonl"]
+    alone = [r.meta["start"] for r in read_runs(out / "cal_compute_ps_none.jsonl")]
+    assert len(alone) == 4 and all(alone[2 * i] < t < alone[2 * i + 1] for i, t in enumerate(cal_starts))
+    assert row["compute_load_runs"] == 2 and row["compute_load_lo"] <= row["compute_load"] <= row["compute_load_hi"]
+    assert row["compute_ms"] == pytest.approx(row["compute_alone_ms"] * row["compute_load"])
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
     assert row["measured_images_s"] > 0 and 0.25 < row["images_s"] / row["measured_images_s"] < 4, row
     assert row["beyond_compute_ms"] == pytest.approx(row["step_ms"] - row["compute_ms"])
-    inputs = [x for flag in ("overhead", "overhead_p2p") for f in o[flag] for x in (f"--{flag.replace('_', '-')}", f)]
+    inputs = [x for flag in ("overhead", "overhead_p2p", "overhead_compute") for f in o[flag]
+              for x in (f"--{flag.replace('_', '-')}", f)]
     again = commbench("predict", "--p2p", o["p2p"], "--train", o["train"], "--compute", o["compute"], *inputs,
                       "--json")
     assert again.code == 0, again.err

@@ -39,6 +39,14 @@ only (and for other models and batches from the terms' fit across the runs). The
 transfers with compute (but one worker's gradients with another's compute, above): an overlap share
 fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
 
+Compute inside training: a worker computes slower inside training than alone (``train --compute-only``):
+its cores also run TF's runtime threads, the PS or the collective's work and the kernel's share of the
+transfers. ``--overhead-compute FILE`` gives compute-only runs made just before and after the calibration
+runs; each calibration run's own compute (between its steps) over theirs is its load, and the prediction
+computes the compute given (--compute, --compute-ms) times the runs' median load, with a 95 % interval for
+one more run from their spread. The communication predicted (the step less that compute) is what it was;
+the images/s is not: the load was 1.02-1.14x on these emulated hosts (docs/training.md, round 15).
+
 Uncertainty: Low / High are a 90 % interval (``COVERAGE``). The prediction is made again with one
 input at a time at the slow or the fast end of its 95 % interval (the compute time from
 ``--compute``: its median's interval widened by as far as the pace moved between that run's
@@ -462,7 +470,8 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
 COLUMNS = [Column("strategy", "Strategy", -9, doc="ps or mirrored"),
            Column("workers", "W", 4, unit="count", doc="workers"),
            Column("ps", "P", 3, unit="count", doc="parameter servers (mirrored: 0)"),
-           Column("compute_ms", "Compute(ms)", 12, "{:.2f}", "ms", "a worker's compute step (measured, given)"),
+           Column("compute_ms", "Compute(ms)", 12, "{:.2f}", "ms",
+                  "a worker's compute step inside training (the compute time given x compute_load)"),
            Column("comm_ms", "Comm(ms)", 9, "{:.2f}", "ms", "modelled (or --measured) communication per step"),
            Column("step_ms", "Step(ms)", 9, "{:.2f}", "ms", "predicted step: compute + comm + TF's runtime"),
            Column("images_s", "Pred img/s", 11, "{:.1f}", "1/s", "predicted images per second"),
@@ -514,6 +523,15 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("calibration_minutes", "min", "--overhead: from the first calibration run fitted to the last one's "
                                           "start; runs made back to back sample one phase of a shared "
                                           "machine's load", optional=True),
+        key("compute_alone_ms", "ms", "the compute time given (--compute's runs pooled, --compute-ms, or the "
+                                      "compared runs' own): compute_ms is it x compute_load"),
+        key("compute_load", "ratio", "how much slower a worker computes inside training than alone: the median "
+                                     "over the calibration runs of their own compute (between their steps) / the "
+                                     "compute-only runs next to them (--overhead-compute); 1 without those, and "
+                                     "for a run's own compute (measured inside it)"),
+        key("compute_load_lo", "ratio", "the low end of its 95 % interval for one more run (the runs' spread)"),
+        key("compute_load_hi", "ratio", "its high end"),
+        key("compute_load_runs", "count", "the calibration runs it was measured in", optional=True),
         key("gradients_turn", "fraction", "ps: how far the workers' gradients cross the PS's link in turn in the "
                                           "middle prediction (0: all at once, 1: one at a time): as the "
                                           "calibration runs' grads_lag_ms make it at this link (turn_of), else "
@@ -554,6 +572,10 @@ def add_parser(sub) -> None:
     p.add_argument("--overhead-p2p", metavar="FILE", action="append",
                    help="the p2p-latency sweep of the link each --overhead file was run over, in the same order "
                         "(one for all: that one; default: --p2p)")
+    p.add_argument("--overhead-compute", metavar="FILE", action="append",
+                   help="`train --compute-only` runs made just before and after the --overhead runs (one file for "
+                        "all, or one for each, in the same order): how much slower a worker computes inside "
+                        "training than alone (the compute load), applied to --compute / --compute-ms")
     p.add_argument("--measured", metavar="FILE", help="ps-throughput or allreduce results: use their measured "
                                                       "communication time instead of the alpha-beta terms")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -702,6 +724,44 @@ class Calibration:
     pace: float | None = None
     lags: tuple[tuple[float, ...], ...] = ()
     minutes: float | None = None
+    load: Span | None = None
+    load_runs: int = 0
+
+
+def compute_load(cal: Sequence[tuple[Calibrated, str | None]], alone: Sequence[tuple[dict, str | None]]) -> list[float]:
+    """How much slower a worker computes inside training than alone, once per calibration run (with its
+    start): its own compute time (between its training steps) over the compute-only runs (rows with their
+    starts) of its W and batch made next to it, the last before it and the first after, pooled as
+    ``--compute`` pools them. On cores shared with TF's runtime threads, the PS and the other ranks'
+    transfers, a step's compute is slower than the same compute alone (docs/training.md, round 15)."""
+    out = []
+    for c, start in cal:
+        same = sorted(((datetime.fromisoformat(s), r) for r, s in alone if s is not None
+                       and (r.get("workers"), r.get("batch")) == (c.shape.workers, c.shape.batch)),
+                      key=lambda x: x[0])
+        if start is None or not same:
+            continue
+        t = datetime.fromisoformat(start)
+        near = [r for s, r in same if s < t][-1:] + [r for s, r in same if s > t][:1]
+        if near:
+            out.append(c.compute.mid / pooled([drifting(r) for r in near]).mid)
+    return out
+
+
+def load_span(ratios: Sequence[float]) -> Span:
+    """The compute load a later run will have: the calibration runs' median, and a 95 % interval for one
+    more run (their spread: Z_INPUT standard deviations either side, never inside the farthest run)."""
+    mid = float(np.median(ratios))
+    sd = float(np.std(ratios, ddof=1)) if len(ratios) > 1 else 0.0
+    return Span.of(mid, min(min(ratios), mid - Z_INPUT * sd), max(max(ratios), mid + Z_INPUT * sd))
+
+
+def aligned(files: Sequence[str], to: Sequence[str], flag: str) -> list[str]:
+    """One file of ``flag`` for every --overhead file: as many as those, or one for all."""
+    if len(files) not in (1, len(to)):
+        raise UsageError(f"predict: give one --{flag} for every --overhead file ({len(to)}), "
+                         f"or one for all of them, not {len(files)}")
+    return list(files) * len(to) if len(files) == 1 else list(files)
 
 
 def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, compute_ms: float,
@@ -712,14 +772,15 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
     the PS's threads: 3.5 ms from batch 1 to 64 for small_cnn, docs/training.md), so a calibration at the
     batch trained is the runtime of that step; else every run (other models and batches: the terms'
     cross-model fit). Runs of the model and batch are taken at the pace of the compute time predicted
-    with (``compute_ms``; ``fit_runtime``). On a shared machine TF's runtime moves by 2-4 ms for minutes
-    at a time (docs/training.md, round 9), so runs made back to back sample one phase of it: ``minutes``."""
-    sweeps = args.overhead_p2p or [args.p2p]
-    if len(sweeps) not in (1, len(args.overhead)):
-        raise UsageError(f"predict: give one --overhead-p2p for every --overhead file ({len(args.overhead)}), "
-                         f"or one for all of them, not {len(sweeps)}")
-    runs: list[tuple[Calibrated, str, str, str | None]] = []  # (run, its model, what it is, its start)
-    for path, sweep in zip(args.overhead, sweeps * len(args.overhead) if len(sweeps) == 1 else sweeps, strict=True):
+    with (``compute_ms`` alone, times the load; ``fit_runtime``). On a shared machine TF's runtime moves by
+    2-4 ms for minutes at a time (docs/training.md, round 9), so runs made back to back sample one phase of
+    it: ``minutes``. With --overhead-compute (compute-only runs made next to the calibration runs), the
+    compute load of those of the model and batch (``compute_load``)."""
+    sweeps = aligned(args.overhead_p2p or [args.p2p], args.overhead, "overhead-p2p")
+    alone_files = aligned(args.overhead_compute, args.overhead, "overhead-compute") if args.overhead_compute \
+        else [None] * len(args.overhead)
+    runs: list[tuple[Calibrated, str, str, str | None, str | None]] = []  # (run, model, what, start, compute file)
+    for path, sweep, alone in zip(args.overhead, sweeps, alone_files, strict=True):
         link = p2p_link(sweep)
         for row, meta in train_rows(path):
             if row.get("strategy") != strategy:
@@ -732,17 +793,31 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
                           tuple(tuple(r) for r in row.get("grads_lag_ms") or ()))
             runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
-                         f"batch {shape.batch} over {sweep}", meta.get("start")))
+                         f"batch {shape.batch} over {sweep}", meta.get("start"), alone))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
+    load, ratios = None, []
+    if args.overhead_compute:
+        for f in dict.fromkeys(alone_files):
+            rows = [(row, r.meta.get("start")) for r in runs_of(f, "train-compute", "predict --overhead-compute needs "
+                                                                                     "`train --compute-only` results")
+                    for row in r.rows if row.get("model") == model and row.get("compute_ms") is not None]
+            ratios += compute_load([(r[0], r[3]) for r in mine if r[4] == f], rows)
+        if not ratios:
+            raise UsageError(f"predict: no `train --compute-only` run of {model} batch {batch} next to a calibration "
+                             f"run of it in {', '.join(dict.fromkeys(alone_files))}; make one just before and after "
+                             "each: commbench train --compute-only --strategy "
+                             f"{strategy} --model {model} --batch {batch} -o FILE")
+        load = load_span(ratios)
     fitted = mine or runs
     lags = tuple(lag for r in mine if r[0].shape.workers == workers for lag in r[0].shape.lags)
     starts = [r[3] for r in fitted]
     times = None if None in starts else [datetime.fromisoformat(t) for t in starts]
     described = "; ".join(f"{n}x {w}" for w, n in sorted(Counter(r[2] for r in fitted).items())) + (
         " (the runs of this model and batch)" if mine else "")
-    return Calibration(fit_runtime([r[0] for r in fitted], compute_ms if mine else None), described,
-                       compute_ms / float(np.median([r[0].compute.mid for r in mine])) if mine else None,
-                       lags, (max(times) - min(times)).total_seconds() / 60 if times else None)
+    inrun = compute_ms * (load.mid if load else 1.0)
+    return Calibration(fit_runtime([r[0] for r in fitted], inrun if mine else None), described,
+                       inrun / float(np.median([r[0].compute.mid for r in mine])) if mine else None,
+                       lags, (max(times) - min(times)).total_seconds() / 60 if times else None, load, len(ratios))
 
 
 def save(args: argparse.Namespace, out: dict) -> None:
@@ -806,10 +881,15 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cal = calibrate(args, strategy, prof.name, batch, compute.mid, workers) if args.overhead \
         else Calibration(Runtime(()))
     shape = replace(shape, lags=cal.lags)
+    # the compute inside training: the compute alone (given) times the calibration's load; a run's own
+    # compute (in-sample) was measured inside it already
+    load = cal.load if cal.load and compute_from != "in-sample" else Span.of(1.0)
+    inrun = compute.mid * load.mid
     rt = cal.runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
+    slowest = Span.of(*(x * load.mid for x in (slowest.mid, slowest.lo, slowest.hi))) if slowest else None
 
     def at(c: float, s: float | None, lm: LinkModel, r: float, turn: float | None = None) -> Prediction:
         """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
@@ -826,7 +906,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         i = {"mid": 1, "tight": 0, "roomy": 2}[which]  # the compute time
         j = {"mid": 1, "tight": 2, "roomy": 0}[which]  # the rest
         s = slowest.hi if slowest and j == 2 else None  # the slow ends wait for the slowest worker
-        return ((compute.lo, compute.mid, compute.hi)[i], s, (link.fast, link.mid, link.slow)[j],
+        return ((compute.lo * load.lo, inrun, compute.hi * load.hi)[i], s, (link.fast, link.mid, link.slow)[j],
                 (rt.lo, rt.mid, rt.hi)[j], (1.0, None, 0.0)[j])
 
     def min_beta(which: str) -> float | None:
@@ -840,9 +920,10 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     def moved(**change) -> float:  # the step with one input moved
         return at(**{**mid, **change}).step_ms
 
-    slow_moves = [moved(c=compute.hi), moved(lm=link.slow), moved(r=rt.hi), moved(turn=0.0)] + (
-        [moved(s=slowest.hi)] if slowest else [])
-    fast_moves = [moved(c=compute.lo), moved(lm=link.fast), moved(r=rt.lo), moved(turn=1.0)]
+    slow_moves = [moved(c=compute.hi * load.mid), moved(c=compute.mid * load.hi), moved(lm=link.slow),
+                  moved(r=rt.hi), moved(turn=0.0)] + ([moved(s=slowest.hi)] if slowest else [])
+    fast_moves = [moved(c=compute.lo * load.mid), moved(c=compute.mid * load.lo), moved(lm=link.fast),
+                  moved(r=rt.lo), moved(turn=1.0)]
     slow = restepped(pred, interval_end(pred.step_ms, slow_moves, slow=True))
     fast = restepped(pred, max(1e-9, interval_end(pred.step_ms, fast_moves, slow=False)))
     meas = measured_span(rows) if same and row.get("images_s") else None
@@ -856,9 +937,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
            "measured_step_ms": float(np.median([r["step_p50_ms"] for r in rows])) if meas else None}
     m = out["measured_images_s"]
     out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
-    out["beyond_compute_ms"] = pred.step_ms - compute.mid
+    out["beyond_compute_ms"] = pred.step_ms - inrun
     mean_step = workers * batch / m * 1e3 if m else None  # the mean step, as images/s is
-    meas_beyond = mean_step - compute.mid if mean_step is not None else None
+    meas_beyond = mean_step - inrun if mean_step is not None else None
     out["measured_beyond_compute_ms"] = meas_beyond
     out["beyond_compute_error_pct"] = pct_off(out["beyond_compute_ms"], meas_beyond)
     own = [own_compute(r).mid for r in rows if r.get("compute_ms") is not None] if m else []
@@ -874,6 +955,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["interval_coverage"] = COVERAGE
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, cal.described or None
     out["runtime_pace"] = cal.pace
+    out["compute_alone_ms"] = compute.mid
+    out["compute_load"], out["compute_load_lo"], out["compute_load_hi"] = load.mid, load.lo, load.hi
+    out["compute_load_runs"] = cal.load_runs if cal.load and compute_from != "in-sample" else None
     out["calibration_minutes"] = cal.minutes
     out["gradients_lag_rounds"] = len(cal.lags) if strategy == "ps" else None
     if args.output:
@@ -895,7 +979,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
           f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
           ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"
-           if compute_from == "in-sample" else compute_from))
+           if compute_from == "in-sample" else compute_from) +
+          (f", x {load.mid:.3f} ({load.lo:.3f}-{load.hi:.3f}) inside training (the load of {cal.load_runs} "
+           "calibration runs: --overhead-compute)" if out["compute_load_runs"] else ""))
     print(f"# beyond compute (the network, TF's runtime, the slowest worker): predicted "
           f"{out['beyond_compute_ms']:.2f} ms a step" + (
               f", measured {meas_beyond:.2f} ms (the mean step less the same compute time)"
