@@ -293,6 +293,34 @@ def test_the_compute_inside_training_is_the_compute_alone_times_the_calibrations
     assert r.code == 2 and "one --overhead-compute for every --overhead file (1)" in r.err
 
 
+@pytest.mark.parametrize("hidden", [0.0, 3.0, 6.0])
+def test_the_runtime_that_runs_under_the_wire_is_fitted_where_a_calibration_link_is_slow(hidden):
+    """Calibration runs over an unshaped link (0.5 ms of wire) and a slow one (about 18 ms) whose steps
+    are compute + wire + 10 ms of runtime - min(wire, hidden): the fit gives the runtime and the hidden
+    part back (to the grid's step), and predicts a third link's step; over the unshaped link alone
+    (nothing to tell it by) none is fitted."""
+    shape = pr.Shape("ps", 2, 1, 64, tuple(tf_ps.variables_of(store.load("small_cnn"))))
+    fast, slow, third = (pr.fit_span([{"size": s, "p50_us": a + s / b} for s in (8, 65536, 1 << 20)], "by hand")
+                         for a, b in ((50, 10000.0), (50, 40.0), (50, 150.0)))
+
+    def run(link: pr.Link) -> pr.Calibrated:
+        wire = shape.at(20.0, link.mid, None).comm_ms
+        return pr.Calibrated(shape, link, pr.Span.of(20.0 + wire + 10.0 - min(wire, hidden)), pr.Span.of(20.0))
+
+    both = pr.fit_runtime([run(fast), run(fast), run(slow), run(slow)])
+    grid = shape.at(20.0, slow.mid, None).comm_ms / 200
+    assert both.hidden[0] == pytest.approx(hidden, abs=grid)
+    assert both.at(shape).mid == pytest.approx(10.0, abs=grid)
+    wire = shape.at(20.0, third.mid, None).comm_ms
+    assert wire > hidden  # the third link hides all of it too
+    cost, h = both.pairs(shape, wire)[0]
+    step = pr.with_runtime(shape.at(20.0, third.mid, None), cost, h).step_ms
+    assert step == pytest.approx(20.0 + wire + 10.0 - hidden, abs=2 * grid)
+    alone = pr.fit_runtime([run(fast), run(fast)])
+    assert alone.hidden == (0.0,) * len(alone.hidden) and alone.at(shape).mid == pytest.approx(
+        10.0 - min(shape.at(20.0, fast.mid, None).comm_ms, hidden))
+
+
 @given(st.lists(st.floats(0.8, 1.5), min_size=1, max_size=8))
 def test_the_load_interval_holds_every_calibration_run_and_their_spread(ratios):
     """load_span: the median, with ends never inside the farthest run nor closer than Z_INPUT standard
@@ -988,7 +1016,8 @@ def loopback_flood():
 @pytest.mark.slow
 def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
     """launchers/predict.sh, short and on small_cnn's ps training: calibrated by runs at the batch it
-    trains on unshaped links, spread among the rates' runs, it predicts training over 1 Gbit/s links from a
+    trains on unshaped links (and ps's over one slow link too), spread among the rates' runs, each between
+    two compute-only runs, it predicts training over 1 Gbit/s links from a
     sweep over them and a compute time measured apart (train --compute-only), never from the run it is
     compared with. Its saved files give the same predictions again after the whole recipe (the unshaped
     rate's sweep once went into the calibration's file, moving the earlier rates' predictions made
@@ -997,7 +1026,7 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     unshaped), so this asserts only a prediction within 4x either way (a unit or a term gone wrong)."""
     out = tmp_path / "recipe"
     env = {**ENV, "QUICK": "1", "MODELS": "small-cnn", "STRATEGIES": "ps", "RATES": "1gbit none", "W3_RATE": "",
-           "OUT": str(out), "CB": str(BIN / "commbench")}
+           "CAL_RATE": "300mbit", "OUT": str(out), "CB": str(BIN / "commbench")}
     p = subprocess.run(["bash", str(REPO / "launchers" / "predict.sh")], capture_output=True, text=True, env=env,
                        timeout=1200)
     assert p.returncode == 0, p.stderr
@@ -1011,13 +1040,16 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     (row,) = run.rows
     assert (row["label"], row["model"], row["strategy"], row["workers"]) == ("1gbit", "small_cnn", "ps", 2)
     o = run.meta["options"]  # calibrated out of sample: nothing at 1 Gbit/s but the sweep
-    assert [Path(f).name for f in o["overhead"]] == ["cal_ps_none.jsonl"]
-    assert [Path(f).name for f in o["overhead_p2p"]] == ["cal_sweep_none.jsonl"]
-    # calibrated at the model and batch it predicts (the runtime grows with the batch on shared cores)
-    cal = [r.rows[-1] for r in read_runs(out / "cal_ps_none.jsonl")]
-    assert {(r["model"], r["batch"], r["workers"]) for r in cal} == {("small_cnn", 64, 2)} and len(cal) == 2
-    assert row["calibration"] == f"2x small_cnn W=2 P=1 batch 64 over {o['overhead_p2p'][0]} (the runs of this " \
-                                 "model and batch)"
+    assert [Path(f).name for f in o["overhead"]] == ["cal_ps_none.jsonl", "cal_ps_300mbit.jsonl"]
+    assert [Path(f).name for f in o["overhead_p2p"]] == ["cal_sweep_none.jsonl", "cal_sweep_300mbit.jsonl"]
+    # calibrated at the model and batch it predicts (the runtime grows with the batch on shared cores), over
+    # the unshaped link and the slow one, one of each in every calibration slot
+    every = sorted((r.meta["start"], r.rows[-1]) for f in o["overhead"] for r in read_runs(f))
+    assert {(r["model"], r["batch"], r["workers"]) for _, r in every} == {("small_cnn", 64, 2)} and len(every) == 4
+    assert [t for t, _ in every][1] < min(first_rate) <= max(first_rate) < [t for t, _ in every][2]
+    assert all(f"2x small_cnn W=2 P=1 batch 64 over {f}" in row["calibration"] for f in o["overhead_p2p"])
+    assert row["calibration"].endswith("(the runs of this model and batch)")
+    assert 0 <= row["runtime_hidden_ms"] <= row["runtime_hidden_limit_ms"]
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
     assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
     # the compute time from two compute-only runs, one just before the train runs and one just after, pooled
@@ -1028,8 +1060,8 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     # each calibration run between two compute-only runs: how much slower the compute is inside training
     assert [Path(f).name for f in o["overhead_compute"]] == ["cal_compute_ps_none.jsonl"]
     alone = [r.meta["start"] for r in read_runs(out / "cal_compute_ps_none.jsonl")]
-    assert len(alone) == 4 and all(alone[2 * i] < t < alone[2 * i + 1] for i, t in enumerate(cal_starts))
-    assert row["compute_load_runs"] == 2 and row["compute_load_lo"] <= row["compute_load"] <= row["compute_load_hi"]
+    assert len(alone) == 8 and all(alone[2 * i] < t < alone[2 * i + 1] for i, (t, _) in enumerate(every))
+    assert row["compute_load_runs"] == 4 and row["compute_load_lo"] <= row["compute_load"] <= row["compute_load_hi"]
     assert row["compute_ms"] == pytest.approx(row["compute_alone_ms"] * row["compute_load"])
     assert row["images_lo"] <= row["images_s"] <= row["images_hi"]
     assert row["measured_images_s"] > 0 and 0.25 < row["images_s"] / row["measured_images_s"] < 4, row

@@ -35,7 +35,11 @@ of the predicted model and batch exist, they alone are fitted: on ranks that sha
 grows with the batch (the workers' compute crowds the chief's and PS's threads), so the recipe
 calibrates each model at its batch on the unshaped links and predicts the other links from their
 sweeps. Calibrated once, the prediction is made for other W and links from micro-benchmark results
-only (and for other models and batches from the terms' fit across the runs). The model has no overlap of
+only (and for other models and batches from the terms' fit across the runs). Part of TF's runtime runs
+while the transfers are on the wire (ps: one worker's closure work under the other's transfers): the
+step is compute + wire + runtime - min(wire, hidden), hidden fitted where the calibration runs' links
+differ (the recipe calibrates ps over one slow link too; unshaped links alone cannot tell it: 0). The
+model has no overlap of
 transfers with compute (but one worker's gradients with another's compute, above): an overlap share
 fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
 
@@ -308,9 +312,12 @@ def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
     return restepped(p, p.compute_ms + ms, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms)
 
 
-def with_runtime(p: Prediction, cost: float) -> Prediction:
-    """The prediction with TF's runtime cost (ms a step) added."""
-    return restepped(p, p.step_ms + cost, terms={**p.terms, "tf_runtime_ms": cost}, comm_ms=p.comm_ms + cost)
+def with_runtime(p: Prediction, cost: float, hidden: float = 0.0) -> Prediction:
+    """The prediction with TF's runtime cost (ms a step) added, less the part of it that runs while the
+    transfers are on the wire: up to ``hidden`` ms, at most the communication (``fit_runtime``)."""
+    hide = min(max(0.0, p.comm_ms), hidden)
+    terms = {**p.terms, "tf_runtime_ms": cost, **({"runtime_hidden_ms": -hide} if hide else {})}
+    return restepped(p, p.step_ms + cost - hide, terms=terms, comm_ms=p.comm_ms + cost - hide)
 
 
 COVERAGE = 0.90  # what the stated interval (images_lo - images_hi) claims to hold
@@ -397,6 +404,9 @@ class Calibrated:
 
 
 RUNTIME_TERMS = {"ps": ("closure", "RPC"), "mirrored": ("collective",)}
+# the calibration runs' modelled communication must differ by more than this (ms a step) for the part of
+# TF's runtime that runs under the wire to be fitted: a run over a slow link among them
+HIDDEN_SPAN_MS = 2.0
 
 
 def nonnegative_fit(x: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -421,14 +431,27 @@ class Runtime:
 
     mid: tuple[float, ...]
     ends: tuple[tuple[float, ...], ...] = ()
+    hidden: tuple[float, ...] = ()  # how much of it may run under the wire (ms): the mid's, then each end's
+
+    def pairs(self, shape: Shape, wire_ms: float) -> tuple[tuple[float, float], ...]:
+        """(cost, hidden) of the fit and of the end fits whose net cost (cost less what hides under
+        ``wire_ms`` of communication) is lowest and highest there: (mid, low, high)."""
+        hidden = self.hidden or (0.0,) * (1 + len(self.ends))
+        every = [(self.cost(k, shape), h) for k, h in zip((self.mid, *self.ends), hidden, strict=True)]
+
+        def net(pair: tuple[float, float]) -> float:
+            return pair[0] - min(wire_ms, pair[1])
+        return every[0], min(every, key=net), max(every, key=net)
+
+    @staticmethod
+    def cost(k: Sequence[float], shape: Shape) -> float:
+        return float(np.dot(k, shape.counts())) if len(k) == len(shape.counts()) else 0.0
 
     def at(self, shape: Shape) -> Span:
         """The cost (ms a step) at a shape, with the lowest and highest of the end fits there (no
         calibration, ``Runtime(())``: nothing)."""
-        def cost(k: Sequence[float]) -> float:
-            return float(np.dot(k, shape.counts())) if len(k) == len(shape.counts()) else 0.0
-        every = [cost(k) for k in (self.mid, *self.ends)]
-        return Span.of(cost(self.mid), min(every), max(every))
+        every = [self.cost(k, shape) for k in (self.mid, *self.ends)]
+        return Span.of(self.cost(self.mid, shape), min(every), max(every))
 
     def describe(self, strategy: str) -> str:
         terms = zip(self.mid, RUNTIME_TERMS[strategy], strict=True)  # Shape.counts' order
@@ -445,9 +468,12 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
     ends: the fits to the ends of every run's intervals and of the model's that make it high (high
     steps, low compute, the fast link, the gradients in turn) and low (the slowest worker waited for),
     widened to each repeat's own fit (the i-th run of every shape: the machine's phases move a run more
-    than its interval says)."""
-    def fit_at(end: int, which: Sequence[Calibrated]) -> tuple[float, ...]:
-        r, x = [], []
+    than its interval says). Where the runs' modelled communication differs by more than HIDDEN_SPAN_MS (a
+    calibration over a slow link among them), also how much of the runtime runs while the transfers are on
+    the wire (the step is compute + wire + runtime - min(wire, hidden)): hidden by least squares over a
+    grid from 0 to the longest wire; else none."""
+    def fit_at(end: int, which: Sequence[Calibrated]) -> tuple[tuple[float, ...], float]:
+        r, x, w = [], [], []
         for c in which:
             step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
             link = (c.link.slow, c.link.mid, c.link.fast)[1 + end]
@@ -456,14 +482,23 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
                 p = with_wait(p, c.slowest.hi)
             r.append((step - p.step_ms) * (pace / c.compute.mid if pace else 1.0))
             x.append(c.shape.counts())
-        k = nonnegative_fit(np.asarray(x, dtype=np.float64), np.asarray(r, dtype=np.float64))
-        return tuple(float(v) for v in k)
+            w.append(p.comm_ms)
+        xs, rs, ws = (np.asarray(v, dtype=np.float64) for v in (x, r, w))
+        best = (math.inf, nonnegative_fit(xs, rs), 0.0)
+        if np.ptp(ws) > HIDDEN_SPAN_MS:
+            for h in np.linspace(0.0, float(ws.max()), 201):
+                under = np.minimum(ws, h)
+                k = nonnegative_fit(xs, rs + under)
+                sse = float(np.sum((xs @ k - under - rs) ** 2))
+                best = min(best, (sse, k, float(h)), key=lambda b: b[0])
+        return tuple(float(v) for v in best[1]), best[2]
 
     groups: dict[tuple, list[Calibrated]] = {}
     for c in runs:
         groups.setdefault(c.shape.counts(), []).append(c)
     each = [fit_at(0, [g[i % len(g)] for g in groups.values()]) for i in range(max(map(len, groups.values())))]
-    return Runtime(fit_at(0, runs), (fit_at(-1, runs), fit_at(1, runs), *each))
+    fits = [fit_at(0, runs), fit_at(-1, runs), fit_at(1, runs), *each]
+    return Runtime(fits[0][0], tuple(k for k, _ in fits[1:]), tuple(h for _, h in fits))
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -523,6 +558,11 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("calibration_minutes", "min", "--overhead: from the first calibration run fitted to the last one's "
                                           "start; runs made back to back sample one phase of a shared "
                                           "machine's load", optional=True),
+        key("runtime_hidden_limit_ms", "ms", "--overhead: how much of TF's runtime may run while the transfers are on "
+                                             "the wire, fitted where the calibration runs' links differ (a run "
+                                             "over a slow link among them); 0: not fitted"),
+        key("runtime_hidden_ms", "ms", "the part of TF's runtime taken off this step: min(its communication, the "
+                                       "limit)"),
         key("compute_alone_ms", "ms", "the compute time given (--compute's runs pooled, --compute-ms, or the "
                                       "compared runs' own): compute_ms is it x compute_load"),
         key("compute_load", "ratio", "how much slower a worker computes inside training than alone: the median "
@@ -890,15 +930,17 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
     slowest = Span.of(*(x * load.mid for x in (slowest.mid, slowest.lo, slowest.hi))) if slowest else None
+    wire_mid = measured[0] if measured else shape.at(inrun, link.mid, None).comm_ms
+    r_mid, r_lo, r_hi = cal.runtime.pairs(shape, wire_mid)  # (cost, hidden): the fit, its low and high nets
 
-    def at(c: float, s: float | None, lm: LinkModel, r: float, turn: float | None = None) -> Prediction:
+    def at(c: float, s: float | None, lm: LinkModel, r: tuple[float, float], turn: float | None = None) -> Prediction:
         """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
-        link, TF's runtime r (ms a step), the ps gradients ``turn`` of the way to in turn (None: as the
-        calibration's lags make it, else TURN)."""
+        link, TF's runtime r (ms a step, and how much of it may hide under the wire), the ps gradients
+        ``turn`` of the way to in turn (None: as the calibration's lags make it, else TURN)."""
         p = shape.at(c, lm, turn)
         p = with_comm(p, *measured) if measured else p
         p = with_wait(p, s) if s is not None else p
-        return with_runtime(p, r) if args.overhead else p
+        return with_runtime(p, *r) if args.overhead else p
 
     def end(which: str) -> tuple:
         """at()'s inputs for the middle and the corners that make W workers least (tight) and most
@@ -907,7 +949,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         j = {"mid": 1, "tight": 2, "roomy": 0}[which]  # the rest
         s = slowest.hi if slowest and j == 2 else None  # the slow ends wait for the slowest worker
         return ((compute.lo * load.lo, inrun, compute.hi * load.hi)[i], s, (link.fast, link.mid, link.slow)[j],
-                (rt.lo, rt.mid, rt.hi)[j], (1.0, None, 0.0)[j])
+                (r_lo, r_mid, r_hi)[j], (1.0, None, 0.0)[j])
 
     def min_beta(which: str) -> float | None:
         c, s, lm, r, turn = end(which)
@@ -921,9 +963,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return at(**{**mid, **change}).step_ms
 
     slow_moves = [moved(c=compute.hi * load.mid), moved(c=compute.mid * load.hi), moved(lm=link.slow),
-                  moved(r=rt.hi), moved(turn=0.0)] + ([moved(s=slowest.hi)] if slowest else [])
+                  moved(r=r_hi), moved(turn=0.0)] + ([moved(s=slowest.hi)] if slowest else [])
     fast_moves = [moved(c=compute.lo * load.mid), moved(c=compute.mid * load.lo), moved(lm=link.fast),
-                  moved(r=rt.lo), moved(turn=1.0)]
+                  moved(r=r_lo), moved(turn=1.0)]
     slow = restepped(pred, interval_end(pred.step_ms, slow_moves, slow=True))
     fast = restepped(pred, max(1e-9, interval_end(pred.step_ms, fast_moves, slow=False)))
     meas = measured_span(rows) if same and row.get("images_s") else None
@@ -956,6 +998,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, cal.described or None
     out["runtime_pace"] = cal.pace
     out["compute_alone_ms"] = compute.mid
+    out["runtime_hidden_limit_ms"] = r_mid[1]
+    out["runtime_hidden_ms"] = -pred.terms.get("runtime_hidden_ms", 0.0)
     out["compute_load"], out["compute_load_lo"], out["compute_load_hi"] = load.mid, load.lo, load.hi
     out["compute_load_runs"] = cal.load_runs if cal.load and compute_from != "in-sample" else None
     out["calibration_minutes"] = cal.minutes
@@ -998,7 +1042,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             if cal.minutes < 5 else "")
         print(f"# TF's runtime: {cal.runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
               f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {cal.described}"
-              + (f", at the pace of the compute time given ({cal.pace:.2f}x theirs)" if cal.pace else "") + made)
+              + (f", at the pace of the compute time given ({cal.pace:.2f}x theirs)" if cal.pace else "") + made
+              + (f"; up to {r_mid[1]:.2f} ms of it runs under the wire ({out['runtime_hidden_ms']:.2f} here)"
+                 if r_mid[1] else ""))
     print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
           "added in quadrature)"
           + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "
