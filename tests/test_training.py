@@ -284,6 +284,14 @@ def test_the_compute_inside_training_is_the_compute_alone_times_the_calibrations
     assert loaded["step_ms"] == pytest.approx(step[22.0]) and loaded["runtime_pace"] == pytest.approx(22.0 / 27.5)
     assert loaded["beyond_compute_ms"] == pytest.approx(wire + 0.2 * 22.0) and plain["step_ms"] < loaded["step_ms"]
     assert loaded["images_lo"] <= loaded["images_s"] <= loaded["images_hi"]
+    # a run's own compute (in-sample) is inside training already: no load, in the runtime's pace either
+    own = _results(tmp_path / "own.jsonl", "train", [{**base, "images_s": 2 * 64 / 30.0 * 1e3, "step_p50_ms": 30.0,
+                                                     "compute_ms": 21.0, "compute_during_p50_ms": 24.0}])
+    in_sample = json.loads(commbench("predict", "--p2p", p2p, "--train", own, "--overhead", cal_f, "--json",
+                                     "--overhead-compute", alone_f).out)
+    assert in_sample["compute_from"] == "in-sample" and in_sample["compute_ms"] == 24.0
+    assert in_sample["compute_load"] == 1.0 and in_sample["compute_load_runs"] is None
+    assert in_sample["runtime_pace"] == pytest.approx(24.0 / 27.5)
     text = commbench(*args[:-1], "--overhead-compute", alone_f).out
     assert "x 1.100 (1.100-1.100) inside training (the load of 2 calibration runs" in text, text
     other = _started(tmp_path / "b32.jsonl", "train-compute", [{**alone[0], "batch": 32}] * 4)

@@ -805,7 +805,7 @@ def aligned(files: Sequence[str], to: Sequence[str], flag: str) -> list[str]:
 
 
 def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, compute_ms: float,
-              workers: int) -> Calibration:
+              workers: int, alone: bool = True) -> Calibration:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link. Where some of them
     are of the predicted model and batch, those alone: on a machine whose ranks share cores, what a step
     costs beyond compute and the wire grows with the batch (the workers' compute crowds the chief's and
@@ -814,13 +814,14 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
     cross-model fit). Runs of the model and batch are taken at the pace of the compute time predicted
     with (``compute_ms`` alone, times the load; ``fit_runtime``). On a shared machine TF's runtime moves by
     2-4 ms for minutes at a time (docs/training.md, round 9), so runs made back to back sample one phase of
-    it: ``minutes``. With --overhead-compute (compute-only runs made next to the calibration runs), the
-    compute load of those of the model and batch (``compute_load``)."""
+    it: ``minutes``. With --overhead-compute (compute-only runs made next to the calibration runs) and a
+    compute time measured ``alone`` (not a run's own, inside training already), the compute load of those of
+    the model and batch (``compute_load``)."""
     sweeps = aligned(args.overhead_p2p or [args.p2p], args.overhead, "overhead-p2p")
     alone_files = aligned(args.overhead_compute, args.overhead, "overhead-compute") if args.overhead_compute \
         else [None] * len(args.overhead)
     runs: list[tuple[Calibrated, str, str, str | None, str | None]] = []  # (run, model, what, start, compute file)
-    for path, sweep, alone in zip(args.overhead, sweeps, alone_files, strict=True):
+    for path, sweep, alone_file in zip(args.overhead, sweeps, alone_files, strict=True):
         link = p2p_link(sweep)
         for row, meta in train_rows(path):
             if row.get("strategy") != strategy:
@@ -833,10 +834,10 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
                           tuple(tuple(r) for r in row.get("grads_lag_ms") or ()))
             runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
-                         f"batch {shape.batch} over {sweep}", meta.get("start"), alone))
+                         f"batch {shape.batch} over {sweep}", meta.get("start"), alone_file))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
     load, ratios = None, []
-    if args.overhead_compute:
+    if args.overhead_compute and alone:
         for f in dict.fromkeys(alone_files):
             rows = [(row, r.meta.get("start")) for r in runs_of(f, "train-compute", "predict --overhead-compute needs "
                                                                                      "`train --compute-only` results")
@@ -918,12 +919,12 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
     measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
-    cal = calibrate(args, strategy, prof.name, batch, compute.mid, workers) if args.overhead \
-        else Calibration(Runtime(()))
-    shape = replace(shape, lags=cal.lags)
     # the compute inside training: the compute alone (given) times the calibration's load; a run's own
     # compute (in-sample) was measured inside it already
-    load = cal.load if cal.load and compute_from != "in-sample" else Span.of(1.0)
+    cal = calibrate(args, strategy, prof.name, batch, compute.mid, workers, compute_from != "in-sample") \
+        if args.overhead else Calibration(Runtime(()))
+    shape = replace(shape, lags=cal.lags)
+    load = cal.load or Span.of(1.0)
     inrun = compute.mid * load.mid
     rt = cal.runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
@@ -1001,7 +1002,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["runtime_hidden_limit_ms"] = r_mid[1]
     out["runtime_hidden_ms"] = -pred.terms.get("runtime_hidden_ms", 0.0)
     out["compute_load"], out["compute_load_lo"], out["compute_load_hi"] = load.mid, load.lo, load.hi
-    out["compute_load_runs"] = cal.load_runs if cal.load and compute_from != "in-sample" else None
+    out["compute_load_runs"] = cal.load_runs if cal.load else None
     out["calibration_minutes"] = cal.minutes
     out["gradients_lag_rounds"] = len(cal.lags) if strategy == "ps" else None
     if args.output:
