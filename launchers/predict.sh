@@ -65,6 +65,7 @@ model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else 
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 compute_only() {  # compute_only OUTFILE STRATEGY MODEL W: the compute step alone (mirrored's with its cluster
   # up and idle: it slows the workers' compute, docs/training.md round 12), as many steps as trained, at most 60
+  # (half before, half after, at least 12 each; until round 17 it took 12 each whatever --steps said)
   local n; n=$(model_steps "$3"); [ "$n" -le 60 ] || n=60
   $CB train --compute-only --strategy "$2" --hosts 5 --model "$3" --workers "$4" --batch "$(model_batch "$3")" \
     --steps "$n" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2

@@ -774,9 +774,10 @@ def test_train_compute_only_mirrored_brings_its_cluster_up(tmp_path):
     idle (as a mirrored run's workers do): TF resolved the W workers' cluster; nothing is trained."""
     out = tmp_path / "compute.jsonl"
     r = commbench("train", "--compute-only", "--strategy", "mirrored", "--model", "small-cnn", "--workers", "2",
-                  "--batch", "8", "-o", str(out), timeout=400)
+                  "--batch", "8", "--steps", "30", "-o", str(out), timeout=400)
     assert r.code == 0 and r.err == "", r.err
     assert "MultiWorkerMirroredStrategy's cluster of 2 up, idle" in r.out
+    assert "median of 2 x 15 steps of every worker" in r.out  # --steps, half before and half after
     run = read_runs(out)[0]
     (c,) = run.rows
     assert c["bench"] == "train-compute" and c["cluster_replicas"] == 2 and "loss_last" not in c
@@ -1022,6 +1023,7 @@ def loopback_flood():
 @pytest.mark.skipif(not (BIN / "commbench").exists(), reason="launchers/predict.sh runs the installed commbench")
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.timeout(1260)  # its recipe's own bound (1200 s) ends it first; 134 s idle, over 300 s under load
 def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
     """launchers/predict.sh, short and on small_cnn's ps training: calibrated by runs at the batch it
     trains on unshaped links (and ps's over one slow link too), spread among the rates' runs, each between

@@ -117,11 +117,6 @@ class ComputeProbe:
         return [self() for _ in range(n)]
 
 
-def compute_step_ms(name: str, batch: int, seed: int, steps: int = 12) -> list[float]:
-    """Times (ms) of training steps of the model on this process alone: no communication."""
-    return ComputeProbe(name, batch, seed).steps(steps)
-
-
 def _step_fn(tf, strategy, model, opt, per_replica_batch: int, stamp: bool = False):
     """A replica's training step, returning its loss; ``stamp``: [loss, the wall clock (s) on the
     replica's host once its every gradient is computed, as they leave for the PS], one float64 tensor

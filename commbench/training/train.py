@@ -103,7 +103,8 @@ class TrainOptions(Options):
     workers: int = opt(2, type=integer(1, 64), help="worker tasks (default 2)")
     ps: int = opt(1, type=integer(1, 64), help="parameter-server tasks with --strategy ps (default 1)")
     batch: int = opt(64, type=integer(1, 1 << 16), help="images per step per worker (default 64)")
-    steps: int = opt(60, type=integer(1, 1_000_000), help="measured steps (ps: across all workers) (default 60)")
+    steps: int = opt(60, type=integer(1, 1_000_000), help="measured steps (ps: across all workers; --compute-only: "
+                                                          "half before, half after, at least 12 each) (default 60)")
     warmup_steps: int = opt(10, type=integer(0, 1_000_000), help="steps before measuring (default 10)")
     lr: float = opt(0.01, type=number(above=0, hi=100), help="SGD learning rate, momentum 0.9 (default 0.01)")
     seed: int = opt(1, type=SEED)
@@ -210,12 +211,21 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         budget = o.timeout * (2 + (o.steps + o.warmup_steps) / max(1, o.workers))
         row = None
 
-        probe: list = []  # this worker's compute step, built at its first use (mirrored: once the strategy is)
+        probe: list = []  # this worker's compute step, built before its first use (mirrored: once the strategy is)
+
+        # built, then a barrier: every worker's first timed steps start together (built and timed at once,
+        # the first to finish tracing timed its steps alone on the cores: 11-13 ms against 18-27, round 16)
+        def build_probe() -> None:
+            if job == "worker":
+                probe.append(tf_loops.ComputeProbe(o.model, o.batch, o.seed))
+            world.barrier("compute-probe", patient=True)
 
         def compute(n: int = 12) -> list[float]:  # one worker's steps without communication (ms)
-            if not probe:
-                probe.append(tf_loops.ComputeProbe(o.model, o.batch, o.seed))
             return probe[0].steps(n)
+
+        def first_compute() -> list[float]:
+            build_probe()
+            return compute()
 
         # the compute time before training and after it, every worker at once: this machine can change
         # pace during a run, and the difference is part of the compute time's uncertainty; and between
@@ -224,6 +234,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         # every worker's burst a pause)
         before, bursts = None, []
         if o.strategy == "ps":  # before the workers' servers start (mirrored: after its strategy is made)
+            build_probe()
             before = compute() if job == "worker" else None
             world.barrier("compute-before", patient=True)
         if o.strategy == "ps" and job != "chief":
@@ -242,7 +253,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
             progress = Progress(f"train {o.strategy} {o.model}", o.steps, "steps", enabled=reporter)
             try:
                 times = step_fn(o.model, o.workers, o.batch, o.steps, o.warmup_steps, o.seed, o.lr,
-                                progress.advance, *([] if o.strategy == "ps" else [compute]), between=between)
+                                progress.advance, *([] if o.strategy == "ps" else [first_compute]), between=between)
             finally:
                 progress.close()
             row = summarize(o, times) if reporter else None
@@ -306,10 +317,12 @@ def compute_only(placement: Placement, o: TrainOptions) -> int:
             join_tf_cluster(world, o, roles(o))
             replicas = tf_loops.mirrored_strategy().num_replicas_in_sync
             tf_loops.sigterm_ends_the_process()
-        measured = []
+        # built and traced before the barrier: every worker's timed steps start together (built after it, the
+        # first worker to finish tracing timed steps alone on the cores: 11-13 ms bursts against 18-27, round 16)
+        probe, measured, n = tf_loops.ComputeProbe(o.model, o.batch, o.seed), [], max(12, o.steps // 2)
         for part in ("before", "after"):
             world.barrier(f"compute-{part}", patient=True)
-            measured.append(tf_loops.compute_step_ms(o.model, o.batch, o.seed))
+            measured.append(probe.steps(n))
         computes = world.gather_json("compute-ms", measured)
         if world.rank == 0:
             row = {"model": o.model, "workers": o.workers, "batch": o.batch, "cluster_replicas": replicas,
@@ -319,7 +332,7 @@ def compute_only(placement: Placement, o: TrainOptions) -> int:
             print(f"# commbench train --compute-only: {o.model}, {o.workers} workers computing at once, batch "
                   f"{o.batch} per worker, synthetic images; no communication"
                   + (f"; MultiWorkerMirroredStrategy's cluster of {replicas} up, idle" if replicas else "")
-                  + "\n# compute = one step of one worker (median of 2 x 12 steps of every worker); "
+                  + f"\n# compute = one step of one worker (median of 2 x {n} steps of every worker); "
                   "slowest = the slowest worker's step\n"
                   + header_line(COMPUTE_COLUMNS), flush=True)
             print(row_line(COMPUTE_COLUMNS, row), flush=True)
