@@ -39,9 +39,9 @@ only (and for other models and batches from the terms' fit across the runs). Par
 while the transfers are on the wire (ps: one worker's closure work under the other's transfers): the
 step is compute + wire + runtime - min(wire, hidden), hidden fitted where the calibration runs' links
 differ (the recipe calibrates ps over one slow link too; unshaped links alone cannot tell it: 0). The
-model has no overlap of
-transfers with compute (but one worker's gradients with another's compute, above): an overlap share
-fitted to runs at 100 Mbit/s made predictions at other rates worse (docs/training.md).
+model has no overlap of transfers with compute (but one worker's gradients with another's compute,
+above): an overlap share fitted to runs at 100 Mbit/s made predictions at other rates worse
+(docs/training.md).
 
 Compute inside training: a worker computes slower inside training than alone (``train --compute-only``):
 its cores also run TF's runtime threads, the PS or the collective's work and the kernel's share of the
