@@ -10,10 +10,11 @@
 #    (CAL=3, 6 rates: before the 1st, 3rd and 5th): this machine's phases move TF's runtime by 2-4 ms for
 #    minutes at a time, so runs made back to back measure one phase (docs/training.md, round 9). Each between
 #    two `train --compute-only` runs (OUT/cal_compute_*): a worker computes slower inside training than alone
-#    (the load, 1.02-1.08x here: docs/training.md, round 15), and 2. measures the compute alone. ps is
-#    calibrated over one slow link too (CAL_RATE, default 300mbit): where the transfers take longer than
-#    a few ms, part of TF's runtime runs under them (round 16); mirrored is not (its rest grows at slow
-#    links from the emulation's per-frame kernel cost instead, round 13, which that would fold in)
+#    (the load, 1.02-1.08x here: docs/training.md, round 15), and 2. measures the compute alone. Every
+#    strategy is calibrated over slow links too (CAL_RATES, default 300mbit 1500mbit: one on each side of
+#    where ps's transfers outlast about 4 ms): where they take that long, part of TF's runtime runs under
+#    them (round 16), and below 1 Gbit/s the emulation's per-frame kernel cost adds to a step (round 13);
+#    predict joins what each link's runs left into a curve over the wire's length (round 19)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), a real train run REPEATS times, and
 #    another compute-only run (predict pools the two: a slow minute in one moves the time half as far)
@@ -33,7 +34,7 @@ MODELS=${MODELS:-small-cnn mobilenet_v2}
 STRATEGIES=${STRATEGIES:-ps mirrored}
 RATES=${RATES:-200mbit 500mbit 1gbit none}
 W3_RATE=${W3_RATE-500mbit}
-CAL_RATE=${CAL_RATE:-300mbit}
+CAL_RATES=${CAL_RATES:-300mbit 1500mbit}
 if [ "${QUICK:-0}" = 1 ]; then STEPS=12; CAL=2; SWEEP="-i 20 -x 2"; else STEPS=30; CAL=3; SWEEP="-i 50 -x 5"; fi
 MOBILENET_STEPS=${MOBILENET_STEPS:-$(( STEPS / 3 ))}
 REPEATS=${REPEATS:-$([ "${QUICK:-0}" = 1 ] && echo 1 || echo 2)}
@@ -87,16 +88,21 @@ calibrate() {  # the CAL calibration runs whose place is before the rate at inde
     # its own file: the unshaped rate's sweep in 2. must not add to what calibrated
     [ -s "$OUT/cal_sweep_none.jsonl" ] || sweep cal_sweep_none
     for m in $MODELS; do for s in $STRATEGIES; do cal_run "$s" "$m" none; done; done
-    # ps again over one slow link: how much of TF's runtime runs while the transfers are on the wire
-    [[ " $STRATEGIES " == *" ps "* ]] || continue
-    hosts "$CAL_RATE"
-    [ -s "$OUT/cal_sweep_$CAL_RATE.jsonl" ] || sweep "cal_sweep_$CAL_RATE"
-    for m in $MODELS; do cal_run ps "$m" "$CAL_RATE"; done
+    # again over the slow links: how much of TF's runtime runs while the transfers are on the wire (and
+    # what a slow emulated link adds)
+    for r in $CAL_RATES; do
+      hosts "$r"
+      [ -s "$OUT/cal_sweep_$r.jsonl" ] || sweep "cal_sweep_$r"
+      for m in $MODELS; do for s in $STRATEGIES; do cal_run "$s" "$m" "$r"; done; done
+    done
   done
 }
 
-rm -f "$OUT/cal_sweep_none.jsonl" "$OUT/cal_sweep_$CAL_RATE.jsonl"  # a calibration is this recipe's runs only
-for s in $STRATEGIES; do rm -f "$OUT/cal_${s}_none.jsonl" "$OUT/cal_${s}_$CAL_RATE.jsonl" "$OUT/cal_compute_${s}_none.jsonl"; done
+for r in none $CAL_RATES; do  # a calibration is this recipe's runs only
+  rm -f "$OUT/cal_sweep_$r.jsonl"
+  for s in $STRATEGIES; do rm -f "$OUT/cal_${s}_$r.jsonl"; done
+done
+for s in $STRATEGIES; do rm -f "$OUT/cal_compute_${s}_none.jsonl"; done
 read -ra rates <<< "$RATES"
 step "2. measured at $RATES, the calibration spread among them"
 for i in "${!rates[@]}"; do
@@ -121,7 +127,7 @@ for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for 
   measured "$m" "$rate" "$w" || continue  # what 2. ran (not a stale file)
   f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
   slow=()
-  [ "$s" != ps ] || slow=(--overhead "$OUT/cal_ps_$CAL_RATE.jsonl" --overhead-p2p "$OUT/cal_sweep_$CAL_RATE.jsonl")
+  for r in $CAL_RATES; do slow+=(--overhead "$OUT/cal_${s}_$r.jsonl" --overhead-p2p "$OUT/cal_sweep_$r.jsonl"); done
   $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$OUT/compute_${s}_${m}_w${w}_$rate.jsonl" \
     --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" "${slow[@]}" \
     --overhead-compute "$OUT/cal_compute_${s}_none.jsonl" --label "$rate" \

@@ -301,32 +301,39 @@ def test_the_compute_inside_training_is_the_compute_alone_times_the_calibrations
     assert r.code == 2 and "one --overhead-compute for every --overhead file (1)" in r.err
 
 
-@pytest.mark.parametrize("hidden", [0.0, 3.0, 6.0])
-def test_the_runtime_that_runs_under_the_wire_is_fitted_where_a_calibration_link_is_slow(hidden):
-    """Calibration runs over an unshaped link (0.5 ms of wire) and a slow one (about 18 ms) whose steps
-    are compute + wire + 10 ms of runtime - min(wire, hidden): the fit gives the runtime and the hidden
-    part back (to the grid's step), and predicts a third link's step; over the unshaped link alone
-    (nothing to tell it by) none is fitted."""
+@pytest.mark.parametrize("hidden", [0.0, 3.0, -2.0])
+def test_the_runtime_under_the_wire_is_a_curve_through_the_calibration_links(hidden):
+    """Calibration runs over an unshaped link (0.2 ms of wire) and three slower ones (1.5, 5 and 26 ms)
+    whose steps are compute + wire + 10 ms of runtime - ``hidden`` once the wire outlasts 4 ms (none below 2:
+    TF's runtime hides under long transfers only; negative: a slow link's per-frame cost): the runtime is fitted
+    to the unshaped link's runs, every link gives its point back, and a link between two points of one side
+    is predicted exactly; the unshaped link alone fits no curve."""
     shape = pr.Shape("ps", 2, 1, 64, tuple(tf_ps.variables_of(store.load("small_cnn"))))
-    fast, slow, third = (pr.fit_span([{"size": s, "p50_us": a + s / b} for s in (8, 65536, 1 << 20)], "by hand")
-                         for a, b in ((50, 10000.0), (50, 40.0), (50, 150.0)))
+    links = [pr.fit_span([{"size": s, "p50_us": 50 + s / b} for s in (8, 65536, 1 << 20)], f"{b} MB/s")
+             for b in (10000.0, 700.0, 200.0, 40.0, 1500.0, 100.0)]
+
+    def truth(wire: float) -> float:
+        return float(np.interp(wire, [2.0, 4.0], [0.0, hidden]))
+
+    def wire_of(link: pr.Link) -> float:
+        return shape.at(20.0, link.mid, None).comm_ms
 
     def run(link: pr.Link) -> pr.Calibrated:
-        wire = shape.at(20.0, link.mid, None).comm_ms
-        return pr.Calibrated(shape, link, pr.Span.of(20.0 + wire + 10.0 - min(wire, hidden)), pr.Span.of(20.0))
+        return pr.Calibrated(shape, link, pr.Span.of(20.0 + wire_of(link) + 10.0 - truth(wire_of(link))),
+                             pr.Span.of(20.0))
 
-    both = pr.fit_runtime([run(fast), run(fast), run(slow), run(slow)])
-    grid = shape.at(20.0, slow.mid, None).comm_ms / 200
-    assert both.hidden[0] == pytest.approx(hidden, abs=grid)
-    assert both.at(shape).mid == pytest.approx(10.0, abs=grid)
-    wire = shape.at(20.0, third.mid, None).comm_ms
-    assert wire > hidden  # the third link hides all of it too
-    cost, h = both.pairs(shape, wire)[0]
-    step = pr.with_runtime(shape.at(20.0, third.mid, None), cost, h).step_ms
-    assert step == pytest.approx(20.0 + wire + 10.0 - hidden, abs=2 * grid)
-    alone = pr.fit_runtime([run(fast), run(fast)])
-    assert alone.hidden == (0.0,) * len(alone.hidden) and alone.at(shape).mid == pytest.approx(
-        10.0 - min(shape.at(20.0, fast.mid, None).comm_ms, hidden))
+    wires = [wire_of(link) for link in links]
+    assert wires[0] < wires[4] < wires[1] < 2 < 4 < wires[2] < wires[5] < wires[3]
+    cal = pr.fit_runtime([run(link) for link in links[:4] for _ in range(2)])
+    assert cal.at(shape).mid == pytest.approx(10.0)
+    assert np.allclose(cal.hidden[0], [(w, truth(w)) for w in wires[:4]], rtol=0, atol=1e-9), cal.hidden[0]
+    for link in links[4:]:  # between the two short links (nothing hides) and between the two long ones (all)
+        cost, curve = cal.pairs(shape, wire_of(link))[0]
+        step = pr.with_runtime(shape.at(20.0, link.mid, None), cost, curve).step_ms
+        assert step == pytest.approx(20.0 + wire_of(link) + 10.0 - truth(wire_of(link)))
+    alone = pr.fit_runtime([run(links[0]), run(links[0])])
+    assert alone.hidden == ((),) * len(alone.hidden) and alone.at(shape).mid == pytest.approx(10.0)
+    assert pr.hidden_at((), 5.0) == 0.0 and pr.hidden_at(((1.0, 2.0), (3.0, 4.0)), 9.0) == 4.0
 
 
 @given(st.lists(st.floats(0.8, 1.5), min_size=1, max_size=8))
@@ -1036,7 +1043,7 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     unshaped), so this asserts only a prediction within 4x either way (a unit or a term gone wrong)."""
     out = tmp_path / "recipe"
     env = {**ENV, "QUICK": "1", "MODELS": "small-cnn", "STRATEGIES": "ps", "RATES": "1gbit none", "W3_RATE": "",
-           "CAL_RATE": "300mbit", "OUT": str(out), "CB": str(BIN / "commbench")}
+           "CAL_RATES": "300mbit", "OUT": str(out), "CB": str(BIN / "commbench")}
     p = subprocess.run(["bash", str(REPO / "launchers" / "predict.sh")], capture_output=True, text=True, env=env,
                        timeout=1200)
     assert p.returncode == 0, p.stderr
@@ -1059,7 +1066,11 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     assert [t for t, _ in every][1] < min(first_rate) <= max(first_rate) < [t for t, _ in every][2]
     assert all(f"2x small_cnn W=2 P=1 batch 64 over {f}" in row["calibration"] for f in o["overhead_p2p"])
     assert row["calibration"].endswith("(the runs of this model and batch)")
-    assert 0 <= row["runtime_hidden_ms"] <= row["runtime_hidden_limit_ms"]
+    # a point of the hidden runtime's curve per calibration link, the unshaped one's first (fitted to: 0)
+    curve = [tuple(map(float, pt.split(":"))) for pt in row["runtime_hidden_curve"].split()]
+    assert len(curve) == 2 and curve[0][0] < curve[1][0] and curve[0][1] == pytest.approx(0.0, abs=1e-6), curve
+    assert row["runtime_hidden_ms"] <= row["runtime_hidden_limit_ms"] + 1e-9
+    assert row["runtime_hidden_limit_ms"] == pytest.approx(max(0.0, curve[1][1]), abs=0.006)
     assert Path(o["p2p"]).name == "link_1gbit.jsonl"
     assert Path(o["compute"]).name == "compute_ps_small-cnn_w2_1gbit.jsonl" and row["compute_from"] == o["compute"]
     # the compute time from two compute-only runs, one just before the train runs and one just after, pooled

@@ -36,9 +36,11 @@ grows with the batch (the workers' compute crowds the chief's and PS's threads),
 calibrates each model at its batch on the unshaped links and predicts the other links from their
 sweeps. Calibrated once, the prediction is made for other W and links from micro-benchmark results
 only (and for other models and batches from the terms' fit across the runs). Part of TF's runtime runs
-while the transfers are on the wire (ps: one worker's closure work under the other's transfers): the
-step is compute + wire + runtime - min(wire, hidden), hidden fitted where the calibration runs' links
-differ (the recipe calibrates ps over one slow link too; unshaped links alone cannot tell it: 0). The
+while the transfers are on the wire (ps: one worker's closure work under the other's transfers), and a
+slow emulated link's per-frame kernel cost adds to it: the step is compute + wire + runtime -
+hidden(wire), the runtime fitted to the runs over the fastest link and hidden(wire) a curve through what
+every slower calibration link's runs left (the recipe calibrates over two slow links too; unshaped links
+alone cannot tell it: 0). The
 model has no overlap of transfers with compute (but one worker's gradients with another's compute,
 above): an overlap share fitted to runs at 100 Mbit/s made predictions at other rates worse
 (docs/training.md).
@@ -312,10 +314,23 @@ def with_comm(p: Prediction, ms: float, source: str) -> Prediction:
     return restepped(p, p.compute_ms + ms, terms={f"measured_comm_ms ({source})": ms}, comm_ms=ms)
 
 
-def with_runtime(p: Prediction, cost: float, hidden: float = 0.0) -> Prediction:
+Curve = tuple[tuple[float, float], ...]  # (wire ms a step, ms of TF's runtime hidden under it), by wire
+
+
+def hidden_at(curve: Curve, wire_ms: float) -> float:
+    """How much of TF's runtime runs under ``wire_ms`` of communication: the calibration links' points
+    (``fit_runtime``) joined by straight lines, the nearest point's beyond them; none without points.
+    Negative where a link's step costs more than its wire and the unshaped link's runtime."""
+    if not curve:
+        return 0.0
+    return float(np.interp(wire_ms, [w for w, _ in curve], [h for _, h in curve]))
+
+
+def with_runtime(p: Prediction, cost: float, curve: Curve = ()) -> Prediction:
     """The prediction with TF's runtime cost (ms a step) added, less the part of it that runs while the
-    transfers are on the wire: up to ``hidden`` ms, at most the communication (``fit_runtime``)."""
-    hide = min(max(0.0, p.comm_ms), hidden)
+    transfers are on the wire: as the calibration's curve gives it at this communication, at most the
+    communication (``fit_runtime``)."""
+    hide = min(max(0.0, p.comm_ms), hidden_at(curve, max(0.0, p.comm_ms)))
     terms = {**p.terms, "tf_runtime_ms": cost, **({"runtime_hidden_ms": -hide} if hide else {})}
     return restepped(p, p.step_ms + cost - hide, terms=terms, comm_ms=p.comm_ms + cost - hide)
 
@@ -404,9 +419,6 @@ class Calibrated:
 
 
 RUNTIME_TERMS = {"ps": ("closure", "RPC"), "mirrored": ("collective",)}
-# the calibration runs' modelled communication must differ by more than this (ms a step) for the part of
-# TF's runtime that runs under the wire to be fitted: a run over a slow link among them
-HIDDEN_SPAN_MS = 2.0
 
 
 def nonnegative_fit(x: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -431,16 +443,16 @@ class Runtime:
 
     mid: tuple[float, ...]
     ends: tuple[tuple[float, ...], ...] = ()
-    hidden: tuple[float, ...] = ()  # how much of it may run under the wire (ms): the mid's, then each end's
+    hidden: tuple[Curve, ...] = ()  # how much of it runs under the wire (hidden_at): the mid's, then each end's
 
-    def pairs(self, shape: Shape, wire_ms: float) -> tuple[tuple[float, float], ...]:
-        """(cost, hidden) of the fit and of the end fits whose net cost (cost less what hides under
+    def pairs(self, shape: Shape, wire_ms: float) -> tuple[tuple[float, Curve], ...]:
+        """(cost, curve) of the fit and of the end fits whose net cost (cost less what hides under
         ``wire_ms`` of communication) is lowest and highest there: (mid, low, high)."""
-        hidden = self.hidden or (0.0,) * (1 + len(self.ends))
+        hidden = self.hidden or ((),) * (1 + len(self.ends))
         every = [(self.cost(k, shape), h) for k, h in zip((self.mid, *self.ends), hidden, strict=True)]
 
-        def net(pair: tuple[float, float]) -> float:
-            return pair[0] - min(wire_ms, pair[1])
+        def net(pair: tuple[float, Curve]) -> float:
+            return pair[0] - min(wire_ms, hidden_at(pair[1], wire_ms))
         return every[0], min(every, key=net), max(every, key=net)
 
     @staticmethod
@@ -467,12 +479,15 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
     whose counts are proportional) only the last term is fitted: its cost per RPC or collective. Its
     ends: the fits to the ends of every run's intervals and of the model's that make it high (high
     steps, low compute, the fast link, the gradients in turn) and low (the slowest worker waited for),
-    widened to each repeat's own fit (the i-th run of every shape: the machine's phases move a run more
-    than its interval says). Where the runs' modelled communication differs by more than HIDDEN_SPAN_MS (a
-    calibration over a slow link among them), also how much of the runtime runs while the transfers are on
-    the wire (the step is compute + wire + runtime - min(wire, hidden)): hidden by least squares over a
-    grid from 0 to the longest wire; else none."""
-    def fit_at(end: int, which: Sequence[Calibrated]) -> tuple[tuple[float, ...], float]:
+    widened to each repeat's own fit (the i-th run of every shape and link: the machine's phases move a run more
+    than its interval says). Where the runs are over more than one link (the recipe calibrates over slow
+    links too), the costs are fitted to the runs over the fastest (the shortest wire) alone, and every
+    link's runs (of a shape) give a point of how much of the runtime runs while the transfers are on the
+    wire: (their wire, their cost less their steps' rest), a curve ``hidden_at`` joins (the step is compute
+    + wire + runtime - hidden_at(wire)). Part of TF's runtime overlaps long transfers and none overlaps
+    short ones, and the emulated links' per-frame kernel cost adds to slow ones (docs/training.md, rounds
+    13-19): no one formula held over rates; the curve holds what the calibration links measured."""
+    def fit_at(end: int, which: Sequence[Calibrated]) -> tuple[tuple[float, ...], Curve]:
         r, x, w = [], [], []
         for c in which:
             step = (c.step.lo, c.step.mid, c.step.hi)[1 + end]
@@ -484,18 +499,22 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
             x.append(c.shape.counts())
             w.append(p.comm_ms)
         xs, rs, ws = (np.asarray(v, dtype=np.float64) for v in (x, r, w))
-        best = (math.inf, nonnegative_fit(xs, rs), 0.0)
-        if np.ptp(ws) > HIDDEN_SPAN_MS:
-            for h in np.linspace(0.0, float(ws.max()), 201):
-                under = np.minimum(ws, h)
-                k = nonnegative_fit(xs, rs + under)
-                sse = float(np.sum((xs @ k - under - rs) ** 2))
-                best = min(best, (sse, k, float(h)), key=lambda b: b[0])
-        return tuple(float(v) for v in best[1]), best[2]
+        links = {c.link.mid: [] for c in which}
+        for i, c in enumerate(which):
+            links[c.link.mid].append(i)
+        if len(links) < 2:
+            return tuple(float(v) for v in nonnegative_fit(xs, rs)), ()
+        fastest = min(links.values(), key=lambda ix: float(np.mean(ws[ix])))
+        k = nonnegative_fit(xs[fastest], rs[fastest])
+        groups: dict[tuple, list[int]] = {}
+        for i, c in enumerate(which):
+            groups.setdefault((c.link.mid, c.shape.counts()), []).append(i)
+        curve = sorted((float(np.mean(ws[ix])), float(np.mean(xs[ix] @ k - rs[ix]))) for ix in groups.values())
+        return tuple(float(v) for v in k), tuple(curve)
 
     groups: dict[tuple, list[Calibrated]] = {}
     for c in runs:
-        groups.setdefault(c.shape.counts(), []).append(c)
+        groups.setdefault((c.link.mid, c.shape.counts()), []).append(c)
     each = [fit_at(0, [g[i % len(g)] for g in groups.values()]) for i in range(max(map(len, groups.values())))]
     fits = [fit_at(0, runs), fit_at(-1, runs), fit_at(1, runs), *each]
     return Runtime(fits[0][0], tuple(k for k, _ in fits[1:]), tuple(h for _, h in fits))
@@ -558,11 +577,15 @@ KEYS = [key("bench", doc="predict"), key("label", doc="--label: what the predict
         key("calibration_minutes", "min", "--overhead: from the first calibration run fitted to the last one's "
                                           "start; runs made back to back sample one phase of a shared "
                                           "machine's load", optional=True),
-        key("runtime_hidden_limit_ms", "ms", "--overhead: how much of TF's runtime may run while the transfers are on "
-                                             "the wire, fitted where the calibration runs' links differ (a run "
-                                             "over a slow link among them); 0: not fitted"),
-        key("runtime_hidden_ms", "ms", "the part of TF's runtime taken off this step: min(its communication, the "
-                                       "limit)"),
+        key("runtime_hidden_limit_ms", "ms", "--overhead: the most of TF's runtime the calibration links' runs had "
+                                             "run while the transfers were on the wire (runtime_hidden_curve's "
+                                             "largest); 0: not fitted (or none hid)"),
+        key("runtime_hidden_curve", doc="--overhead over more than one link: 'wire:hidden' ms a step, one point per "
+                                        "calibration link (and model), by wire; hidden(wire) joins them with "
+                                        "straight lines, the nearest point's beyond them (negative: the link "
+                                        "cost more than its wire and the fastest link's runtime)", optional=True),
+        key("runtime_hidden_ms", "ms", "the part of TF's runtime taken off this step: the curve at its "
+                                       "communication, at most that (negative: added)"),
         key("compute_alone_ms", "ms", "the compute time given (--compute's runs pooled, --compute-ms, or the "
                                       "compared runs' own): compute_ms is it x compute_load"),
         key("compute_load", "ratio", "how much slower a worker computes inside training than alone: the median "
@@ -932,11 +955,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
     slowest = Span.of(*(x * load.mid for x in (slowest.mid, slowest.lo, slowest.hi))) if slowest else None
     wire_mid = measured[0] if measured else shape.at(inrun, link.mid, None).comm_ms
-    r_mid, r_lo, r_hi = cal.runtime.pairs(shape, wire_mid)  # (cost, hidden): the fit, its low and high nets
+    r_mid, r_lo, r_hi = cal.runtime.pairs(shape, wire_mid)  # (cost, curve): the fit, its low and high nets
 
     def at(c: float, s: float | None, lm: LinkModel, r: tuple[float, float], turn: float | None = None) -> Prediction:
         """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
-        link, TF's runtime r (ms a step, and how much of it may hide under the wire), the ps gradients
+        link, TF's runtime r (ms a step, and the curve of how much hides under the wire), the ps gradients
         ``turn`` of the way to in turn (None: as the calibration's lags make it, else TURN)."""
         p = shape.at(c, lm, turn)
         p = with_comm(p, *measured) if measured else p
@@ -999,7 +1022,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, cal.described or None
     out["runtime_pace"] = cal.pace
     out["compute_alone_ms"] = compute.mid
-    out["runtime_hidden_limit_ms"] = r_mid[1]
+    out["runtime_hidden_limit_ms"] = max([0.0, *(h for _, h in r_mid[1])])
+    out["runtime_hidden_curve"] = " ".join(f"{w:.2f}:{h:.2f}" for w, h in r_mid[1]) or None
     out["runtime_hidden_ms"] = -pred.terms.get("runtime_hidden_ms", 0.0)
     out["compute_load"], out["compute_load_lo"], out["compute_load_hi"] = load.mid, load.lo, load.hi
     out["compute_load_runs"] = cal.load_runs if cal.load else None
@@ -1044,8 +1068,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"# TF's runtime: {cal.runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
               f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {cal.described}"
               + (f", at the pace of the compute time given ({cal.pace:.2f}x theirs)" if cal.pace else "") + made
-              + (f"; up to {r_mid[1]:.2f} ms of it runs under the wire ({out['runtime_hidden_ms']:.2f} here)"
-                 if r_mid[1] else ""))
+              + ("; of it under the wire (at each calibration link's): "
+                 + ", ".join(f"{h:.2f} ms under {w:.2f}" for w, h in r_mid[1])
+                 + f" ({out['runtime_hidden_ms']:.2f} here)" if r_mid[1] else ""))
     print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
           "added in quadrature)"
           + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "
