@@ -319,18 +319,18 @@ Curve = tuple[tuple[float, float], ...]  # (wire ms a step, ms of TF's runtime h
 
 def hidden_at(curve: Curve, wire_ms: float) -> float:
     """How much of TF's runtime runs under ``wire_ms`` of communication: the calibration links' points
-    (``fit_runtime``) joined by straight lines, the nearest point's beyond them; none without points.
-    Negative where a link's step costs more than its wire and the unshaped link's runtime."""
+    (``fit_runtime``) joined by straight lines, the nearest point's beyond them, at most the wire; none
+    without points. Negative where a link's step costs more than its wire and the unshaped link's runtime."""
     if not curve:
         return 0.0
-    return float(np.interp(wire_ms, [w for w, _ in curve], [h for _, h in curve]))
+    wire = max(0.0, wire_ms)
+    return min(wire, float(np.interp(wire, [w for w, _ in curve], [h for _, h in curve])))
 
 
 def with_runtime(p: Prediction, cost: float, curve: Curve = ()) -> Prediction:
     """The prediction with TF's runtime cost (ms a step) added, less the part of it that runs while the
-    transfers are on the wire: as the calibration's curve gives it at this communication, at most the
-    communication (``fit_runtime``)."""
-    hide = min(max(0.0, p.comm_ms), hidden_at(curve, max(0.0, p.comm_ms)))
+    transfers are on the wire: as the calibration's curve gives it at this communication (``hidden_at``)."""
+    hide = hidden_at(curve, p.comm_ms)
     terms = {**p.terms, "tf_runtime_ms": cost, **({"runtime_hidden_ms": -hide} if hide else {})}
     return restepped(p, p.step_ms + cost - hide, terms=terms, comm_ms=p.comm_ms + cost - hide)
 
@@ -452,7 +452,7 @@ class Runtime:
         every = [(self.cost(k, shape), h) for k, h in zip((self.mid, *self.ends), hidden, strict=True)]
 
         def net(pair: tuple[float, Curve]) -> float:
-            return pair[0] - min(wire_ms, hidden_at(pair[1], wire_ms))
+            return pair[0] - hidden_at(pair[1], wire_ms)
         return every[0], min(every, key=net), max(every, key=net)
 
     @staticmethod
