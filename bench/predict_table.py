@@ -10,7 +10,10 @@ compute time) against measured (the repeat's mean step less its own compute time
 between its training steps; runs older than that: before and after training), with the 95 % interval of
 what the run measured (``comm_span``). Then the coverage of the intervals, how many repeats lie within 15 %
 (communication) and 10 % / 15 % (images/s, ps / mirrored), and how many runs measured their
-communication finely enough (a 95 % interval within +-15 %) for the 15 % to be told.
+communication finely enough (a 95 % interval within +-15 %) for the 15 % to be told. Last, the floor
+this machine sets: each calibration run's communication against the mean of the other runs of its shape
+and link (the same configuration, minutes apart in the recipe): how often that lands within 15 % is the
+most a prediction made from earlier runs can expect here, however right its model.
 """
 
 from __future__ import annotations
@@ -49,6 +52,31 @@ def repeats(path: str, shape: tuple) -> list[dict]:
     return [r for r in rows if (r["strategy"], r["workers"], r["batch"], r["model"]) == shape]
 
 
+def comm(row: dict) -> float:
+    """A train row's communication per step: its mean step less its own compute (as the table's)."""
+    step, own = spans(row)
+    return step.mid - own.mid
+
+
+def noise_floor(out: Path) -> dict[tuple[str, str], list[float]]:
+    """(model, strategy) -> every calibration run's |communication / the mean of the other runs of its
+    shape and link - 1| (leave one out), from OUT's ``cal_<strategy>_<link>.jsonl``: what repeating one
+    configuration minutes apart moves, the floor under any prediction's error on this machine."""
+    errs: dict[tuple[str, str], list[float]] = {}
+    for f in sorted(out.glob("cal_*_*.jsonl")):
+        if f.name.startswith(("cal_compute_", "cal_sweep_")):
+            continue
+        groups: dict[tuple, list[float]] = {}
+        for r in read_runs(f):
+            row = r.rows[-1] if r.meta.get("bench") == "train" and r.rows else None
+            if row and row.get("images_s"):
+                groups.setdefault((row["model"], row["strategy"], row["workers"], row["batch"]), []).append(comm(row))
+        for (model, strategy, *_), cs in groups.items():
+            others = [(sum(cs) - c) / (len(cs) - 1) for c in cs] if len(cs) > 1 else []
+            errs.setdefault((model, strategy), []).extend(abs(c / o - 1) for c, o in zip(cs, others, strict=False))
+    return errs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="the recipe's OUT directory (predict.jsonl and the files it names)")
@@ -73,14 +101,13 @@ def main() -> int:
         goal = 10 if p["strategy"] == "ps" else 15
         claims.add(p.get("interval_coverage"))
         for r in repeats(o["train"], shape):
-            (step, own), cs = spans(r), comm_span(r)  # the repeat's own compute; its mean step less that
-            comm = step.mid - own.mid
-            fine = cs is not None and max(comm - cs.lo, cs.hi - comm) <= 0.15 * comm  # finer than 15 %
-            err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / comm - 1)
+            (_, own), cs, c = spans(r), comm_span(r), comm(r)  # the repeat's own compute; its mean step less that
+            fine = cs is not None and max(c - cs.lo, cs.hi - c) <= 0.15 * c  # finer than 15 %
+            err, cerr = 100 * (p["images_s"] / r["images_s"] - 1), 100 * (p["beyond_compute_ms"] / c - 1)
             ok = p["images_lo"] <= r["images_s"] <= p["images_hi"]
             wire = sum(v for k, v in p["terms"].items() if k in ("read_ms", "gradients_ms", "allreduce_ms"))
-            terms.setdefault((p["model"], p["strategy"]), []).append((wire, p["beyond_compute_ms"] - wire, comm))
-            per_row.setdefault((o["label"], *shape), (p["beyond_compute_ms"], []))[1].append(comm)
+            terms.setdefault((p["model"], p["strategy"]), []).append((wire, p["beyond_compute_ms"] - wire, c))
+            per_row.setdefault((o["label"], *shape), (p["beyond_compute_ms"], []))[1].append(c)
             n, inside = n + 1, inside + ok
             comm_ok, img_ok = comm_ok + (abs(cerr) <= 15), img_ok + (abs(err) <= goal)
             resolved, resolved_ok = resolved + fine, resolved_ok + (fine and abs(cerr) <= 15)
@@ -90,7 +117,7 @@ def main() -> int:
             print(f"| {o['label']} | {p['model']} | {p['strategy']} | {p['workers']} | {p['images_s']:.0f} | "
                   f"{p['images_lo']:.0f}-{p['images_hi']:.0f} ({100 * (p['images_hi'] / p['images_lo'] - 1):.0f} %) | "
                   f"{r['images_s']:.0f} | {err:+.1f} % | {'yes' if ok else 'no'} | {p['beyond_compute_ms']:.1f} | "
-                  f"{comm:.1f} ({how}; compute "
+                  f"{c:.1f} ({how}; compute "
                   f"{own.mid:.1f}) | {cerr:+.1f} % |")
     claim = "/".join(f"{100 * c:.0f} %" for c in sorted(claims - {None})) or "no proportion"
     print(f"\n{n} measured runs: {inside} inside the stated interval ({100 * inside / max(n, 1):.0f} %; it claims "
@@ -114,6 +141,11 @@ def main() -> int:
         print(f"  {model} {strategy}: b = {b:.2f}, a = {a0:.1f} ms against a predicted rest of "
               f"{np.min(rest):.1f}-{np.max(rest):.1f} ms (TF's runtime, the slowest worker); "
               f"residual after the fit {np.std(c - (a0 + b * w)):.1f} ms")
+    print("\nThe floor: each calibration run's communication against the mean of the other runs of its shape and "
+          "link (one configuration, minutes apart): within 15 % in")
+    for (model, strategy), es in noise_floor(Path(a.out)).items():
+        print(f"  {model} {strategy}: {sum(e <= 0.15 for e in es)} of {len(es)} runs (median "
+              f"{100 * float(np.median(es)):.0f} %, largest {100 * max(es):.0f} %)")
     return 0
 
 
