@@ -47,9 +47,13 @@ def predict(o: dict, in_sample: bool, calibration: Path | None = None) -> dict:
     return json.loads(p.stdout)
 
 
+def train_rows(path: str | Path) -> list[dict]:
+    """Every train run's result row in a file."""
+    return [r.rows[-1] for r in read_runs(path) if r.meta.get("bench") == "train" and r.rows]
+
+
 def repeats(path: str, shape: tuple) -> list[dict]:
-    rows = [r.rows[-1] for r in read_runs(path) if r.meta.get("bench") == "train" and r.rows]
-    return [r for r in rows if (r["strategy"], r["workers"], r["batch"], r["model"]) == shape]
+    return [r for r in train_rows(path) if (r["strategy"], r["workers"], r["batch"], r["model"]) == shape]
 
 
 def comm(row: dict) -> float:
@@ -67,13 +71,12 @@ def noise_floor(out: Path) -> dict[tuple[str, str], list[float]]:
         if f.name.startswith(("cal_compute_", "cal_sweep_")):
             continue
         groups: dict[tuple, list[float]] = {}
-        for r in read_runs(f):
-            row = r.rows[-1] if r.meta.get("bench") == "train" and r.rows else None
-            if row and row.get("images_s"):
+        for row in train_rows(f):
+            if row.get("images_s"):
                 groups.setdefault((row["model"], row["strategy"], row["workers"], row["batch"]), []).append(comm(row))
         for (model, strategy, *_), cs in groups.items():
-            others = [(sum(cs) - c) / (len(cs) - 1) for c in cs] if len(cs) > 1 else []
-            errs.setdefault((model, strategy), []).extend(abs(c / o - 1) for c, o in zip(cs, others, strict=False))
+            if len(cs) > 1:
+                errs.setdefault((model, strategy), []).extend(abs(c / ((sum(cs) - c) / (len(cs) - 1)) - 1) for c in cs)
     return errs
 
 
