@@ -8,8 +8,9 @@
 #    (CAL each: their spread is part of the uncertainty), over a sweep of those links (OUT/cal_sweep_none.jsonl).
 #    At the batch trained: on these emulated hosts a step's cost beyond compute and the wire grows with the
 #    batch (the ranks share 2 cores). Spread over the recipe, one before the rates at evenly spaced places
-#    (CAL=3, 6 rates: before the 1st, 3rd and 5th): this machine's phases move TF's runtime by 2-4 ms for
-#    minutes at a time, so runs made back to back measure one phase (docs/training.md, round 9). Each between
+#    (CAL=3, 6 rates, 2 passes: before the 1st and 5th of the first pass, the 3rd of the second): this
+#    machine's phases move TF's runtime by 2-4 ms for minutes at a time, so runs made back to back measure one
+#    phase (docs/training.md, round 9). Each between
 #    two `train --compute-only` runs (OUT/cal_compute_*): a worker computes slower inside training than alone
 #    (the load, 1.02-1.08x here: docs/training.md, round 15), and 2. measures the compute alone. Every
 #    strategy is calibrated over slow links too (CAL_RATES, default 300mbit 1500mbit: one on each side of
@@ -17,9 +18,10 @@
 #    them (round 16), and below 1 Gbit/s the emulation's per-frame kernel cost adds to a step (round 13);
 #    predict joins what each link's runs left into a curve over the wire's length (round 19)
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
-#    `train --compute-only` (the compute step, W workers at once), a real train run REPEATS times, and
-#    another compute-only run (predict pools the two: a slow minute in one moves the time half as far)
-#    (REPEATS default 2: what a repeat moves is part of what is compared) (plus W=3 for small_cnn at W3_RATE)
+#    `train --compute-only` (the compute step, W workers at once), a real train run, and another compute-only
+#    run (predict pools them: a slow minute in one moves the time less far); REPEATS passes over the rates
+#    (default 2: what a repeat moves is part of what is compared; a pass each, so the repeats of a rate are
+#    minutes apart, not one phase of the machine) (plus W=3 for small_cnn at W3_RATE)
 # 3. `commbench predict` for every rate, model and strategy from its sweep, the calibration and its compute
 #    runs only: nothing from the runs it is compared with
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
@@ -105,23 +107,26 @@ for r in none $CAL_RATES; do  # a calibration is this recipe's runs only
 done
 for s in $STRATEGIES; do rm -f "$OUT/cal_compute_${s}_none.jsonl"; done
 read -ra rates <<< "$RATES"
-step "2. measured at $RATES, the calibration spread among them"
-for i in "${!rates[@]}"; do
+n=${#rates[@]}
+step "2. measured at $RATES, $REPEATS passes over them, the calibration spread among them"
+# A rate's repeats are one per pass, not back to back: two runs a minute apart share the machine's phase
+# (their errors correlated 0.6-0.7 over rounds 14-20), so their mean measures one phase, not the rate
+for p in $(seq 0 $(( REPEATS - 1 ))); do for i in "${!rates[@]}"; do
   rate=${rates[$i]}
-  calibrate "$i" "${#rates[@]}"
+  calibrate $(( p * n + i )) $(( REPEATS * n ))
   hosts "$rate"
-  sweep "link_$rate"
+  [ "$p" -gt 0 ] || sweep "link_$rate"
   for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
     measured "$m" "$rate" "$w" || continue
     f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl" c="$OUT/compute_${s}_${m}_w${w}_$rate.jsonl"
-    rm -f "$f" "$c"
-    # the compute time from runs of its own just before and just after (never from the runs it is compared
-    # with): predict pools the two, so a slow minute in one moves the time half as far and widens its interval
+    [ "$p" -gt 0 ] || rm -f "$f" "$c"
+    # the compute time from runs of its own just before and just after each (never from the runs it is
+    # compared with): predict pools them, so a slow minute in one moves the time less far and widens its interval
     compute_only "$c" "$s" "$m" "$w"
-    for _ in $(seq "$REPEATS"); do train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"; done
+    train "$f" "$s" "$m" "$w" "$(model_batch "$m")" "$(model_steps "$m")"
     compute_only "$c" "$s" "$m" "$w"
   done; done; done
-done
+done; done
 
 step "3. predicted from the sweeps, the calibration and the compute runs; compared with the train runs"
 for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
