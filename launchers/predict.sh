@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
 #   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: about 2 h here (not timed whole since
-#                                                     both strategies calibrate over two slow links; mobilenet_v2 alone at two rates: 80 min, round 21)
+#                                                     both strategies calibrate over two slow links; mobilenet_v2 alone at two rates: 80-82 min, rounds 21-22)
 #   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: 6 rates, two passes over two calibration links: 23 min (round 22)
 # 1. calibration on unshaped links (the setup a user has): TF's runtime cost per closure and RPC (ps) or
 #    collective (mirrored) from train runs of every model and strategy at the batch trained below, 2 workers

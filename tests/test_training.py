@@ -1030,7 +1030,7 @@ def loopback_flood():
 @pytest.mark.skipif(not (BIN / "commbench").exists(), reason="launchers/predict.sh runs the installed commbench")
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.timeout(1260)  # its recipe's own bound (1200 s) ends it first; 165 s idle (two passes), over 300 s under load
+@pytest.mark.timeout(1260)  # the recipe's own bound (1200 s) ends it first; 165 s idle (two passes), 300+ s loaded
 def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
     """launchers/predict.sh, short and on small_cnn's ps training: calibrated by runs at the batch it
     trains on unshaped links (and ps's over one slow link too), spread among the rates' runs, each between
