@@ -10,8 +10,8 @@
 #    batch (the ranks share 2 cores). Spread over the recipe, one before the rates at evenly spaced places
 #    (CAL=3, 6 rates, 2 passes: before the 1st and 5th of the first pass, the 3rd of the second): this
 #    machine's phases move TF's runtime by 2-4 ms for minutes at a time, so runs made back to back measure one
-#    phase (docs/training.md, round 9). Each between
-#    two `train --compute-only` runs (OUT/cal_compute_*): a worker computes slower inside training than alone
+#    phase (docs/training.md, round 9). Each between two `train --compute-only` runs (OUT/cal_compute_*): a
+#    worker computes slower inside training than alone
 #    (the load, 1.02-1.08x here: docs/training.md, round 15), and 2. measures the compute alone. Every
 #    strategy is calibrated over slow links too (CAL_RATES, default 300mbit 1500mbit: one on each side of
 #    where ps's transfers outlast about 4 ms): where they take that long, part of TF's runtime runs under
