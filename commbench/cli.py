@@ -63,6 +63,7 @@ def build_parser() -> Parser:
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls, **cls.common_defaults)
     from commbench import compare, devices, hosts, importers, payloads_cli, report, show
+    from commbench.commands import findings
     from commbench.training import predict, train
 
     compare.add_parser(sub, tr)
@@ -72,6 +73,7 @@ def build_parser() -> Parser:
     devices.add_parser(sub)
     hosts.add_parser(sub)
     report.add_parser(sub)
+    findings.add_parser(sub)
     train.add_parser(sub)
     predict.add_parser(sub)
     return parser

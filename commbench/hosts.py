@@ -8,7 +8,9 @@ is egress only; netem, hence added delay, is not in this kernel), so a flow betw
 the rate; ``--rate-of I=R`` gives host I a rate of its own (a slow node, a degraded cable). ``--racks K``
 puts the hosts under K bridges (``cbbrK``, host I in rack I // (N / K)) joined to a spine bridge
 (``cbsp0``, which carries 10.77.0.254) by uplinks shaped at ``--uplink``: cross-rack traffic shares
-them, as in a fat tree with a tapered spine. The root namespace is named ``cbroot`` too, so that
+them, as in a fat tree with a tapered spine; ``--uplink-of K=R`` gives rack K's uplink a rate of its own (a
+degraded uplink). ``up`` writes the hosts' topology as Slurm's topology.conf beside its state (switches
+``rackK`` under ``spine``) for ``cluster --topology``. The root namespace is named ``cbroot`` too, so that
 ``--traffic``'s capture can enter it. ``--set S`` makes a set of hosts of its own (names in
 core/run/hostset.py), which no other set's ``up`` or ``down`` touches. Benchmarks and ``train`` run
 across them with ``--hosts N [--host-set S]`` (rank r in host r mod N). ``up`` replaces what the same
@@ -23,7 +25,9 @@ import os
 import re
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
+from commbench.core.analysis.topology import Topology
 from commbench.core.config.argtypes import integer
 from commbench.core.errors import UsageError
 from commbench.core.run import hostset
@@ -83,6 +87,7 @@ def down(s: str = "") -> list[str]:
         _run("ip", "link", "del", dev, check=False)
     _run("ip", "netns", "del", root_netns(s), check=False)  # only the name: the namespace is this machine's own
     state_path(s).unlink(missing_ok=True)
+    topology_path(s).unlink(missing_ok=True)
     return gone
 
 
@@ -101,17 +106,19 @@ def shape(dev: str, bps: float, netns: str | None = None) -> None:
          "burst", str(burst), "latency", "50ms")
 
 
-def parse_rate_of(items: Sequence[str], n: int) -> dict[int, str]:
-    """``--rate-of I=RATE`` items: host index -> rate (checked: the host exists, the rate parses)."""
+def parse_rate_of(items: Sequence[str], n: int, flag: str = "--rate-of", what: str = "host") -> dict[int, str]:
+    """``--rate-of I=RATE`` items: host index -> rate (checked: the host exists, the rate parses); the
+    same for ``--uplink-of K=RATE`` (rack K's uplink)."""
     out: dict[int, str] = {}
     for item in items:
         idx, eq, rate = item.partition("=")
         if not eq or not idx.strip().isdigit() or len(idx.strip()) > 4:
-            raise UsageError(f"--rate-of {item!r}: give HOST=RATE, e.g. --rate-of 5=200mbit (host 5 of 0 to {n - 1})")
+            raise UsageError(f"{flag} {item!r}: give {what.upper()}=RATE, e.g. {flag} 1=200mbit ({what} 1 of 0 to "
+                             f"{n - 1})")
         i = int(idx)
         if i >= n:
-            raise UsageError(f"--rate-of {item}: there is no host {i}; hosts up {n} makes hosts 0 to {n - 1}")
-        parse_rate(rate, f"--rate-of {idx}=")
+            raise UsageError(f"{flag} {item}: there is no {what} {i}; this makes {what}s 0 to {n - 1}")
+        parse_rate(rate, f"{flag} {idx}=")
         out[i] = rate
     return out
 
@@ -133,8 +140,13 @@ def _subnet(s: str) -> int:
     return free
 
 
+def topology_path(s: str = "") -> Path:
+    """Where ``up`` writes its hosts' topology as Slurm's topology.conf (for cluster --topology)."""
+    return state_path(s).with_suffix(".topology.conf")
+
+
 def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: str | None = None,
-       s: str = "") -> dict:
+       s: str = "", uplink_of: Sequence[str] = ()) -> dict:
     s = hostset.check_set(s)
     bps = parse_rate(rate)
     if not 1 <= n <= MAX_HOSTS:
@@ -143,9 +155,10 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
     if racks < 1 or racks > n or n % racks:
         raise UsageError(f"--racks {racks} does not divide {n} hosts into equal racks: choose a divisor of {n} "
                          f"({', '.join(str(d) for d in range(1, n + 1) if n % d == 0)})")
-    if uplink is not None and racks == 1:
-        raise UsageError("--uplink shapes the links between racks: give --racks K (K >= 2) with it")
+    if (uplink is not None or uplink_of) and racks == 1:
+        raise UsageError("--uplink and --uplink-of shape the links between racks: give --racks K (K >= 2) with them")
     up_bps = parse_rate(uplink, "--uplink") if uplink is not None else None
+    uplinks = parse_rate_of(uplink_of, racks, "--uplink-of", "rack")
     _need_root("up")
     down(s)
     net = _subnet(s)
@@ -166,10 +179,11 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
                 _run("ip", "link", "add", rack_end, "type", "veth", "peer", "name", spine_end)
                 _run("ip", "link", "set", rack_end, "master", br)
                 _run("ip", "link", "set", spine_end, "master", core)
+                rack_bps = parse_rate(uplinks[k]) if k in uplinks else up_bps
                 for dev in (rack_end, spine_end):
                     _run("ip", "link", "set", dev, "up")
-                    if up_bps:
-                        shape(dev, up_bps)
+                    if rack_bps:
+                        shape(dev, rack_bps)
         _run("ip", "addr", "add", f"{root_addr}/24", "dev", core)
         _run("ip", "netns", "attach", root_netns(s), str(os.getpid()))  # where the links meet, for --traffic
         for i in range(n):
@@ -195,6 +209,11 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
              "rates": {host_name(i, s): rates.get(i, rate) for i in range(n)},
              "rack_of": {host_name(i, s): i // per_rack for i in range(n)},
              "addresses": {host_name(i, s): f"10.77.{net}.{i + 1}" for i in range(n)}}
+    topo = Topology({host_name(i, s): f"rack{i // per_rack}" for i in range(n)},
+                    {f"rack{k}": "spine" for k in range(racks)} if racks > 1 else {})
+    state["topology"] = str(topology_path(s))
+    state["uplinks"] = {f"rack{k}": uplinks.get(k, uplink) for k in range(racks)} if racks > 1 else {}
+    topology_path(s).write_text(topo.to_conf(f"commbench hosts up {n} --racks {racks}" + (f" --set {s}" if s else "")))
     state_path(s).write_text(json.dumps(state))
     return state
 
@@ -229,6 +248,8 @@ def add_parser(sub) -> None:
     u.add_argument("--racks", type=integer(1, MAX_HOSTS), default=1, metavar="K",
                    help="K racks of N/K hosts each, under a spine (default 1: one bridge)")
     u.add_argument("--uplink", metavar="RATE", help="each rack's link to the spine, in tc notation (with --racks)")
+    u.add_argument("--uplink-of", action="append", default=[], metavar="K=RATE",
+                   help="rack K's uplink at RATE instead (a degraded uplink; repeatable)")
     for name, helptext in (("up", "a set of hosts of its own"), ("down", "remove this set's hosts"),
                            ("status", "this set's hosts")):
         target = u if name == "up" else hs.add_parser(name, help=helptext)
@@ -241,12 +262,14 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     s = hostset.check_set(args.set)
     if args.action == "up":
-        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s)
+        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s, args.uplink_of)
         odd = {k: v for k, v in st["rates"].items() if v != args.rate}
+        odd.update({f"rack{k}'s uplink": v for k, v in enumerate(st["uplinks"].values()) if v != args.uplink})
         racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
         print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
               + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "
-              + ", ".join(f"{k} {v}" for k, v in st["addresses"].items()) + f"; rendezvous side {st['root_address']}")
+              + ", ".join(f"{k} {v}" for k, v in st["addresses"].items()) + f"; rendezvous side {st['root_address']}"
+              + f"; topology {st['topology']} (for cluster --topology)")
     elif args.action == "down":
         gone = down(s)
         print(f"commbench hosts: removed {', '.join(gone) or 'nothing (none were up)'}")

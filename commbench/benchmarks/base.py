@@ -144,6 +144,10 @@ class Benchmark(ABC):
         """What the progress bar counts: (total, unit)."""
         return len(self.config.points), "points"
 
+    def metadata(self, world: World) -> dict:
+        """Rank 0, before the results file opens: what the benchmark adds to the run's metadata."""
+        return {}
+
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
         """Rank 0, after the last row: lines to print below the table and rows to add to the results."""
         return [], []

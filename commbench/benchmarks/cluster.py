@@ -27,13 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context, measure_point
+from commbench.benchmarks.cluster_findings import BW, LAT, RECHECK, Evidence
 from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
+from commbench.core.analysis import topology
 from commbench.core.config.argtypes import integer, number
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import PeerError, RunAborted, UsageError
-from commbench.core.measure import outliers
 from commbench.core.measure.harness import BANDWIDTH_LOOPS, Loops, Side, Timing
 from commbench.core.measure.message import Message
 from commbench.core.measure.payload import Payload
@@ -43,10 +44,9 @@ from commbench.core.run.collectives import Group
 from commbench.core.run.world import World
 
 TESTS = ("pairwise", "ring", "bisection")
-TEST = Column("test", "Test", -13, doc="pairwise, recheck (a suspected slow link alone), recheck-latency and "
-              "recheck-host (a host whose latency or bandwidth stands out, with the median host, then a control "
-              "pair of two ordinary hosts), ring-ordered, ring-random, bisection, bisection-cut (a cut's "
-              "total), finding or summary")
+TEST = Column("test", "Test", -15, doc="pairwise, recheck and recheck-latency (a suspect measured again alone: a "
+              "probe pair through it, then a control pair), ring-ordered, ring-random, bisection, bisection-cut "
+              "(a cut's total), finding or summary")
 US, MBS = "{:.2f}", "{:.1f}"
 
 
@@ -151,8 +151,13 @@ class ClusterOptions(Options):
     cuts: int = opt(5, type=integer(0, 10_000),
                     help="random bisection cuts (default 5): the worst and the median are reported")
     slow_pct: float = opt(25.0, type=number(above=0, hi=99, what=" (percent)"),
-                          help="a host or link is a finding when it is this much slower than the median and stands "
-                               "out of the spread (median/MAD; default 25)")
+                          help="a host, switch, uplink or cable is a finding when its pairs are this much slower than "
+                               "the reference (the median host's) and stand out of the spread (default 25; latency: "
+                               "twice this much above)")
+    topology: str = opt("", metavar="FILE",
+                        help="where the hosts hang: Slurm's topology.conf (SwitchName= Nodes= Switches=) or a "
+                             "host,switch CSV; findings then name switches and uplinks (commbench hosts up --racks "
+                             "writes one)")
 
 
 class Cluster(Benchmark):
@@ -179,8 +184,17 @@ class Cluster(Benchmark):
             key("min_mb_s", "MB/s", "a cut's slowest pair", optional=True),
             key("pairs", "count", "pairs in a cut", optional=True),
             key("failed", "count", "pairs of a cut that failed", optional=True),
-            key("kind", doc="a finding's kind: slow-host, slow-host-latency, slow-link, slow-ring-link, failed",
-                optional=True)]
+            key("kind", doc="a finding's kind: slow-host, slow-switch, slow-uplink, slow-group (hosts that share "
+                "what no topology names), slow-link (a cable), each also as -latency; slow-ring-link, failed",
+                optional=True),
+            key("suspect", doc="a recheck's suspect: host NAME, switch NAME, uplink NAME, group HOSTLIST or cable "
+                "A - B", optional=True),
+            key("role", doc="a recheck's pair: probe (through the suspect) or control (hosts no suspect concerns)",
+                optional=True),
+            key("ratio", "ratio", "a finding's effect: its pairs' median as a share of the reference (bandwidth; "
+                "latency: reference over it)", optional=True),
+            key("ratio_lo", "ratio", "the effect's 95 % interval, low end (bootstrap)", optional=True),
+            key("ratio_hi", "ratio", "the effect's 95 % interval, high end (bootstrap)", optional=True)]
 
     Options = ClusterOptions
     figure = "pairs"
@@ -204,6 +218,8 @@ class Cluster(Benchmark):
             if int(ph) >= fewest:
                 raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {common.hosts} some host runs {fewest} "
                                  f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
+        if opts.topology:
+            topology.load(opts.topology)  # read before any rank starts: a bad file is one line, exit 2
         return n
 
     @classmethod
@@ -229,14 +245,9 @@ class Cluster(Benchmark):
         self.bw_loops = Loops(time=o.bw_time, warmup_time=min(0.2, o.bw_time / 4))
         self.chosen: list[int] = []
         self.names: list[str] = []
-        self.lat = self.bw = np.zeros((0, 0))  # rank 0: the pairwise matrices (NaN: not measured)
-        self.failed: list[dict] = []
-        self.rings: dict[str, list[dict]] = {}
-        self.cuts: list[dict] = []
+        self.evidence = Evidence([])  # rank 0: every row measured, the findings' only source
+        self.plan: dict | None = None  # rank 0: the endpoints and the topology, decided once (metadata, measure)
         self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
-        self.rechecked: dict[tuple[int, int], float] = {}  # rank 0: suspected slow links measured again alone
-        self.lat_again: dict[int, tuple[float, float]] = {}  # rank 0: a latency suspect's pair and a control pair
-        self.bw_again: dict[int, tuple[float, float]] = {}  # rank 0: a slow-host suspect's pair and a control pair
 
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own
@@ -253,7 +264,8 @@ class Cluster(Benchmark):
                     f"ping-pong of {o.get('lat_size')} B ({o.get('iterations') or 1000} iterations), "
                     f"window of {o.get('window')} x {o.get('bw_size')} B for {o.get('bw_time'):g} s; "
                     f"tests: {o.get('tests')}; endpoints: --per-host {o.get('per_host')}; "
-                    f"findings: {o.get('slow_pct'):g} % off the median (median/MAD)")
+                    f"findings: {o.get('slow_pct'):g} % below the reference" +
+                    (f", topology {o.get('topology')}" if o.get("topology") else ""))
         return lines
 
     def progress(self, world: World) -> tuple[int, str]:
@@ -264,33 +276,48 @@ class Cluster(Benchmark):
         return total, "rows"
 
     # -- the schedule ---------------------------------------------------------------------
-    def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
-        world = ctx.world
-        plan = None
-        if world.rank == 0:
+    def decide(self, world: World) -> dict:
+        """Rank 0: the endpoints, their names and where they hang (--topology), or why not."""
+        if self.plan is None:
             try:
-                plan = {"chosen": endpoints(world.hosts, self.opts.per_host)}
+                chosen = endpoints(world.hosts, self.opts.per_host)
+                names = labels(world.hosts, chosen)
+                plan: dict = {"chosen": chosen, "names": names}
+                if self.opts.topology:
+                    topo = topology.load(self.opts.topology).for_hosts([world.hosts[r] for r in chosen])
+                    plan["topology"] = {"switch_of": {n: topo.switch_of[world.hosts[r]]
+                                                      for n, r in zip(names, chosen, strict=True)},
+                                        "parent": topo.parent}
             except UsageError as exc:
                 plan = {"error": str(exc)}
-        plan = world.bcast_json("cluster-plan", plan)
+            self.plan = plan
+        return self.plan
+
+    def metadata(self, world: World) -> dict:
+        plan = self.decide(world)
+        return {k: plan[k] for k in ("topology",) if k in plan} | ({"endpoints": plan["names"]} if "names" in plan
+                                                                   else {})
+
+    def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
+        world = ctx.world
+        plan = world.bcast_json("cluster-plan", self.decide(world) if world.rank == 0 else None)
         if "error" in plan:
             if world.rank == 0:
                 raise UsageError(plan["error"])
             raise RunAborted(plan["error"], 2)
         self.start = (time.monotonic(), world.store_requests or 0)
-        self.chosen = plan["chosen"]
-        self.names = labels(world.hosts, self.chosen)
+        self.chosen, self.names = plan["chosen"], plan["names"]
+        topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
+        self.evidence = Evidence(self.names, topo)
         k = len(self.chosen)
-        self.lat, self.bw = np.full((k, k), np.nan), np.full((k, k), np.nan)
         rng = np.random.default_rng(self.common.seed)
         for test in self.tests:
             if test == "pairwise":
                 rounds = serial(k) if self.opts.serial else tournament(k)
                 for r, pairs in enumerate(rounds, 1):
                     yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
-                yield from self._recheck_hosts(ctx, latency=False)
-                yield from self._recheck(ctx)
-                yield from self._recheck_hosts(ctx, latency=True)
+                yield from self._recheck(ctx, BW)
+                yield from self._recheck(ctx, LAT)
             elif test == "ring":
                 yield from self._ring(ctx, "ring-ordered", list(range(k)))
                 yield from self._ring(ctx, "ring-random", random_ring(rng, k))
@@ -302,51 +329,23 @@ class Cluster(Benchmark):
                     cut = list(zip(order[:half], order[half:2 * half], strict=True))
                     yield from self._pairs(ctx, "bisection", c, cut, latency=False)
 
-    def _recheck(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
-        """Measure each suspected slow link again, alone (at most one per endpoint): a tournament's
-        pairs share CPUs, switches and uplinks, and on a busy machine one pair measured alone can meet a
-        busy moment; a cable is named only if it is slow again."""
-        suspects = None
-        if ctx.world.rank == 0:
-            suspects = [[a, b] for a, b, _ in self._slow_links(self.opts.slow_pct / 100)][:len(self.chosen)]
-        for i, (a, b) in enumerate(ctx.world.bcast_json("cluster-suspects", suspects), 1):  # type: ignore[arg-type]
-            for payload, row in self._pairs(ctx, "recheck", i, [(a, b)], latency=False):
-                if row is not None and row.get("mb_s") is not None:
-                    self.rechecked[(a, b)] = row["mb_s"]
-                yield payload, row
-
-    def _recheck_hosts(self, ctx: Context, latency: bool) -> Iterator[tuple[Payload, dict | None]]:
-        """Measure each host whose median latency (or bandwidth) stands out again, with the host of
-        median latency (bandwidth), and right after it a control pair of two ordinary hosts: on a busy
-        machine one unlucky moment can triple a host's latency (seen under load: 25 us against a median
-        of 7.7) or halve a host's bandwidth over several pairs (22 MB/s against a median of 52), and a
-        host is named only if it is slower than the control measured at about the same time."""
-        plan = None
-        if ctx.world.rank == 0:
-            plan = recheck_plan(self._host_lat() if latency else self._host_bw(), self._suspects(latency))
-        test, key = ("recheck-latency", "lat_us") if latency else ("recheck-host", "mb_s")
-        again = self.lat_again if latency else self.bw_again
-        name = "cluster-lat-suspects" if latency else "cluster-host-suspects"
-        for i, (s, r, c) in enumerate(ctx.world.bcast_json(name, plan), 1):  # type: ignore[arg-type]
-            got = []
-            for rnd, pair in ((2 * i - 1, (min(s, r), max(s, r))), (2 * i, (min(r, c), max(r, c)))):
-                for payload, row in self._pairs(ctx, test, rnd, [pair], latency=latency):
-                    if row is not None and row.get(key) is not None:
-                        got.append(row[key])
-                    yield payload, row
-            if len(got) == 2:
-                again[s] = (got[0], got[1])
-
-    def _suspects(self, latency: bool) -> list[int]:
-        """Hosts whose median latency (twice --slow-pct above the hosts' median: latency moves more) or
-        bandwidth (--slow-pct below it) stands out: measured again before they are named."""
-        share = self.opts.slow_pct / 100
-        return outliers.outliers(self._host_lat(), 2 * share, low=False) if latency else \
-            outliers.outliers(self._host_bw(), share, low=True)
-
-    def _host_lat(self) -> list[float]:
-        """Each endpoint's median latency to the others (NaN where none was measured)."""
-        return [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.lat]
+    def _recheck(self, ctx: Context, measure: str) -> Iterator[tuple[Payload, dict | None]]:
+        """Measure each suspect again (cluster_findings.py): a probe pair through it alone, then a
+        control pair of hosts no suspect concerns, so a tournament's cross-traffic or a busy moment is
+        not named: a slow NIC, cable or uplink is slow again."""
+        rnd = 0
+        for second in (False, True):
+            plan = None
+            if ctx.world.rank == 0:
+                plan = [[s, list(p), list(c)] for s, p, c in
+                        self.evidence.recheck_plan(measure, self.opts.slow_pct, second)]
+            n = "-2" if second else ""
+            for suspect, probe, control in ctx.world.bcast_json(f"cluster-{measure}-suspects{n}", plan):  # type: ignore
+                for role, (a, b) in ((("control", control), ("probe", probe)) if second else
+                                     (("probe", probe), ("control", control))):
+                    rnd += 1
+                    yield from self._pairs(ctx, RECHECK[measure], rnd, [(a, b)], latency=measure == LAT,
+                                           extra={"suspect": suspect, "role": role + n})
 
     def _live(self, ctx: Context) -> list[int]:
         """Rank 0's word on which endpoints (indices) are still alive, the same on every rank."""
@@ -356,7 +355,7 @@ class Cluster(Benchmark):
         return list(world.bcast_json("cluster-live", live))  # type: ignore[arg-type]
 
     def _pairs(self, ctx: Context, test: str, rnd: int, pairs: list[tuple[int, int]],
-               latency: bool) -> Iterator[tuple[Payload, dict | None]]:
+               latency: bool, extra: dict | None = None) -> Iterator[tuple[Payload, dict | None]]:
         """One round: every pair at once, after a barrier of the ranks still alive; rank 0 then gathers
         each pair's result (its first rank's) and yields the rows."""
         world, chosen = ctx.world, self.chosen
@@ -377,24 +376,20 @@ class Cluster(Benchmark):
             got = _result(world, f"cluster/{test}/{rnd}/{a}", chosen[a])
             row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
                    "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
-                   "mb_s": got.get("mb_s"), "wrong": got.get("wrong"), "note": _short(got.get("error"))}
+                   "mb_s": got.get("mb_s"), "wrong": got.get("wrong"), "note": _short(got.get("error")),
+                   **(extra or {})}
             if "error" in got:
                 row["error"] = got["error"]
-                self.failed.append(row)
-            elif test == "pairwise":
-                self.lat[a, b] = self.lat[b, a] = got["lat_us"]
-                self.bw[a, b] = self.bw[b, a] = got["mb_s"]
             rows.append(row)
         world.store.forget(f"cluster/{test}/{rnd}/")  # the round's results, all read
         if test == "bisection":
             rates = [r["mb_s"] for r in rows if r["mb_s"] is not None]
-            total = {"test": "bisection-cut", "round": rnd, "a": f"{len(pairs)} pairs", "b": "",
-                     "mb_s": float(sum(rates)), "min_mb_s": min(rates, default=None),
-                     "note": f"slowest pair {min(rates):.1f} MB/s" if rates else "no pair measured",
-                     "pairs": len(pairs), "failed": len(pairs) - len(rates)}
-            self.cuts.append(total)
-            rows.append(total)
+            rows.append({"test": "bisection-cut", "round": rnd, "a": f"{len(pairs)} pairs", "b": "",
+                         "mb_s": float(sum(rates)), "min_mb_s": min(rates, default=None),
+                         "note": f"slowest pair {min(rates):.1f} MB/s" if rates else "no pair measured",
+                         "pairs": len(pairs), "failed": len(pairs) - len(rates)})
         for row in rows:
+            self.evidence.add(row)
             yield self.bw_payload, row
 
     def _in_group(self, ctx: Context, group: Group, peers: set[int], work) -> dict:
@@ -458,111 +453,30 @@ class Cluster(Benchmark):
             rows.append({"test": test, "round": 1, "a": self.names[prev], "b": self.names[i],
                          "a_rank": self.chosen[prev], "b_rank": self.chosen[i], "mb_s": rate,
                          "note": _short(got.get("error"))})
-        self.rings[test] = rows
         for row in rows:
+            self.evidence.add(row)
             yield self.bw_payload, row
 
     # -- findings -------------------------------------------------------------------------
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
-        share = self.opts.slow_pct / 100
-        names, found = self.names, []
-        host_bw = self._host_bw()
-        host_lat = self._host_lat()
-        slow_hosts = self._slow_hosts(share)
-        med_bw, _ = outliers.median_mad(host_bw)
-        for i in sorted(slow_hosts):
-            again = self.bw_again.get(i)
-            found.append({"kind": "slow-host", "a": names[i], "mb_s": host_bw[i],
-                          "note": f"{names[i]}: median bandwidth to the others {host_bw[i]:.1f} MB/s, "
-                                  f"{host_bw[i] / med_bw * 100:.0f} % of the hosts' median {med_bw:.1f}" +
-                                  (f" (again: {again[0]:.1f} MB/s, a control pair {again[1]:.1f})" if again else "")})
-        med_lat, _ = outliers.median_mad(host_lat)
-        for i in self._suspects(latency=True):
-            again = self.lat_again.get(i)
-            if not slow_again(again, 2 * share):
-                continue  # measured again beside a control pair, it was not slow: a busy moment
-            found.append({"kind": "slow-host-latency", "a": names[i], "lat_us": host_lat[i],
-                          "note": f"{names[i]}: median latency to the others {host_lat[i]:.1f} us, "
-                                  f"{host_lat[i] / med_lat:.1f}x the hosts' median {med_lat:.1f}" +
-                                  (f" (again: {again[0]:.1f} us, a control pair {again[1]:.1f})" if again else "")})
-        for a, b, expect in self._slow_links(share):
-            again = self.rechecked.get((a, b))
-            if again is not None and again >= expect * (1 - share):
-                continue  # measured again alone, it was not slow: the tournament's cross-traffic
-            seen = f"{self.bw[a, b]:.1f} MB/s" + (f" ({again:.1f} measured again alone)" if again is not None else "")
-            found.append({"kind": "slow-link", "a": names[a], "b": names[b], "mb_s": float(self.bw[a, b]),
-                          "note": f"{names[a]} - {names[b]}: {seen} where both hosts reach {expect:.1f} MB/s "
-                                  "with the others"})
-        for row in self.failed:
-            found.append({"kind": "failed", "a": row["a"], "b": row["b"], "note": f"{row['test']} round {row['round']}"
-                          f" {row['a']} - {row['b']}: {row['error']}"})
-        for test, rows in self.rings.items():
-            rates = [r["mb_s"] if r["mb_s"] is not None else np.nan for r in rows]
-            slow_names = {names[i] for i in slow_hosts}
-            for j in outliers.outliers(rates, share, low=True):
-                if {rows[j]["a"], rows[j]["b"]} & slow_names:
-                    continue  # explained by the host
-                a, b = names.index(rows[j]["a"]), names.index(rows[j]["b"])
-                alone = self.rechecked.get((min(a, b), max(a, b)), float(self.bw[a, b]))
-                if alone == alone and alone >= med_bw * (1 - share):
-                    continue  # the same link measured as a pair was healthy: the ring's own contention
-                    # (every endpoint streaming at once shares the CPUs: 24 MB/s against a 36 median seen)
-                found.append({"kind": "slow-ring-link", "a": rows[j]["a"], "b": rows[j]["b"], "mb_s": rates[j],
-                              "note": f"{test}: {rows[j]['a']} -> {rows[j]['b']} {rates[j]:.1f} MB/s, the ring's "
-                                      f"median {outliers.median_mad(rates)[0]:.1f}"})
-        lines = [f"# findings ({len(names)} endpoints; {self.opts.slow_pct:g} % off the median and out of "
-                 f"its spread; hosts by their median over all pairs):"]
-        summary = self._summary(host_bw, host_lat, ctx.world.store_requests or 0)
-        lines += [f"#   {s}" for s in summary]
-        lines += [f"#   {f['kind']}: {f['note']}" for f in found] or ["#   no outliers: every host and link "
-                                                                      "within the threshold"]
-        rows = [{"test": "finding", **f} for f in found]
-        rows += [{"test": "summary", "note": s} for s in summary]
-        return lines, rows
+        found, cleared = self.evidence.findings(self.opts.slow_pct)
+        seconds, requests = time.monotonic() - self.start[0], (ctx.world.store_requests or 0) - self.start[1]
+        ev = self.evidence
+        measured = int(np.isfinite(ev.bw).sum() // 2) + sum(len(r) for r in ev.rings.values()) + \
+            sum(c.get("pairs") or 0 for c in ev.cuts)
+        summary = [f"{seconds:.1f} s; the rendezvous answered {requests} requests ({requests / max(seconds, 1e-9):.0f}"
+                   f"/s, {requests / max(measured, 1):.0f} per pair or link measured)", *ev.summary(), *cleared]
+        return findings_lines(len(self.names), self.opts.slow_pct, summary, found), \
+            [{"test": "finding", **f} for f in found] + [{"test": "summary", "note": s} for s in summary]
 
-    def _host_bw(self) -> list[float]:
-        """Each endpoint's median bandwidth to the others (NaN where none was measured)."""
-        return [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in self.bw]
 
-    def _slow_hosts(self, share: float) -> set[int]:
-        """Endpoints whose median bandwidth stands out low and that were still slower than a control
-        pair when measured again (or could not be: too few ordinary hosts)."""
-        return {i for i in self._suspects(latency=False) if slow_again(self.bw_again.get(i), share, low=True)}
-
-    def _slow_links(self, share: float) -> list[tuple[int, int, float]]:
-        """(a, b, what both reach with the others) for pairs that stand out low among all pairs and are
-        slower by ``share`` than both their hosts, where neither host is slow itself (a bad cable)."""
-        host_bw = self._host_bw()
-        slow_hosts = self._slow_hosts(share)
-        k = len(self.names)
-        pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(self.bw[a, b])]
-        out = []
-        for j in outliers.outliers([self.bw[a, b] for a, b in pairs], share, low=True):
-            a, b = pairs[j]
-            expect = min(host_bw[a], host_bw[b])
-            if a not in slow_hosts and b not in slow_hosts and self.bw[a, b] < expect * (1 - share):
-                out.append((a, b, expect))
-        return out
-
-    def _summary(self, host_bw: list[float], host_lat: list[float], requests_now: int) -> list[str]:
-        seconds, requests = time.monotonic() - self.start[0], requests_now - self.start[1]
-        measured = int(np.isfinite(self.bw).sum() // 2) + sum(len(r) for r in self.rings.values()) + \
-            sum(c["pairs"] for c in self.cuts)
-        out = [f"{seconds:.1f} s; the rendezvous answered {requests} requests ({requests / max(seconds, 1e-9):.0f}/s, "
-               f"{requests / max(measured, 1):.0f} per pair or link measured)"]
-        if np.isfinite(self.bw).any():
-            out.append(f"pairwise: median {outliers.median_mad(host_bw)[0]:.1f} MB/s, "
-                       f"{outliers.median_mad(host_lat)[0]:.2f} us; slowest pair {np.nanmin(self.bw):.1f} MB/s")
-        for test, rows in self.rings.items():
-            rates = [r["mb_s"] for r in rows if r["mb_s"] is not None]
-            if rates:
-                out.append(f"{test}: slowest link {min(rates):.1f} MB/s, median {float(np.median(rates)):.1f}")
-        if self.cuts:
-            totals = sorted(c["mb_s"] for c in self.cuts)
-            per = [c["mb_s"] / max(c["pairs"], 1) for c in self.cuts]
-            out.append(f"bisection over {len(totals)} cuts: worst {totals[0]:.1f} MB/s, median "
-                       f"{float(np.median(totals)):.1f} ({min(per):.1f} / {float(np.median(per)):.1f} per pair)")
-        return out
+def findings_lines(endpoints: int, slow_pct: float, summary: list[str], found: list[dict]) -> list[str]:
+    """The block below the table (and what ``commbench findings`` prints)."""
+    return [f"# findings ({endpoints} endpoints; {slow_pct:g} % below the reference (latency: {2 * slow_pct:g} % "
+            "above), out of the spread, and again when measured alone):",
+            *(f"#   {s}" for s in summary),
+            *([f"#   {f['kind']}: {f['note']}" for f in found] or
+              ["#   no outliers: every host, switch and link within the threshold"])]
 
 
 def _result(world: World, key: str, rank: int) -> dict:
@@ -576,24 +490,3 @@ def _short(error: str | None) -> str | None:
     if not error:
         return None
     return error if len(error) <= 90 else error[:87] + "..."
-
-
-def recheck_plan(host_values: list[float], suspects: list[int]) -> list[list[int]]:
-    """[suspect, host nearest the median, the next nearest] for each suspect endpoint (its latency or
-    bandwidth stands out, as the finding decides): the suspect is measured again with the first, and the
-    two ordinary hosts together as the control. Too few ordinary hosts: no plan (the finding stands)."""
-    finite = [i for i, v in enumerate(host_values) if v == v]
-    if not finite:
-        return []
-    med = float(np.median([host_values[i] for i in finite]))
-    ordinary = sorted((i for i in finite if i not in suspects), key=lambda i: (abs(host_values[i] - med), i))
-    return [[s, *ordinary[:2]] for s in suspects][:len(host_values)] if len(ordinary) >= 2 else []
-
-
-def slow_again(again: tuple[float, float] | None, share: float, low: bool = False) -> bool:
-    """Whether a suspect measured again (its pair, the control pair) is still slow by ``share``: latency
-    above the control's by it, or (``low``) bandwidth below; no recheck (too few ordinary hosts): it
-    stands."""
-    if again is None:
-        return True
-    return again[0] < again[1] * (1 - share) if low else again[0] > again[1] * (1 + share)

@@ -58,6 +58,8 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         meta["versions"].update(transport.versions())
         meta.update(memory=buffers.backing(), harness_overhead_ns=harness_overhead_ns(),
                     metric={"key": bench.metric, "better": bench.better})
+        if world.rank == 0:
+            meta.update(bench.metadata(world))
         if config.poll == "busy":  # what else runs here: the run's own ranks left out (MPI's wait spins)
             ranks = world.allgather_json("cpu-pids", [socket.gethostname(), os.getpid()])
             if world.rank == 0:

@@ -243,7 +243,8 @@ def read_runs(path: str | os.PathLike, need_rows: bool = False) -> list[Run]:
     return runs
 
 
-META_SHAPES = {"hosts": (list, "a list of host names"), "command": (list, "a command line (a list of words)"),
+META_SHAPES = {"hosts": (list, "a list of host names"), "endpoints": (list, "a list of endpoint names"),
+               "command": (list, "a command line (a list of words)"),
                "versions": (dict, "a table of versions"), "metric": (dict, "a metric (key, better)"),
                "imported": (dict, "an import's description")}
 

@@ -1,0 +1,288 @@
+"""A cluster run's verdict, from its rows alone: the live run and ``commbench findings FILE`` feed the
+same rows to the same ``Evidence`` and get the same findings.
+
+After the pairwise rounds, attribution (core/analysis/attribution.py) names the smallest set of
+hosts, switches, uplinks and cables that explains the slow pairs (bandwidth and latency apart). Each
+is a *suspect* until measured again as ClusterKit, LinkTest and Google's health scanner confirm one:
+a *probe* pair through it, alone, then right after it a *control* pair of hosts no suspect concerns.
+It is named only if the probe is still slower than the control by the threshold, twice (a second
+pass, control first, for the suspects the first found slow: on shared CPUs one busy moment can halve
+one pair); otherwise it was the tournament's cross-traffic or a busy moment, and the findings say it
+was cleared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commbench.core.analysis import attribution
+from commbench.core.analysis.attribution import Explanation
+from commbench.core.analysis.topology import Topology
+from commbench.core.measure import outliers
+
+BW, LAT = "bandwidth", "latency"
+RECHECK = {BW: "recheck", LAT: "recheck-latency"}
+KIND = {"host": "slow-host", "switch": "slow-switch", "uplink": "slow-uplink", "group": "slow-group",
+        "cable": "slow-link"}
+WHAT = {"host": "every pair it is in", "switch": "every pair with a host under it",
+        "uplink": "every pair through it", "group": "the pairs between these hosts and the others",
+        "cable": "this pair alone"}
+
+
+def cuts(slow_pct: float) -> dict[str, float]:
+    """The ratio to the reference below which a pair is slow: bandwidth --slow-pct below it; latency
+    twice --slow-pct above it (latency moves more)."""
+    share = slow_pct / 100
+    return {BW: 1 - share, LAT: 1 / (1 + 2 * share)}
+
+
+@dataclass
+class Evidence:
+    """What a cluster run measured, built row by row (live, or read back from its file)."""
+
+    names: list[str]
+    topology: Topology | None = None
+    lat: np.ndarray = field(init=False)
+    bw: np.ndarray = field(init=False)
+    failed: list[dict] = field(default_factory=list)
+    rings: dict[str, list[dict]] = field(default_factory=dict)
+    cuts: list[dict] = field(default_factory=list)
+    rechecks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # (measure, suspect) -> role
+
+    def __post_init__(self) -> None:
+        k = len(self.names)
+        self.lat, self.bw = np.full((k, k), np.nan), np.full((k, k), np.nan)
+        self.index = {n: i for i, n in enumerate(self.names)}
+
+    def add(self, row: dict) -> None:
+        test = row.get("test")
+        if row.get("error") and test in ("pairwise", "bisection", *RECHECK.values()):
+            self.failed.append(row)
+            return
+        if test == "pairwise":
+            a, b = self.index.get(row.get("a")), self.index.get(row.get("b"))
+            if a is None or b is None:
+                return
+            for m, key in ((self.lat, "lat_us"), (self.bw, "mb_s")):
+                if isinstance(row.get(key), (int, float)):
+                    m[a, b] = m[b, a] = row[key]
+        elif test in RECHECK.values() and row.get("suspect") and row.get("role"):
+            measure = LAT if test == RECHECK[LAT] else BW
+            value = row.get("lat_us" if measure == LAT else "mb_s")
+            if isinstance(value, (int, float)):
+                self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(value)
+        elif test in ("ring-ordered", "ring-random"):
+            self.rings.setdefault(test, []).append(row)
+        elif test == "bisection-cut":
+            self.cuts.append(row)
+
+    # -- suspects and their rechecks ----------------------------------------------------------
+    def suspects(self, measure: str, slow_pct: float) -> list[Explanation]:
+        values = self.bw if measure == BW else self.lat
+        return attribution.explain(self.names, values, self.topology, cuts(slow_pct)[measure], measure == BW)[1]
+
+    def reference(self, measure: str) -> float:
+        return attribution.reference(self.bw if measure == BW else self.lat, self.names, self.topology)
+
+    def recheck_plan(self, measure: str, slow_pct: float, second: bool = False) -> list[
+            tuple[str, tuple[int, int], tuple[int, int]]]:
+        """(suspect label, probe pair, control pair) for each suspect that can be measured again; with
+        ``second``, those the first pass found still slow (measured again, control first)."""
+        found = self.suspects(measure, slow_pct)
+        plan = []
+        for e in found:
+            got = probe_and_control(e, found, self.names, self.topology, self.bw if measure == BW else -self.lat)
+            if got is None:
+                continue
+            if second:
+                ratios = recheck_ratios(self.rechecks.get((measure, label(e)), {}), measure)
+                if len(ratios) != 1 or ratios[0][2] >= cuts(slow_pct)[measure]:
+                    continue
+            plan.append((label(e), *got))
+        return plan
+
+    # -- the verdict --------------------------------------------------------------------------
+    def findings(self, slow_pct: float) -> tuple[list[dict], list[str]]:
+        """(finding rows, lines on suspects cleared when measured again)."""
+        found, cleared = [], []
+        for measure in (BW, LAT):
+            cut = cuts(slow_pct)[measure]
+            ref = self.reference(measure)
+            unit = "MB/s" if measure == BW else "us"
+            for e in self.suspects(measure, slow_pct):
+                again = self.rechecks.get((measure, label(e)))
+                kind = KIND[e.kind] + ("-latency" if measure == LAT else "")
+                seen = _effect(e, ref, unit, measure)
+                ratios = recheck_ratios(again or {}, measure)
+                if ratios:
+                    digits = 2 if measure == LAT else 1
+                    alone = "; ".join(f"again alone {p:.{digits}f} {unit}, a control pair {c:.{digits}f} "
+                                      f"({r * 100:.0f} %)" for p, c, r in ratios)
+                    if max(r for _, _, r in ratios) >= cut:
+                        cleared.append(f"{kind} {e.name} cleared: {seen}; {alone}: the tournament's cross-traffic "
+                                       "or a busy moment")
+                        continue
+                    seen += f"; {alone}"
+                elif again is not None or e.kind != "cable":
+                    seen += "; not measured again (too few ordinary hosts, or its recheck failed)"
+                else:
+                    seen += "; not measured again"
+                row = {"kind": kind, "a": e.name.split(" - ")[0] if e.kind == "cable" else e.name,
+                       "note": f"{e.name}: {seen}", "ratio": round(e.ratio, 4), "ratio_lo": round(e.lo, 4),
+                       "ratio_hi": round(e.hi, 4)}
+                if e.kind == "cable":
+                    row["b"] = e.name.split(" - ")[1]
+                row["mb_s" if measure == BW else "lat_us"] = float(np.median(
+                    [(self.bw if measure == BW else self.lat)[p] for p in e.factor.pairs]))
+                found.append(row)
+        for row in self.failed:
+            found.append({"kind": "failed", "a": row.get("a"), "b": row.get("b"),
+                          "note": f"{row.get('test')} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
+                                  f"{row.get('error')}"})
+        found += self._ring_findings(slow_pct, found)
+        return found, cleared
+
+    def _ring_findings(self, slow_pct: float, found: list[dict]) -> list[dict]:
+        """A ring link off the ring's median, unless a finding explains it or the same link measured as
+        a pair was healthy (every endpoint of a ring streams at once: on shared CPUs one link of eight
+        can fall to two thirds of the median without a fault)."""
+        share = slow_pct / 100
+        named = {f.get("a") for f in found if f["kind"].startswith("slow") and not f["kind"].endswith("latency")}
+        named |= {f.get("b") for f in found if f["kind"] == "slow-link"}
+        med = self.reference(BW)
+        out = []
+        for test, rows in self.rings.items():
+            rates = [r["mb_s"] if isinstance(r.get("mb_s"), (int, float)) else np.nan for r in rows]
+            for j in outliers.outliers(rates, share, low=True):
+                a, b = self.index.get(rows[j]["a"]), self.index.get(rows[j]["b"])
+                if a is None or b is None or {rows[j]["a"], rows[j]["b"]} & named:
+                    continue
+                alone = float(self.bw[a, b])
+                if alone == alone and alone >= med * (1 - share):
+                    continue
+                out.append({"kind": "slow-ring-link", "a": rows[j]["a"], "b": rows[j]["b"], "mb_s": rates[j],
+                            "note": f"{test}: {rows[j]['a']} -> {rows[j]['b']} {rates[j]:.1f} MB/s, the ring's "
+                                    f"median {outliers.median_mad(rates)[0]:.1f}"})
+        return out
+
+    def summary(self) -> list[str]:
+        out = []
+        if np.isfinite(self.bw).any():
+            out.append(f"pairwise: reference {self.reference(BW):.1f} MB/s, {self.reference(LAT):.2f} us (the median "
+                       f"host's); slowest pair {np.nanmin(self.bw):.1f} MB/s")
+        out += self.switch_lines()
+        for test, rows in self.rings.items():
+            rates = [r["mb_s"] for r in rows if isinstance(r.get("mb_s"), (int, float))]
+            if rates:
+                out.append(f"{test}: slowest link {min(rates):.1f} MB/s, median {float(np.median(rates)):.1f}")
+        if self.cuts:
+            totals = sorted(c["mb_s"] for c in self.cuts if isinstance(c.get("mb_s"), (int, float)))
+            if totals:
+                per = [c["mb_s"] / max(c.get("pairs") or 1, 1) for c in self.cuts
+                       if isinstance(c.get("mb_s"), (int, float))]
+                out.append(f"bisection over {len(totals)} cuts: worst {totals[0]:.1f} MB/s, median "
+                           f"{float(np.median(totals)):.1f} ({min(per):.1f} / {float(np.median(per)):.1f} per pair)")
+        return out
+
+    def switch_lines(self) -> list[str]:
+        """Per switch with a topology: its hosts, the median pair inside it and to the others."""
+        topo = self.topology
+        if topo is None or len(set(topo.switch_of.values())) < 2:
+            return []
+        out = []
+        for s in dict.fromkeys(topo.switch_of[n] for n in self.names):
+            under = [i for i, n in enumerate(self.names) if topo.switch_of[n] == s]
+            inside = [self.bw[a, b] for a in under for b in under if a < b]
+            across = [self.bw[a, b] for a in under for b in range(len(self.names)) if b not in under]
+            med = [f"{float(np.nanmedian(v)):.1f}" if np.isfinite(v).any() else "-" for v in (inside, across)]
+            out.append(f"switch {s}: {len(under)} hosts, median pair {med[0]} MB/s inside, {med[1]} to the others")
+        return out
+
+
+def recheck_ratios(again: dict[str, float], measure: str) -> list[tuple[float, float, float]]:
+    """(probe, control, probe's share of the control's goodness) for each pass of a suspect's recheck
+    (a second pass where the first found it slow: it must be slow both times)."""
+    out = []
+    for n in ("", "-2"):
+        p, c = again.get("probe" + n), again.get("control" + n)
+        if p is not None and c is not None:
+            out.append((p, c, p / c if measure == BW else (c / p if p > 0 else 0.0)))
+    return out
+
+
+def label(e: Explanation) -> str:
+    """How rows name a suspect: its kind and name ("host cbh5", "uplink r1", "cable a - b")."""
+    return f"{e.kind} {e.name}"
+
+
+def _effect(e: Explanation, ref: float, unit: str, measure: str) -> str:
+    figure = f"{ref * e.ratio:.1f} {unit}" if measure == BW else f"{ref / max(e.ratio, 1e-9):.2f} {unit}"
+    reference = f"the reference {ref:.{1 if measure == BW else 2}f} {unit}"
+    if e.n == 1:
+        return f"{figure}, {e.ratio * 100:.0f} % of {reference}"
+    return (f"{figure}, {e.ratio * 100:.0f} % (95 % CI {e.lo * 100:.0f}-{e.hi * 100:.0f} %) of {reference} over "
+            f"{WHAT[e.kind]} ({e.low} of {e.n} pairs slow)")
+
+
+def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
+                      goodness: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """A pair through the suspect and a control pair of hosts no suspect concerns (inside one switch
+    where the topology says so), the best-measured first; None where the cluster has too few."""
+    k = len(names)
+    doubtful = {i for s in suspects if s.kind in ("host", "switch") for i in s.factor.members}
+    good = sorted((i for i in range(k) if i not in doubtful),
+                  key=lambda i: (-float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else 0, i))
+    leaf = (lambda i: topo.switch_of[names[i]]) if topo is not None else (lambda i: "")
+
+    def local(i: int, among: list[int]) -> int | None:
+        same = [j for j in among if j != i and leaf(j) == leaf(i)]
+        other = [j for j in among if j != i]
+        return (same or other or [None])[0]
+
+    def control(avoid: set[int]) -> tuple[int, int] | None:
+        for i in good:
+            if i in avoid:
+                continue
+            j = local(i, [x for x in good if x not in avoid])
+            if j is not None and (topo is None or leaf(i) == leaf(j) or e.kind != "uplink"):
+                return (min(i, j), max(i, j))
+        return None
+
+    members = set(e.factor.members)
+    if e.kind == "host":
+        h = e.factor.members[0]
+        g = local(h, good)
+        probe = (min(h, g), max(h, g)) if g is not None else None
+        ctl = control({h} | ({g} if g is not None else set()))
+    elif e.kind == "cable":
+        probe = tuple(sorted(e.factor.members))
+        ctl = control(set(probe))
+    else:  # switch, uplink, group: a host behind it with one outside it
+        inside = [i for i in (good if e.kind != "switch" else sorted(members)) if i in members]
+        outside = [i for i in good if i not in members]
+        probe = (min(inside[0], outside[0]), max(inside[0], outside[0])) if inside and outside else None
+        ctl = control(set(probe) if probe else set())
+    if probe is None or ctl is None or set(probe) == set(ctl):
+        return None
+    return probe, ctl  # type: ignore[return-value]
+
+
+def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
+    """A cluster run's evidence from its results file (``commbench findings``)."""
+    names = meta.get("endpoints")
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        seen: dict[int, str] = {}
+        for r in rows:
+            for side in ("a", "b"):
+                rank, name = r.get(f"{side}_rank"), r.get(side)
+                if isinstance(rank, int) and isinstance(name, str):
+                    seen.setdefault(rank, name)
+        names = [seen[r] for r in sorted(seen)]
+    topo = Topology.from_json(meta["topology"], source) if meta.get("topology") is not None else None
+    ev = Evidence(list(names), topo)
+    for r in rows:
+        ev.add(r)
+    return ev

@@ -1,0 +1,1 @@
+"""Commands that read results files rather than run benchmarks (each module: ``add_parser``, its run)."""
