@@ -334,7 +334,7 @@ def test_a_degraded_uplink_is_named_as_its_switchs_uplink_not_as_its_hosts(host_
 
     r, slow = settled(evaluate, lambda got: [(x["kind"], x["a"]) for x in got[1]] == [("slow-uplink", "rack1")])
     assert [(x["kind"], x["a"]) for x in slow] == [("slow-uplink", "rack1")], r.out
-    assert 0.35 < slow[0]["ratio_hi"] and slow[0]["ratio_lo"] < 0.6, slow  # 100 of 200 Mbit/s, shared in rounds
+    assert slow[0]["ratio_hi"] > 0.35 and slow[0]["ratio_lo"] < 0.6, slow  # 100 of 200 Mbit/s, shared in rounds
     again = commbench("findings", str(out))
     assert again.code == 1 and "slow-uplink: rack1:" in again.out, again.err  # the same verdict from the file
 
@@ -376,8 +376,8 @@ def test_the_findings_of_a_saved_run_are_derived_again_the_same(tmp_path):
     from commbench.commands.findings import derive
 
     names = [f"h{i}" for i in range(6)]
-    rows = [{"type": "row", "bench": "cluster", "test": "pairwise", "round": 1, "a": names[a], "b": names[b], "a_rank": a,
-             "b_rank": b, "mb_s": 5.0 if 2 in (a, b) else 20.0, "lat_us": 9.0}
+    rows = [{"type": "row", "bench": "cluster", "test": "pairwise", "round": 1, "a": names[a], "b": names[b],
+             "a_rank": a, "b_rank": b, "mb_s": 5.0 if 2 in (a, b) else 20.0, "lat_us": 9.0}
             for a in range(6) for b in range(a + 1, 6)]
     meta = {"type": "meta", "bench": "cluster", "run_id": "x", "options": {"slow_pct": 25.0, "transport": "tcp"},
             "hosts": names}
