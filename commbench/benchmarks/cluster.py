@@ -109,6 +109,20 @@ def labels(hosts: list[str], chosen: list[int]) -> list[str]:
     return [f"{hosts[r]}/r{r}" for r in chosen]
 
 
+class Cut(P2PBandwidth):
+    """A bisection cut's step (osu_mbw_mr): group rank i < k streams to i + k, every pair the same count
+    of windows from one barrier; the row has each pair's rate over its own time and the cut's, all
+    bytes over the slowest pair's time (which no shared uplink can exceed)."""
+
+    name = "cluster-cut"
+
+    def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        got = super().row(payload, timing, reports)
+        moved = payload.nbytes * self.window * timing.n
+        got["links"] = [moved / max(r["wall_ns"], 1) * 1e3 for r in reports[:self.pairs]]
+        return got
+
+
 class Ring:
     """A ring's step (duck-typed for measure_point): every member sends a window to its successor
     while receiving one from its predecessor; the row has each member's receive rate."""
@@ -165,7 +179,8 @@ class Cluster(Benchmark):
     help = ("cluster evaluation: latency and bandwidth between every pair of hosts, rings, bisection; names the "
             "slow host, cable or dead node (as ClusterKit)")
     units = ("Lat = p50 one-way latency (us) of a --lat-size ping-pong; MB/s = 10^6 B/s of a --window of --bw-size "
-             "messages (osu_bw); ring: each endpoint's receive rate; bisection: the sum over the cut's pairs")
+             "messages (osu_bw); ring: each endpoint's receive rate; bisection: each pair's rate, and a cut's: all its "
+             "pairs' bytes over the slowest pair's time (osu_mbw_mr)")
     metric, better = "mb_s", "higher"
     tolerant = True
     size_options = "--lat-size and --bw-size"
@@ -174,7 +189,8 @@ class Cluster(Benchmark):
                Column("a", "From", -14, doc="the first endpoint's host (a ring: the sender)", optional=True),
                Column("b", "To", -14, doc="the second endpoint's host (a ring: the receiver)", optional=True),
                Column("lat_us", "Lat(us)", 10, US, "us", "median one-way latency of the pair", optional=True),
-               Column("mb_s", "MB/s", 10, MBS, "MB/s", "the pair's or link's bandwidth; a cut: the sum of its pairs'",
+               Column("mb_s", "MB/s", 10, MBS, "MB/s", "the pair's or link's bandwidth; a cut: all its pairs' bytes "
+                      "over the slowest pair's time (every pair sends the same count after one barrier)",
                       optional=True), WRONG,
                Column("note", "Note", -1, doc="what went wrong, or a finding's or summary's text", optional=True)]
     keys = [TEST, key("a_rank", doc="rank standing for host a", optional=True),
@@ -326,8 +342,7 @@ class Cluster(Benchmark):
                     live = self._live(ctx)
                     order = [live[int(i)] for i in rng.permutation(len(live))]
                     half = len(order) // 2
-                    cut = list(zip(order[:half], order[half:2 * half], strict=True))
-                    yield from self._pairs(ctx, "bisection", c, cut, latency=False)
+                    yield from self._cut(ctx, c, order[:half], order[half:2 * half])
 
     def _recheck(self, ctx: Context, measure: str) -> Iterator[tuple[Payload, dict | None]]:
         """Measure each suspect again (cluster_findings.py): a probe pair through it alone, then a
@@ -382,12 +397,6 @@ class Cluster(Benchmark):
                 row["error"] = got["error"]
             rows.append(row)
         world.store.forget(f"cluster/{test}/{rnd}/")  # the round's results, all read
-        if test == "bisection":
-            rates = [r["mb_s"] for r in rows if r["mb_s"] is not None]
-            rows.append({"test": "bisection-cut", "round": rnd, "a": f"{len(pairs)} pairs", "b": "",
-                         "mb_s": float(sum(rates)), "min_mb_s": min(rates, default=None),
-                         "note": f"slowest pair {min(rates):.1f} MB/s" if rates else "no pair measured",
-                         "pairs": len(pairs), "failed": len(pairs) - len(rates)})
         for row in rows:
             self.evidence.add(row)
             yield self.bw_payload, row
@@ -453,6 +462,41 @@ class Cluster(Benchmark):
             rows.append({"test": test, "round": 1, "a": self.names[prev], "b": self.names[i],
                          "a_rank": self.chosen[prev], "b_rank": self.chosen[i], "mb_s": rate,
                          "note": _short(got.get("error"))})
+        for row in rows:
+            self.evidence.add(row)
+            yield self.bw_payload, row
+
+    def _cut(self, ctx: Context, c: int, left: list[int], right: list[int]) -> Iterator[tuple[Payload, dict | None]]:
+        """One bisection cut: left[i] streams to right[i], all pairs in one group (Cut)."""
+        world = ctx.world
+        members = [self.chosen[i] for i in left + right]
+        test = f"bisection.{c}"
+        world.barrier(test, patient=True, survivors=True)
+        got: dict = {}
+        if world.rank in members:
+            group = Group(world, members, test)
+            k = len(left)
+            cut = Cut(dataclasses.replace(self.config, ranks=2 * k, bench=BandwidthOptions(window=self.opts.window,
+                                                                                           pairs=k)))
+            peer = group.rank + k if group.rank < k else group.rank - k
+            got = self._in_group(ctx, group, {peer}, lambda transport, links:
+                                 measure_point(self._context(ctx, group, transport, links, self.bw_loops), cut,
+                                               self.bw_payload) or {})
+            if group.rank == 0:
+                world.store.set(f"cluster/{test}", json.dumps(got).encode())
+        if world.rank != 0:
+            return
+        got = _result(world, f"cluster/{test}", members[0])
+        links = got.get("links") or [None] * len(left)
+        rows = [{"test": "bisection", "round": c, "a": self.names[a], "b": self.names[b], "a_rank": self.chosen[a],
+                 "b_rank": self.chosen[b], "mb_s": rate, "wrong": got.get("wrong"), "note": _short(got.get("error")),
+                 **({"error": got["error"]} if "error" in got else {})}
+                for a, b, rate in zip(left, right, links, strict=True)]
+        rates = [r for r in links if r is not None]
+        rows.append({"test": "bisection-cut", "round": c, "a": f"{len(left)} pairs", "b": "", "mb_s": got.get("mb_s"),
+                     "min_mb_s": min(rates, default=None),
+                     "note": f"slowest pair {min(rates):.1f} MB/s" if rates else "no pair measured",
+                     "pairs": len(left), "failed": len(left) - len(rates)})
         for row in rows:
             self.evidence.add(row)
             yield self.bw_payload, row
