@@ -1,20 +1,22 @@
-"""``commbench hosts up N --rate R [--rate-of I=R] [--racks K --uplink R] [--set S] | down | status``:
-N emulated hosts on this machine.
+"""``commbench hosts up N --rate R [--rate-of I=R] [--cable I-J=R] [--racks K --uplink R
+[--uplink-of K=R]] [--set S] | down | status``: N emulated hosts on this machine.
 
 Each host is a network namespace ``cbhI`` with one interface ``cbeI`` (10.77.0.I+1/24), joined by a
 veth pair (root end ``cbvI``) to a bridge in the root namespace: ``cbbr0`` (10.77.0.254, where the local
 launcher's rendezvous listens). ``--rate`` shapes every host's link with tc tbf on both ends (shaping
 is egress only; netem, hence added delay, is not in this kernel), so a flow between two hosts runs at
-the rate; ``--rate-of I=R`` gives host I a rate of its own (a slow node, a degraded cable). ``--racks K``
-puts the hosts under K bridges (``cbbrK``, host I in rack I // (N / K)) joined to a spine bridge
-(``cbsp0``, which carries 10.77.0.254) by uplinks shaped at ``--uplink``: cross-rack traffic shares
-them, as in a fat tree with a tapered spine; ``--uplink-of K=R`` gives rack K's uplink a rate of its own (a
-degraded uplink). ``up`` writes the hosts' topology as Slurm's topology.conf beside its state (switches
-``rackK`` under ``spine``) for ``cluster --topology``. The root namespace is named ``cbroot`` too, so that
-``--traffic``'s capture can enter it. ``--set S`` makes a set of hosts of its own (names in
-core/run/hostset.py), which no other set's ``up`` or ``down`` touches. Benchmarks and ``train`` run
-across them with ``--hosts N [--host-set S]`` (rank r in host r mod N). ``up`` replaces what the same
-set's ``up`` made before (idempotent) and removes what it made if a step fails. Needs root.
+the rate; ``--rate-of I=R`` gives host I a rate of its own (a slow node); ``--cable I-J=R`` shapes the
+pair of hosts I and J alone (htb on each one's egress, a class for the other's address: a bad cable
+between two healthy hosts). ``--racks K`` puts the hosts under K bridges (``cbbrK``, host I in rack
+I // (N / K)) joined to a spine bridge (``cbsp0``, which carries 10.77.0.254) by uplinks shaped at
+``--uplink``: cross-rack traffic shares them, as in a fat tree with a tapered spine; ``--uplink-of
+K=R`` gives rack K's uplink a rate of its own (a degraded uplink). ``up`` writes the hosts' topology as
+Slurm's topology.conf beside its state (switches ``rackK`` under ``spine``) for ``cluster
+--topology``. The root namespace is named ``cbroot`` too, so that ``--traffic``'s capture can enter
+it. ``--set S`` makes a set of hosts of its own (names in core/run/hostset.py), which no other set's
+``up`` or ``down`` touches. Benchmarks and ``train`` run across them with ``--hosts N [--host-set S]``
+(rank r in host r mod N). ``up`` replaces what the same set's ``up`` made before (idempotent) and
+removes what it made if a step fails. Needs root.
 """
 
 from __future__ import annotations
@@ -140,18 +142,50 @@ def _subnet(s: str) -> int:
     return free
 
 
+def parse_cables(items: Sequence[str], n: int) -> dict[tuple[int, int], str]:
+    """``--cable I-J=RATE`` items: (i, j) with i < j -> rate (checked: both hosts exist, the rate parses)."""
+    out: dict[tuple[int, int], str] = {}
+    for item in items:
+        pair, eq, rate = item.partition("=")
+        ends = pair.split("-")
+        if not eq or len(ends) != 2 or not all(e.strip().isdigit() and len(e.strip()) <= 4 for e in ends):
+            raise UsageError(f"--cable {item!r}: give I-J=RATE, e.g. --cable 2-5=50mbit (hosts 0 to {n - 1})")
+        i, j = sorted(int(e) for e in ends)
+        if i == j or j >= n:
+            raise UsageError(f"--cable {item}: give two different hosts of 0 to {n - 1}")
+        parse_rate(rate, f"--cable {pair}=")
+        out[(i, j)] = rate
+    return out
+
+
+def shape_cables(ns: str, dev: str, host_bps: float | None, slow: dict[str, float]) -> None:
+    """Host ns's egress as htb: its own rate by default, and a class at each slow cable's rate for the
+    packets to that cable's other end (u32 on the destination address), so one pair is slow and the
+    host's other pairs are not (a bad cable or port between two healthy hosts)."""
+    top = int(host_bps or 100e9)
+    pre = ("ip", "netns", "exec", ns, "tc")
+    _run(*pre, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+    _run(*pre, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", f"{top}bit")
+    for k, (addr, bps) in enumerate(sorted(slow.items()), 2):
+        _run(*pre, "class", "add", "dev", dev, "parent", "1:", "classid", f"1:{k}", "htb", "rate",
+             f"{int(min(bps, top))}bit")
+        _run(*pre, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+             "dst", f"{addr}/32", "flowid", f"1:{k}")
+
+
 def topology_path(s: str = "") -> Path:
     """Where ``up`` writes its hosts' topology as Slurm's topology.conf (for cluster --topology)."""
     return state_path(s).with_suffix(".topology.conf")
 
 
 def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: str | None = None,
-       s: str = "", uplink_of: Sequence[str] = ()) -> dict:
+       s: str = "", uplink_of: Sequence[str] = (), cables: Sequence[str] = ()) -> dict:
     s = hostset.check_set(s)
     bps = parse_rate(rate)
     if not 1 <= n <= MAX_HOSTS:
         raise UsageError(f"hosts up takes 1 to {MAX_HOSTS} hosts, not {n}")
     rates = parse_rate_of(rate_of, n)
+    slow_cables = parse_cables(cables, n)
     if racks < 1 or racks > n or n % racks:
         raise UsageError(f"--racks {racks} does not divide {n} hosts into equal racks: choose a divisor of {n} "
                          f"({', '.join(str(d) for d in range(1, n + 1) if n % d == 0)})")
@@ -197,8 +231,13 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
             _run("ip", "-n", ns, "link", "set", inner, "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
             host_bps = parse_rate(rates[i]) if i in rates else bps
-            if host_bps:
+            mine = {f"10.77.{net}.{(b if a == i else a) + 1}": parse_rate(r) or 100e9
+                    for (a, b), r in slow_cables.items() if i in (a, b)}
+            if mine:
+                shape_cables(ns, inner, host_bps, mine)
+            elif host_bps:
                 shape(inner, host_bps, ns)
+            if host_bps:
                 shape(outer, host_bps)
     except BaseException:
         down(s)
@@ -213,6 +252,7 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
                     {f"rack{k}": "spine" for k in range(racks)} if racks > 1 else {})
     state["topology"] = str(topology_path(s))
     state["uplinks"] = {f"rack{k}": uplinks.get(k, uplink) for k in range(racks)} if racks > 1 else {}
+    state["cables"] = {f"{host_name(a, s)} - {host_name(b, s)}": r for (a, b), r in slow_cables.items()}
     topology_path(s).write_text(topo.to_conf(f"commbench hosts up {n} --racks {racks}" + (f" --set {s}" if s else "")))
     state_path(s).write_text(json.dumps(state))
     return state
@@ -250,6 +290,8 @@ def add_parser(sub) -> None:
     u.add_argument("--uplink", metavar="RATE", help="each rack's link to the spine, in tc notation (with --racks)")
     u.add_argument("--uplink-of", action="append", default=[], metavar="K=RATE",
                    help="rack K's uplink at RATE instead (a degraded uplink; repeatable)")
+    u.add_argument("--cable", action="append", default=[], metavar="I-J=RATE",
+                   help="the pair of hosts I and J at RATE, their other pairs not (a bad cable; repeatable)")
     for name, helptext in (("up", "a set of hosts of its own"), ("down", "remove this set's hosts"),
                            ("status", "this set's hosts")):
         target = u if name == "up" else hs.add_parser(name, help=helptext)
@@ -262,9 +304,10 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     s = hostset.check_set(args.set)
     if args.action == "up":
-        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s, args.uplink_of)
+        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s, args.uplink_of, args.cable)
         odd = {k: v for k, v in st["rates"].items() if v != args.rate}
         odd.update({f"rack{k}'s uplink": v for k, v in enumerate(st["uplinks"].values()) if v != args.uplink})
+        odd.update({f"cable {k}": v for k, v in st["cables"].items()})
         racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
         print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
               + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "

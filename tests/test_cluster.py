@@ -108,6 +108,8 @@ def test_one_host_with_per_host_first_is_one_line():
     ["hosts", "up", "8", "--rate-of", "3=fast"], ["hosts", "up", "6", "--racks", "4"],
     ["hosts", "up", "4", "--uplink", "1gbit"], ["hosts", "up", "4", "--set", "Bad-Set"],
     ["hosts", "up", "8", "--racks", "2", "--uplink-of", "2=1gbit"], ["hosts", "up", "4", "--uplink-of", "0=1gbit"],
+    ["hosts", "up", "4", "--cable", "1-1=1gbit"], ["hosts", "up", "4", "--cable", "1-4=1gbit"],
+    ["hosts", "up", "4", "--cable", "1=1gbit"], ["hosts", "up", "4", "--cable", "1-2=fast"],
 ])
 def test_bad_hosts_input_is_one_line(hosts_args):
     r = commbench(*hosts_args)
