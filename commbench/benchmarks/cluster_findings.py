@@ -229,45 +229,29 @@ def _effect(e: Explanation, ref: float, unit: str, measure: str) -> str:
 
 def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
                       goodness: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """A pair through the suspect and a control pair of hosts no suspect concerns (inside one switch
-    where the topology says so), the best-measured first; None where the cluster has too few."""
+    """A probe pair through the suspect that no other suspect concerns, and a control pair that no
+    suspect concerns and that shares no host with the probe: each the one crossing the fewest uplinks
+    (a host's partner in its own switch), then between the best-measured hosts. None where the
+    cluster has no such pairs."""
     k = len(names)
-    doubtful = {i for s in suspects if s.kind in ("host", "switch") for i in s.factor.members}
-    good = sorted((i for i in range(k) if i not in doubtful),
-                  key=lambda i: (-float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else 0, i))
-    leaf = (lambda i: topo.switch_of[names[i]]) if topo is not None else (lambda i: "")
+    host_good = [float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else -np.inf for i in range(k)]
+    others: set[tuple[int, int]] = set()
+    for s in suspects:
+        if s is not e:
+            others |= s.factor.pairs
 
-    def local(i: int, among: list[int]) -> int | None:
-        same = [j for j in among if j != i and leaf(j) == leaf(i)]
-        other = [j for j in among if j != i]
-        return (same or other or [None])[0]
+    def key(p: tuple[int, int]) -> tuple:
+        hops = len(topo.uplinks(names[p[0]], names[p[1]])) if topo is not None else 0
+        return hops, -min(host_good[p[0]], host_good[p[1]]), p
 
-    def control(avoid: set[int]) -> tuple[int, int] | None:
-        for i in good:
-            if i in avoid:
-                continue
-            j = local(i, [x for x in good if x not in avoid])
-            if j is not None and (topo is None or leaf(i) == leaf(j) or e.kind != "uplink"):
-                return (min(i, j), max(i, j))
+    probes = sorted(e.factor.pairs - others, key=key)
+    if not probes:
         return None
-
-    members = set(e.factor.members)
-    if e.kind == "host":
-        h = e.factor.members[0]
-        g = local(h, good)
-        probe = (min(h, g), max(h, g)) if g is not None else None
-        ctl = control({h} | ({g} if g is not None else set()))
-    elif e.kind == "cable":
-        probe = tuple(sorted(e.factor.members))
-        ctl = control(set(probe))
-    else:  # switch, uplink, group: a host behind it with one outside it
-        inside = [i for i in (good if e.kind != "switch" else sorted(members)) if i in members]
-        outside = [i for i in good if i not in members]
-        probe = (min(inside[0], outside[0]), max(inside[0], outside[0])) if inside and outside else None
-        ctl = control(set(probe) if probe else set())
-    if probe is None or ctl is None or set(probe) == set(ctl):
-        return None
-    return probe, ctl  # type: ignore[return-value]
+    probe = probes[0]
+    taken = others | e.factor.pairs
+    pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(goodness[a, b])]
+    controls = sorted((p for p in pairs if p not in taken and not set(p) & set(probe)), key=key)
+    return (probe, controls[0]) if controls else None
 
 
 def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
