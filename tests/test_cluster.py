@@ -415,3 +415,52 @@ def test_the_findings_of_a_saved_run_are_derived_again_the_same(tmp_path):
                                (["--slow-pct", "0"], "--slow-pct", path)):
         r = commbench("findings", str(target), *args)
         assert r.code == 2 and r.err.count("\n") == 1 and word in r.err and "Traceback" not in r.err, r.err
+
+
+def _run_file(path: Path, names: list[str], rate, start: str = "2026-11-30T02:00:00+00:00") -> Path:
+    meta = {"type": "meta", "bench": "cluster", "run_id": path.stem, "start": start,
+            "options": {"slow_pct": 25.0, "transport": "tcp"}, "hosts": names, "endpoints": names}
+    rng = np.random.default_rng(len(path.stem))
+    rows = [{"type": "row", "bench": "cluster", "test": "pairwise", "round": 1, "a": names[a], "b": names[b],
+             "a_rank": a, "b_rank": b, "mb_s": rate(a, b) * (1 + rng.normal(0, 0.02)), "lat_us": 9.0}
+            for a in range(len(names)) for b in range(a + 1, len(names))]
+    path.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
+    return path
+
+
+def test_a_baseline_diff_names_the_link_that_lost_and_the_host_newly_slow(tmp_path):
+    """`commbench diff OLD NEW` (findings --baseline): a cable that lost 40 % between two runs is named
+    with both figures and the baseline's date, a host slow now and not before is new; the same run
+    against itself changes nothing; a baseline of other hosts is one line, exit 2."""
+    names = [f"cbh{i}" for i in range(8)]
+    old = _run_file(tmp_path / "old.jsonl", names, lambda a, b: 24.0)
+    new = _run_file(tmp_path / "new.jsonl", names, lambda a, b: 14.4 if (a, b) == (3, 7) else
+                    6.0 if 5 in (a, b) else 24.0, start="2026-12-02T02:00:00+00:00")
+    r = commbench("diff", str(old), str(new))
+    assert r.code == 1, r.err
+    assert "lost-link: cable cbh3 - cbh7 lost 4" in r.out and "since 2026-11-30" in r.out, r.out
+    assert "-> 14." in r.out and "lost-host: host cbh5 lost 75 %" in r.out, r.out
+    assert "new: slow-host cbh5 (not in the baseline of 2026-11-30)" in r.out, r.out
+    same = commbench("findings", str(old), "--baseline", str(old))
+    assert same.code == 0 and "lost" not in same.out and "no outliers" in same.out, same.out
+    other = _run_file(tmp_path / "other.jsonl", [f"node{i}" for i in range(8)], lambda a, b: 24.0)
+    bad = commbench("diff", str(other), str(new))
+    assert bad.code == 2 and bad.err.count("\n") == 1 and "another cluster" in bad.err, bad.err
+
+
+def test_a_reference_file_warns_in_its_halo_and_fails_beyond_its_band(tmp_path):
+    names = [f"cbh{i}" for i in range(6)]
+    run = _run_file(tmp_path / "run.jsonl", names, lambda a, b: 22.0)
+    ref = tmp_path / "ref.csv"
+    for expected, code, state in (("23", 0, "warn"), ("22.2", 0, "pass"), ("30", 1, "fail")):
+        ref.write_text(f"link,metric,expected,warn_pct,fail_pct\n# 200 Mbit/s\nany,mb_s,{expected},3,10\n")
+        r = commbench("findings", str(run), "--reference", str(ref))
+        assert r.code == code and f": {state};" in r.out, (expected, r.out)
+    for text, word in (("link,metric,expected,warn_pct,fail_pct\nany,mb/s,23,3,10\n", "not mb_s or lat_us"),
+                       ("link,metric,expected,warn_pct,fail_pct\nrack,mb_s,23,3,10\n", "not inside, across"),
+                       ("link,metric,expected,warn_pct,fail_pct\nany,mb_s,23,10,3\n", "warn_pct < fail_pct"),
+                       ("link,metric,expected,warn_pct,fail_pct\nany,mb_s,2x3,1,3\n", "are numbers"),
+                       ("any,mb_s,23,3,10\n", "header")):
+        ref.write_text(text)
+        r = commbench("findings", str(run), "--reference", str(ref))
+        assert r.code == 2 and r.err.count("\n") == 1 and word in r.err and "Traceback" not in r.err, r.err

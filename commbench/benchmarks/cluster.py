@@ -27,7 +27,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context, measure_point
-from commbench.benchmarks.cluster_findings import BW, LAT, RECHECK, Evidence
+from commbench.benchmarks.cluster_findings import (
+    BW,
+    LAT,
+    RECHECK,
+    Evidence,
+    changes,
+    check_reference,
+    load_reference,
+    read_evidence,
+    same_cluster,
+)
 from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.core.analysis import topology
@@ -112,9 +122,8 @@ def labels(hosts: list[str], chosen: list[int]) -> list[str]:
 class Cut(P2PBandwidth):
     """A bisection cut's step (osu_mbw_mr): group rank i < k streams to i + k, every pair the same count
     of windows from one barrier; the row has each pair's rate over its own time and the cut's, all
-    bytes over the slowest pair's time (which no shared uplink can exceed)."""
-
-    name = "cluster-cut"
+    bytes over the slowest pair's time (which no shared uplink can exceed). No name of its own: not a
+    command (the registry lists classes that name themselves)."""
 
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
         got = super().row(payload, timing, reports)
@@ -168,6 +177,12 @@ class ClusterOptions(Options):
                           help="a host, switch, uplink or cable is a finding when its pairs are this much slower than "
                                "the reference (the median host's) and stand out of the spread (default 25; latency: "
                                "twice this much above)")
+    baseline: str = opt("", metavar="OLD",
+                        help="an earlier cluster run's results file: the findings add what changed since, beyond the "
+                             "noise of both runs (commbench diff does it offline)")
+    reference: str = opt("", metavar="REF",
+                         help="expected values per class of links (CSV link,metric,expected,warn_pct,fail_pct): each "
+                              "class's median pair is checked against them")
     topology: str = opt("", metavar="FILE",
                         help="where the hosts hang: Slurm's topology.conf (SwitchName= Nodes= Switches=) or a "
                              "host,switch CSV; findings then name switches and uplinks (commbench hosts up --racks "
@@ -234,8 +249,12 @@ class Cluster(Benchmark):
             if int(ph) >= fewest:
                 raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {common.hosts} some host runs {fewest} "
                                  f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
-        if opts.topology:
-            topology.load(opts.topology)  # read before any rank starts: a bad file is one line, exit 2
+        if opts.topology:  # read before any rank starts: a bad file is one line, exit 2
+            topology.load(opts.topology)
+        if opts.reference:
+            load_reference(opts.reference)
+        if opts.baseline:
+            read_evidence(opts.baseline)
         return n
 
     @classmethod
@@ -304,6 +323,8 @@ class Cluster(Benchmark):
                     plan["topology"] = {"switch_of": {n: topo.switch_of[world.hosts[r]]
                                                       for n, r in zip(names, chosen, strict=True)},
                                         "parent": topo.parent}
+                if self.opts.baseline:  # before anything is measured: a baseline of other hosts is bad input
+                    same_cluster(read_evidence(self.opts.baseline)[1].names, names, f"--baseline {self.opts.baseline}")
             except UsageError as exc:
                 plan = {"error": str(exc)}
             self.plan = plan
@@ -510,6 +531,17 @@ class Cluster(Benchmark):
             sum(c.get("pairs") or 0 for c in ev.cuts)
         summary = [f"{seconds:.1f} s; the rendezvous answered {requests} requests ({requests / max(seconds, 1e-9):.0f}"
                    f"/s, {requests / max(measured, 1):.0f} per pair or link measured)", *ev.summary(), *cleared]
+        if self.opts.baseline:
+            old_run, old = read_evidence(self.opts.baseline)
+            try:
+                moved, lines = changes(old, ev, self.opts.slow_pct, str(old_run.meta.get("start", "?"))[:10],
+                                       f"--baseline {self.opts.baseline}")
+            except UsageError as exc:  # measured already: say so, keep the rows
+                moved, lines = [], [str(exc)]
+            found, summary = found + moved, summary + lines
+        if self.opts.reference:
+            failed, lines = check_reference(ev, load_reference(self.opts.reference))
+            found, summary = found + failed, summary + lines
         return findings_lines(len(self.names), self.opts.slow_pct, summary, found), \
             [{"test": "finding", **f} for f in found] + [{"test": "summary", "note": s} for s in summary]
 

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from commbench.core.analysis import attribution
+from commbench.core.analysis import attribution, topology
 from commbench.core.analysis.attribution import Explanation
 from commbench.core.analysis.topology import Topology
+from commbench.core.errors import UsageError
 from commbench.core.measure import outliers
+from commbench.core.output.results import Run, read_runs
 
 BW, LAT = "bandwidth", "latency"
 RECHECK = {BW: "recheck", LAT: "recheck-latency"}
@@ -126,8 +128,6 @@ class Evidence:
                                        "or a busy moment")
                         continue
                     seen += f"; {alone}"
-                elif again is not None or e.kind != "cable":
-                    seen += "; not measured again (too few ordinary hosts, or its recheck failed)"
                 else:
                     seen += "; not measured again"
                 row = {"kind": kind, "a": e.name.split(" - ")[0] if e.kind == "cable" else e.name,
@@ -254,6 +254,19 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
     return (probe, controls[0]) if controls else None
 
 
+def read_evidence(path: str, topo_file: str | None = None) -> tuple[Run, Evidence]:
+    """(run, its evidence) for the one cluster run in a file (the last where it holds several)."""
+    runs = [r for r in read_runs(path, need_rows=True) if r.meta.get("bench") == "cluster"]
+    if not runs:
+        raise UsageError(f"{path}: no commbench cluster run in this file; findings reads what `commbench cluster "
+                         "-o FILE` wrote")
+    run = runs[-1]
+    ev = from_rows(dict(run.meta), [r for r in run.rows if r.get("test") not in ("finding", "summary")], path)
+    if topo_file:
+        ev.topology = topology.load(topo_file).for_hosts(ev.names)
+    return run, ev
+
+
 def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
     """A cluster run's evidence from its results file (``commbench findings``)."""
     names = meta.get("endpoints")
@@ -270,3 +283,169 @@ def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
     for r in rows:
         ev.add(r)
     return ev
+
+
+# -- against an earlier run, and against reference values ------------------------------------
+CHANGED = {"host": "host", "switch": "switch", "uplink": "uplink", "group": "group", "cable": "link"}
+
+
+def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: str) -> tuple[list[dict], list[str]]:
+    """What changed from ``old`` to ``new`` beyond the noise of both runs: attribution over each pair's
+    ratio new / old (so a host, switch, uplink or cable that lost is named as itself, and the spread
+    of the ratios is the two runs' noise together; the ratios are judged against their own median,
+    and a median itself below the cut is ``lost-cluster``), and the findings that are new or gone.
+    Rows ``lost-*`` are regressions; ``gained-*``, ``new``, ``fixed``, ``new-host``, ``gone-host`` say what
+    else moved. Raises UsageError where the runs share too few endpoints to be the same cluster."""
+    common = same_cluster(old.names, new.names, source)
+    rows: list[dict] = []
+    lines = [f"against the baseline of {since}: {len(common)} endpoints in both"]
+    for n in new.names:
+        if n not in old.index:
+            rows.append({"kind": "new-host", "a": n, "note": f"{n}: not in the baseline of {since}"})
+    for n in old.names:
+        if n not in new.index:
+            rows.append({"kind": "gone-host", "a": n, "note": f"{n}: in the baseline of {since}, not in this run"})
+    idx_old, idx_new = [old.index[n] for n in common], [new.index[n] for n in common]
+    for measure, key, unit in ((BW, "bw", "MB/s"), (LAT, "lat", "us")):
+        a = getattr(old, key)[np.ix_(idx_old, idx_old)]
+        b = getattr(new, key)[np.ix_(idx_new, idx_new)]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = b / a if measure == BW else a / b
+        ratio[~np.isfinite(ratio)] = np.nan
+        if not np.isfinite(ratio).any():
+            continue
+        med = float(np.nanmedian(ratio))
+        lines.append(f"{measure}: the median pair at {med * 100:.0f} % of the baseline's")
+        cut = cuts(slow_pct)[measure]
+        d = 1 if measure == BW else 2
+        if med < cut:  # everything moved together: no one part stands out, the whole did
+            rows.append({"kind": "lost-cluster" + ("-latency" if measure == LAT else ""), "a": "every pair",
+                         "ratio": round(med, 4), "note": f"every pair: the median at {med * 100:.0f} % of the "
+                                                         f"baseline's of {since} ({measure})"})
+        for sign, r in (("lost", ratio), ("gained", 1 / ratio)):
+            _, found = attribution.explain(common, r, new.topology, cut, True)
+            for e in found:
+                pairs = list(e.factor.pairs)
+                before = float(np.nanmedian([a[p] for p in pairs]))
+                after = float(np.nanmedian([b[p] for p in pairs]))
+                moved = (f"{sign} {abs(after / before - 1) * 100:.0f} %" if measure == BW else
+                         f"latency {'up' if after > before else 'down'} {abs(after / before - 1) * 100:.0f} %")
+                rows.append({"kind": f"{sign}-{CHANGED[e.kind]}" + ("-latency" if measure == LAT else ""),
+                             "a": e.name.split(" - ")[0] if e.kind == "cable" else e.name,
+                             **({"b": e.name.split(" - ")[1]} if e.kind == "cable" else {}),
+                             "ratio": round(e.ratio, 4), "ratio_lo": round(e.lo, 4), "ratio_hi": round(e.hi, 4),
+                             "note": f"{e.kind} {e.name} {moved} since {since} ({before:.{d}f} -> {after:.{d}f} "
+                                     f"{unit}" + (f", median of {e.n} pairs)" if e.n > 1 else ")")})
+    was = {(f["kind"], f.get("a"), f.get("b")) for f in old.findings(slow_pct)[0] if f["kind"] != "failed"}
+    now = {(f["kind"], f.get("a"), f.get("b")) for f in new.findings(slow_pct)[0] if f["kind"] != "failed"}
+    for kind, a, b in sorted(now - was, key=str):
+        rows.append({"kind": "new", "a": a, "b": b, "note": f"{kind} {a}{' - ' + b if b else ''} (not in the "
+                                                          f"baseline of {since})"})
+    for kind, a, b in sorted(was - now, key=str):
+        rows.append({"kind": "fixed", "a": a, "b": b, "note": f"{kind} {a}{' - ' + b if b else ''} (in the "
+                                                            f"baseline of {since}, not now)"})
+    return rows, lines
+
+
+def same_cluster(old: list[str], new: list[str], source: str) -> list[str]:
+    """The endpoints both runs measured; UsageError where they share fewer than half of the new run's."""
+    have = set(old)
+    common = [n for n in new if n in have]
+    if len(common) < 2 or len(common) < len(new) / 2:
+        raise UsageError(f"{source}: the baseline shares {len(common)} of this run's {len(new)} endpoints "
+                         f"(it measured {', '.join(old[:3])}...): a run of another cluster? Give a baseline "
+                         "of the same hosts")
+    return common
+
+
+REGRESSIONS = ("lost-", "new")  # kinds of change that make the verdict fail
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A reference value for a class of links (ReFrame's reference with its tolerance, and a warn halo)."""
+
+    link: str  # inside (a pair under one switch), across (through an uplink), any
+    metric: str  # mb_s or lat_us
+    value: float
+    warn: float  # percent worse than value that warns
+    fail: float  # percent worse than value that fails
+
+
+REFERENCE_HEADER = ["link", "metric", "expected", "warn_pct", "fail_pct"]
+
+
+def load_reference(path: str) -> list[Expected]:
+    """A reference file: CSV ``link,metric,expected,warn_pct,fail_pct`` (header first, # comments),
+    link one of inside, across, any; metric mb_s or lat_us; warn below fail. One line per mistake."""
+    import csv
+    import io
+
+    from commbench.core.output.results import read_text_file
+
+    text = read_text_file(path, "reference file (CSV: link,metric,expected,warn_pct,fail_pct)")
+    out: list[Expected] = []
+    seen_header = False
+    for no, row in enumerate(csv.reader(io.StringIO(text)), 1):
+        cells = [c.strip() for c in row]
+        if not any(cells) or cells[0].startswith("#"):
+            continue
+        where = f"--reference {path} line {no}"
+        if not seen_header:
+            if [c.lower() for c in cells] != REFERENCE_HEADER:
+                raise UsageError(f"{where}: the first line must be the header {','.join(REFERENCE_HEADER)}")
+            seen_header = True
+            continue
+        if len(cells) != 5:
+            raise UsageError(f"{where}: give 5 cells ({','.join(REFERENCE_HEADER)}), not {len(cells)}")
+        link, metric = cells[0].lower(), cells[1].lower()
+        if link not in ("inside", "across", "any"):
+            raise UsageError(f"{where}: link {cells[0][:20]!r} is not inside, across or any")
+        if metric not in ("mb_s", "lat_us"):
+            raise UsageError(f"{where}: metric {cells[1][:20]!r} is not mb_s or lat_us")
+        try:
+            value, warn, fail = (float(c) for c in cells[2:])
+        except ValueError:
+            raise UsageError(f"{where}: expected, warn_pct and fail_pct are numbers, not {','.join(cells[2:])[:40]!r}"
+                             ) from None
+        top = 100 if metric == "mb_s" else 1e6  # a bandwidth cannot fall by 100 % or more; a latency can grow
+        if not (value > 0 and 0 <= warn < fail < top and np.isfinite(value)):
+            raise UsageError(f"{where}: give expected > 0 and 0 <= warn_pct < fail_pct" +
+                             (" < 100" if metric == "mb_s" else "") + f", not {value:g}, {warn:g}, {fail:g}")
+        out.append(Expected(link, metric, value, warn, fail))
+    if not out:
+        raise UsageError(f"--reference {path}: no reference line below the header")
+    return out
+
+
+def check_reference(ev: Evidence, expected: list[Expected]) -> tuple[list[dict], list[str]]:
+    """Each class of links' median pair against its reference: fail beyond fail_pct worse, warn beyond
+    warn_pct (the halo ReFrame's users ask for); the pairs beyond the fail band are counted."""
+    rows, lines = [], []
+    topo = ev.topology
+    k = len(ev.names)
+    pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
+
+    def crosses(p: tuple[int, int]) -> bool:
+        return bool(topo.uplinks(ev.names[p[0]], ev.names[p[1]])) if topo is not None else False
+
+    for x in expected:
+        m = ev.bw if x.metric == "mb_s" else ev.lat
+        chosen = [float(m[p]) for p in pairs if np.isfinite(m[p]) and
+                  (x.link == "any" or (x.link == "across") == crosses(p))]
+        label_ = f"{x.link} {x.metric}"
+        if not chosen:
+            lines.append(f"reference {label_}: no pair of this class measured")
+            continue
+        med = float(np.median(chosen))
+        worse = (x.value - med) / x.value * 100 if x.metric == "mb_s" else (med - x.value) / x.value * 100
+        beyond = sum(((x.value - v) / x.value * 100 if x.metric == "mb_s" else (v - x.value) / x.value * 100) > x.fail
+                     for v in chosen)
+        state = "fail" if worse > x.fail else "warn" if worse > x.warn else "pass"
+        text = (f"reference {label_}: median {med:.{1 if x.metric == 'mb_s' else 2}f} against {x.value:g} "
+                f"({-worse:+.0f} %; warn beyond {x.warn:g} % worse, fail beyond {x.fail:g} %): {state}; "
+                f"{beyond} of {len(chosen)} pairs beyond the fail band")
+        lines.append(text)
+        if state != "pass":
+            rows.append({"kind": f"reference-{state}", "a": label_, "note": text})
+    return rows, lines

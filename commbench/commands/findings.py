@@ -1,8 +1,11 @@
-"""``commbench findings FILE [--slow-pct P] [--topology FILE]``: a cluster run's verdict, derived again
-from its results file alone, as the run derived it (benchmarks/cluster_findings.py): the same rows give
-the same findings. ``--topology`` judges a run with a topology it was not given; ``--slow-pct`` at
-another threshold. Exit status 0: no finding; 1: a finding (a slow host, switch, uplink or cable, or a
-failed pair); 2: bad input. A cron job or a Slurm health check can act on it.
+"""``commbench findings FILE [--slow-pct P] [--topology FILE] [--baseline OLD] [--reference REF]`` and
+``commbench diff OLD NEW``: a cluster run's verdict, derived again from its results file alone, as the
+run derived it (benchmarks/cluster_findings.py): the same rows give the same findings. ``--topology``
+judges a run with a topology it was not given; ``--slow-pct`` at another threshold; ``--baseline``
+(or ``diff``) says what changed since an earlier run of the same cluster beyond the noise of both;
+``--reference`` checks each class of links against expected values with a warn and a fail band.
+Exit status 0: nothing wrong (warnings allowed); 1: a finding, a regression or a reference failed;
+2: bad input. A cron job or a Slurm health check can act on it.
 """
 
 from __future__ import annotations
@@ -11,51 +14,68 @@ import argparse
 from collections.abc import Sequence
 
 from commbench.benchmarks.cluster import findings_lines
-from commbench.benchmarks.cluster_findings import from_rows
-from commbench.core.analysis import topology
+from commbench.benchmarks.cluster_findings import (
+    REGRESSIONS,
+    changes,
+    check_reference,
+    load_reference,
+    read_evidence,
+)
 from commbench.core.config.argtypes import number
 from commbench.core.errors import UsageError
-from commbench.core.output.results import read_runs
-
-VERDICT_ROWS = ("finding", "summary")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("findings", help="a cluster run's findings, derived again from its results file (exit 1: "
-                                        "a finding)", description=__doc__.split("\n\n")[0].replace("``", ""))
+                                        "a finding or a regression)", description=__doc__.split("\n\n")[0]
+                       .replace("``", ""))
     p.add_argument("file", metavar="FILE", help="a results file of commbench cluster (.jsonl or .csv)")
+    _judging(p)
+    p.set_defaults(func=run)
+    d = sub.add_parser("diff", help="what changed between two cluster runs beyond the noise of both (exit 1: a "
+                                    "regression)", description="commbench diff OLD NEW: commbench findings NEW "
+                                                               "--baseline OLD.")
+    d.add_argument("baseline", metavar="OLD", help="the earlier run's results file")
+    d.add_argument("file", metavar="NEW", help="the later run's results file")
+    _judging(d, baseline=False)
+    d.set_defaults(func=run)
+
+
+def _judging(p, baseline: bool = True) -> None:
     p.add_argument("--slow-pct", type=number(above=0, hi=99, what=" (percent)"),
                    help="the threshold (default: the run's own --slow-pct)")
     p.add_argument("--topology", metavar="FILE", help="Slurm's topology.conf or a host,switch CSV (default: the "
                                                       "run's own, if it had one)")
-    p.set_defaults(func=run)
+    if baseline:
+        p.add_argument("--baseline", metavar="OLD", help="an earlier run's results file: what changed since")
+    p.add_argument("--reference", metavar="REF", help="expected values: CSV link,metric,expected,warn_pct,fail_pct")
 
 
-def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None) -> tuple[list[str], int]:
-    """(the lines, how many findings) for every cluster run in the file."""
-    runs = [r for r in read_runs(path, need_rows=True) if r.meta.get("bench") == "cluster"]
-    if not runs:
-        raise UsageError(f"{path}: no commbench cluster run in this file; findings reads what `commbench cluster "
-                         "-o FILE` wrote")
-    lines, count = [], 0
-    for run in runs:
-        pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
-        if not isinstance(pct, (int, float)) or not 0 < pct < 100:
-            raise UsageError(f"{path}: the run's slow_pct is {str(pct)[:20]!r}, not a percentage; give --slow-pct")
-        meta = dict(run.meta)
-        rows = [r for r in run.rows if r.get("test") not in VERDICT_ROWS]
-        ev = from_rows(meta, rows, path)
-        if topo_file:
-            ev.topology = topology.load(topo_file).for_hosts(ev.names)
-        found, cleared = ev.findings(float(pct))
-        summary = [f"derived again from {path} (run {run.meta.get('run_id', '?')}, "
-                   f"{run.meta.get('options', {}).get('transport', '?')})", *ev.summary(), *cleared]
-        lines += findings_lines(len(ev.names), float(pct), summary, found)
-        count += len(found)
-    return lines, count
+def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
+           reference: str | None = None) -> tuple[list[str], int]:
+    """(the lines, how many findings, regressions and failed references)."""
+    expected = load_reference(reference) if reference else None
+    run, ev = read_evidence(path, topo_file)
+    pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
+    if not isinstance(pct, (int, float)) or not 0 < pct < 100:
+        raise UsageError(f"{path}: the run's slow_pct is {str(pct)[:20]!r}, not a percentage; give --slow-pct")
+    found, cleared = ev.findings(float(pct))
+    summary = [f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
+               f"{run.meta.get('options', {}).get('transport', '?')})", *ev.summary(), *cleared]
+    if baseline:
+        old_run, old = read_evidence(baseline, topo_file)
+        moved, lines = changes(old, ev, float(pct), str(old_run.meta.get("start", "?"))[:10], f"--baseline {baseline}")
+        found += moved
+        summary += lines
+    if expected:
+        failed, lines = check_reference(ev, expected)
+        found += failed
+        summary += lines
+    bad = [f for f in found if f["kind"].startswith(("slow", "failed", "reference-fail", *REGRESSIONS))]
+    return findings_lines(len(ev.names), float(pct), summary, found), len(bad)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    lines, count = derive(args.file, args.slow_pct, args.topology)
+    lines, count = derive(args.file, args.slow_pct, args.topology, getattr(args, "baseline", None), args.reference)
     print("\n".join(lines))
     return 1 if count else 0
