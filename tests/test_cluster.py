@@ -352,6 +352,55 @@ def test_a_degraded_uplink_is_named_as_its_switchs_uplink_not_as_its_hosts(host_
     assert again.code == 1 and "slow-uplink: rack1:" in again.out, again.err  # the same verdict from the file
 
 
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_slow_host_hidden_by_the_tournaments_own_load_is_found_alone(host_set, tmp_path):
+    """Ten hosts at 1 Gbit/s, one at 330 Mbit/s: five pairs at once on 2 shared cores hold every pair
+    near the slow host's rate (the tournament named nothing). The best pair alone shows the rounds were
+    load-bound, every host is measured alone beside the best, and the slow one is named."""
+    up = commbench("hosts", "up", "10", "--rate", "1gbit", "--rate-of", "4=330mbit", "--set", host_set)
+    assert up.code == 0, up.err
+    out = tmp_path / "lb.jsonl"
+
+    def evaluate():
+        out.unlink(missing_ok=True)
+        r = commbench("cluster", "--hosts", "10", "--host-set", host_set, "--tests", "pairwise", "-o", str(out),
+                      timeout=400)
+        assert r.code == 0, r.err
+        rows = cluster_rows(out)[1]
+        return r, rows, [(x["kind"], x["a"]) for x in findings(rows) if x["kind"].startswith("slow")]
+
+    r, rows, slow = settled(evaluate, lambda got: got[2] == [("slow-host", f"cbh4.{host_set}")])
+    assert slow == [("slow-host", f"cbh4.{host_set}")], r.out
+    alone = [x for x in rows if x["test"] == "alone"]
+    if "own load held its pairs" in r.out:  # load-bound (as on the 2-core VM): each host alone beside the best
+        assert len(alone) == 8 and min(alone, key=lambda x: x["mb_s"])["b"] == f"cbh4.{host_set}", alone
+    else:
+        assert not alone
+
+
+def test_a_load_bound_tournament_measures_each_host_alone():
+    """Rows only: the best pair alone at 118 MB/s against a tournament reference of 44 is load-bound; each
+    host alone beside the best then makes the slow one a suspect that the attribution of the rounds missed."""
+    from commbench.benchmarks.cluster_findings import BW, Evidence
+
+    names = [f"n{i}" for i in range(6)]
+    ev = Evidence(names)
+    rng = np.random.default_rng(2)
+    for a in range(6):
+        for b in range(a + 1, 6):
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": 44 * (1 + rng.normal(0, 0.1))})
+    assert ev.suspects(BW, 25) == [] and ev.load_bound(25) is None  # no control alone yet
+    ev.add({"test": "recheck", "suspect": "tournament", "role": "control", "a": "n0", "b": "n1", "mb_s": 118.0})
+    assert ev.load_bound(25) is not None
+    for i, v in ((2, 118.0), (3, 39.0), (4, 117.0), (5, 119.0)):
+        ev.add({"test": "alone", "a": "n0", "b": names[i], "mb_s": v})
+    (e,) = ev.suspects(BW, 25)
+    assert (e.kind, e.name, e.basis) == ("host", "n3", "alone") and 0.3 < e.ratio < 0.36
+    assert "own load held its pairs to 37 %" in ev.summary(25)[0]
+
+
 def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_pair():
     """Each suspect's probe pair goes through it (a host with a partner in its own switch; an uplink
     from behind it to outside it) and its control pair concerns no suspect; a suspect slow in both

@@ -53,6 +53,7 @@ class Evidence:
     rings: dict[str, list[dict]] = field(default_factory=dict)
     cuts: list[dict] = field(default_factory=list)
     rechecks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # (measure, suspect) -> role
+    alone: dict[int, float] = field(default_factory=dict)  # a load-bound tournament: each host alone with the best
 
     def __post_init__(self) -> None:
         k = len(self.names)
@@ -61,7 +62,7 @@ class Evidence:
 
     def add(self, row: dict) -> None:
         test = row.get("test")
-        if row.get("error") and test in ("pairwise", "bisection", *RECHECK.values()):
+        if row.get("error") and test in ("pairwise", "bisection", "alone", *RECHECK.values()):
             self.failed.append(row)
             return
         if test == "pairwise":
@@ -76,6 +77,11 @@ class Evidence:
             value = row.get("lat_us" if measure == LAT else "mb_s")
             if isinstance(value, (int, float)):
                 self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(value)
+        elif test == "alone":
+            a, b = self.index.get(row.get("a")), self.index.get(row.get("b"))
+            if a is not None and b is not None and isinstance(row.get("mb_s"), (int, float)):
+                self.alone[b] = float(row["mb_s"])  # b measured alone beside a, the best host
+                self.alone.setdefault(a, float(row["mb_s"]))
         elif test in ("ring-ordered", "ring-random"):
             self.rings.setdefault(test, []).append(row)
         elif test == "bisection-cut":
@@ -83,8 +89,36 @@ class Evidence:
 
     # -- suspects and their rechecks ----------------------------------------------------------
     def suspects(self, measure: str, slow_pct: float) -> list[Explanation]:
+        """The attribution's explanations; where the tournament was load-bound, also each host that was
+        slow alone beside the best host (``alone`` rows)."""
         values = self.bw if measure == BW else self.lat
-        return attribution.explain(self.names, values, self.topology, cuts(slow_pct)[measure], measure == BW)[1]
+        found = attribution.explain(self.names, values, self.topology, cuts(slow_pct)[measure], measure == BW)[1]
+        if measure == BW and len(self.alone) >= 3:
+            med = float(np.median(list(self.alone.values())))
+            named = {i for e in found if e.kind == "host" for i in e.factor.members}
+            for i, v in sorted(self.alone.items()):
+                if i not in named and med > 0 and v / med < cuts(slow_pct)[BW]:
+                    pairs = frozenset(p for p in attribution.measured_pairs(self.bw) if i in p)
+                    f = attribution.Factor("host", self.names[i], pairs, (i,))
+                    found.append(Explanation(f, v / med, v / med, v / med, 1, 1, "alone", v, med))
+        return found
+
+    def load_bound(self, slow_pct: float) -> tuple[float, float] | None:
+        """(the tournament's reference, a pair alone) where a pair of good hosts measured alone (the
+        ``tournament`` control) beat the tournament's reference by more than the cut: its rounds were
+        held back by their own load (CPUs shared by the pairs of a round), so a slow host may not stand
+        out of them; None where it did not, or was not measured."""
+        alone = self.rechecks.get((BW, "tournament"), {}).get("control")
+        ref = self.reference(BW)
+        if alone is None or ref != ref or ref >= cuts(slow_pct)[BW] * alone:
+            return None
+        return ref, alone
+
+    def best_pair(self) -> tuple[int, int] | None:
+        """The two hosts with the highest median pair (the tournament's control alone)."""
+        good = [(float(np.nanmedian(self.bw[i])), i) for i in range(len(self.names)) if np.isfinite(self.bw[i]).any()]
+        good.sort(key=lambda x: (-x[0], x[1]))
+        return (min(good[0][1], good[1][1]), max(good[0][1], good[1][1])) if len(good) >= 2 else None
 
     def reference(self, measure: str) -> float:
         return attribution.reference(self.bw if measure == BW else self.lat, self.names, self.topology)
@@ -135,7 +169,7 @@ class Evidence:
                        "ratio_hi": round(e.hi, 4)}
                 if e.kind == "cable":
                     row["b"] = e.name.split(" - ")[1]
-                row["mb_s" if measure == BW else "lat_us"] = float(np.median(
+                row["mb_s" if measure == BW else "lat_us"] = e.value if e.value is not None else float(np.median(
                     [(self.bw if measure == BW else self.lat)[p] for p in e.factor.pairs]))
                 found.append(row)
         for row in self.failed:
@@ -168,8 +202,13 @@ class Evidence:
                                     f"median {outliers.median_mad(rates)[0]:.1f}"})
         return out
 
-    def summary(self) -> list[str]:
+    def summary(self, slow_pct: float = 25.0) -> list[str]:
         out = []
+        bound = self.load_bound(slow_pct)
+        if bound:
+            out.append(f"the tournament's own load held its pairs to {bound[0] / bound[1] * 100:.0f} % of a pair alone "
+                       f"({bound[0]:.1f} against {bound[1]:.1f} MB/s): every host measured alone beside the best "
+                       f"(rows alone: {len(self.alone)} hosts)")
         if np.isfinite(self.bw).any():
             out.append(f"pairwise: reference {self.reference(BW):.1f} MB/s, {self.reference(LAT):.2f} us (the median "
                        f"host's); slowest pair {np.nanmin(self.bw):.1f} MB/s")
@@ -219,6 +258,9 @@ def label(e: Explanation) -> str:
 
 
 def _effect(e: Explanation, ref: float, unit: str, measure: str) -> str:
+    if e.basis == "alone":
+        return (f"{e.value:.1f} {unit} alone beside the best host, {e.ratio * 100:.0f} % of the median host's "
+                f"{e.reference:.1f} alone")
     figure = f"{ref * e.ratio:.1f} {unit}" if measure == BW else f"{ref / max(e.ratio, 1e-9):.2f} {unit}"
     reference = f"the reference {ref:.{1 if measure == BW else 2}f} {unit}"
     if e.n == 1:

@@ -61,7 +61,7 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
         raise UsageError(f"{path}: the run's slow_pct is {str(pct)[:20]!r}, not a percentage; give --slow-pct")
     found, cleared = ev.findings(float(pct))
     summary = [f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
-               f"{run.meta.get('options', {}).get('transport', '?')})", *ev.summary(), *cleared]
+               f"{run.meta.get('options', {}).get('transport', '?')})", *ev.summary(float(pct)), *cleared]
     if baseline:
         old_run, old = read_evidence(baseline, topo_file)
         moved, lines = changes(old, ev, float(pct), str(old_run.meta.get("start", "?"))[:10], f"--baseline {baseline}")

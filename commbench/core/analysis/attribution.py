@@ -66,6 +66,9 @@ class Explanation:
     hi: float
     low: int  # its pairs below the cut
     n: int  # its pairs (those no earlier explanation covers)
+    basis: str = "pairs"  # what it was judged on: the pairwise matrix, or a figure of its own ("alone")
+    value: float | None = None  # that figure, where it has one
+    reference: float | None = None  # and what it was compared with
 
     @property
     def kind(self) -> str:
