@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,6 +79,7 @@ def load(runs: Sequence[tuple[str, Run]]):
     if not records:
         raise UsageError(f"no result rows in {', '.join(sorted({f for f, _ in runs}))}")
     df = pd.DataFrame.from_records(records)
+    df.attrs["metas"] = {run.meta.get("run_id"): run.meta for _, run in runs}  # what a figure may need of its run
     kinds = presentation.presentations()
     df["series"] = df.apply(series_label, axis=1, kinds=kinds)
     several = df.groupby(["bench", "series"])["file"].transform("nunique") > 1  # the same series in two files
@@ -221,54 +223,71 @@ def pairs_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, obje
     """Every run of a pairwise evaluation (host x host) on its own."""
     made = []
     for i, (_, g) in enumerate(df.groupby("run_id", sort=False)):
-        stem = f"{g['bench'].iloc[0]}-{i + 1}" if df["run_id"].nunique() > 1 else str(g["bench"].iloc[0])
-        made += cluster_figures(plt, g, out, stem)
+        stem = f"{g['bench'].iloc[0]}-{g['transport'].iloc[0]}" if "transport" in g else str(g["bench"].iloc[0])
+        stem += f"-{i + 1}" if df["run_id"].nunique() > 1 else ""
+        made += cluster_figures(plt, g, out, re.sub(r"[^A-Za-z0-9_.-]", "_", stem))
     return made
 
 
 def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, object]]:
-    """A cluster run: latency and bandwidth between every pair of hosts as heatmaps (host x host), and
-    each host's median bandwidth to the others with the findings' hosts marked; the findings as tables."""
+    """A cluster run: latency and bandwidth between every pair of hosts as heatmaps coloured by their
+    share of the run's reference (the median host's: a busy but healthy pair is not red), hosts grouped
+    by switch where the run had a topology, and each host's median bandwidth with the findings' hosts
+    marked; the title is the verdict, the findings and summary a table."""
     import numpy as np
 
-    pairs = cl[cl["test"] == "pairwise"]
-    notes = cl[cl["test"].isin(["finding", "summary"])]
-    findings = notes[["test", "kind", "a", "b", "note"]] if "kind" in notes else notes[["test", "note"]]
-    if not len(pairs):
+    from commbench.benchmarks.cluster_findings import BW, LAT, from_rows
+
+    if not (cl["test"] == "pairwise").any():
         return []  # rings and cuts alone: their rows are in the results file
-    rank_of = {name: rank for end in ("a", "b") for name, rank in zip(pairs[end], pairs[f"{end}_rank"], strict=True)}
-    names = sorted(rank_of, key=rank_of.get)  # in rank order, as the hosts were numbered
-    idx = {n: i for i, n in enumerate(names)}
-    mats = {k: np.full((len(names), len(names)), np.nan) for k in ("lat_us", "mb_s")}
-    for r in pairs.itertuples():
-        for k, m in mats.items():
-            v = getattr(r, k, None)
-            if v is not None and v == v:
-                m[idx[r.a], idx[r.b]] = m[idx[r.b], idx[r.a]] = v
+    run_id = cl["run_id"].iloc[0]
+    meta = (cl.attrs.get("metas") or {}).get(run_id, {})
+    records = [{k: v for k, v in r.items() if not (isinstance(v, float) and v != v)} for r in cl.to_dict("records")]
+    ev = from_rows(meta, [r for r in records if r.get("test") not in ("finding", "summary")], "report")
+    topo = ev.topology
+    order = sorted(range(len(ev.names)), key=lambda i: (topo.switches().index(topo.switch_of[ev.names[i]])
+                                                          if topo else 0, i))
+    names = [ev.names[i] for i in order]
+    refs = {BW: ev.reference(BW), LAT: ev.reference(LAT)}
+    mats = {BW: ev.bw[np.ix_(order, order)], LAT: ev.lat[np.ix_(order, order)]}
+    found = [r for r in records if r.get("test") == "finding"]
+    transport = str(cl["transport"].iloc[0]) if "transport" in cl else "?"
+    slow = [f"{f['kind']} {f.get('a')}" + (f" - {f['b']}" if f.get("b") else "") for f in found]
+    verdict = "; ".join(slow[:3]) + (f" and {len(slow) - 3} more" if len(slow) > 3 else "") if slow else \
+        "no findings"
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
-    for ax, (k, title, cmap) in zip(axes, (("lat_us", "latency p50 (us): red is slow", "RdYlGn_r"),
-                                           ("mb_s", "bandwidth (MB/s): red is slow", "RdYlGn")), strict=True):
-        im = ax.imshow(np.ma.masked_invalid(mats[k]), cmap=cmap)
+    for ax, measure in zip(axes, (LAT, BW), strict=True):
+        m, ref = mats[measure], refs[measure]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = m / ref if measure == BW else ref / m
+        im = ax.imshow(np.ma.masked_invalid(share), cmap="RdYlGn", vmin=0, vmax=1)
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(names)), names, fontsize=7)
-        ax.set_title(title, fontsize=10)
-        fig.colorbar(im, ax=ax, shrink=0.8)
+        unit = "MB/s" if measure == BW else "us"
+        ax.set_title(f"{measure} ({unit}); colour: share of the reference {ref:.3g} {unit}", fontsize=9)
+        bar = fig.colorbar(im, ax=ax, shrink=0.8)
+        bar.set_label("share of the reference (1: as good as the median host)", fontsize=7)
+        if topo is not None:  # a line between the switches' groups of hosts
+            leaf = [topo.switch_of[n] for n in names]
+            for i in range(1, len(names)):
+                if leaf[i] != leaf[i - 1]:
+                    ax.axhline(i - 0.5, color="k", lw=0.8)
+                    ax.axvline(i - 0.5, color="k", lw=0.8)
         if len(names) <= 16:
             for i in range(len(names)):
                 for j in range(len(names)):
-                    if mats[k][i, j] == mats[k][i, j]:
-                        ax.text(j, i, f"{mats[k][i, j]:.3g}", ha="center", va="center", fontsize=6)
-    fig.suptitle("cluster: every pair of hosts")
+                    if m[i, j] == m[i, j]:
+                        ax.text(j, i, number(float(m[i, j])), ha="center", va="center", fontsize=6)
+    fig.suptitle(f"cluster over {transport}: every pair of hosts" + (" (grouped by switch)" if topo else ""))
     fig.tight_layout()
     heat = out / f"{stem}-pairs.png"
     fig.savefig(heat, dpi=110)
     plt.close(fig)
-    host_bw = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in mats["mb_s"]]
-    flagged = set(findings["a"]) if "a" in findings else set()
+    host_bw = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in mats[BW]]
+    flagged = {f.get(k) for f in found for k in ("a", "b")}
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(names)), 4.2))
     ax.bar(range(len(names)), host_bw, color=["C3" if n in flagged else "C0" for n in names])
-    med = float(np.nanmedian(host_bw))
-    ax.axhline(med, color="0.3", lw=0.8, label=f"median {med:.1f} MB/s")
+    ax.axhline(refs[BW], color="0.3", lw=0.8, label=f"reference {refs[BW]:.1f} MB/s")
     ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
     ax.set(ylabel="median MB/s to the other hosts", title="each host (red: named in the findings)")
     ax.legend(fontsize=8)
@@ -277,11 +296,15 @@ def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, obje
     hosts = out / f"{stem}-hosts.png"
     fig.savefig(hosts, dpi=110)
     plt.close(fig)
-    per_host = __import__("pandas").DataFrame({"host": names, "median_mb_s": host_bw,
-                                              "median_lat_us": [float(np.nanmedian(r)) if np.isfinite(r).any()
-                                                                else np.nan for r in mats["lat_us"]]})
-    return [(f"Cluster: latency and bandwidth of every pair ({stem})", heat, findings),
-            (f"Cluster: each host ({stem})", hosts, per_host)]
+    pd = pandas()
+    notes = pd.DataFrame([{"": r.get("kind") or r.get("test"), "note": r.get("note") or ""} for r in records
+                          if r.get("test") in ("finding", "summary")], columns=["", "note"])
+    per_host = pd.DataFrame({"host": names, **({"switch": [topo.switch_of[n] for n in names]} if topo else {}),
+                             "median_mb_s": host_bw,
+                             "median_lat_us": [float(np.nanmedian(r)) if np.isfinite(r).any() else np.nan
+                                               for r in mats[LAT]]})
+    return [(f"Cluster over {transport} ({stem}): {verdict}", heat, notes),
+            (f"Cluster over {transport} ({stem}): each host", hosts, per_host)]
 
 
 def traffic_figure(plt, tr, out: Path, kinds: dict) -> list[tuple[str, Path, object]]:
@@ -367,8 +390,9 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
         page.write_text("\n".join(lines) + "\n")
         return page
     parts = ["<!doctype html><meta charset=utf-8><title>commbench report</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
-             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} img{max-width:100%} "
+             "table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;"
+             "text-align:right}</style>",
              "<h1>commbench report</h1><table><tr><th>file</th><th>benchmark</th><th>hosts</th><th>command</th></tr>"]
     parts += [f"<tr><td>{html.escape(Path(f).name)}</td><td>{html.escape(str(r.meta.get('bench')))}</td>"
               f"<td>{html.escape(', '.join(sorted(set(r.meta.get('hosts') or []))))}</td>"
@@ -377,7 +401,7 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
     for title, png, table in made:
         data = base64.b64encode(png.read_bytes()).decode()
         img = f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
-        parts += [f"<h2>{html.escape(title)}</h2>", img, table.to_html(float_format=number)]
+        parts += [f"<h2>{html.escape(title)}</h2>", img, table.to_html(index=False, na_rep="", float_format=number)]
     if cmp is not None:
         parts += ["<h2>Comparison (B / A)</h2>", cmp.to_html(index=False, float_format=number)]
     page = out / "report.html"

@@ -82,7 +82,13 @@ def test_report_page_loads_renders_every_figure_and_holds_the_numbers(tmp_path, 
         assert number(float(r_["busbw"])) in cells, (r_["size"], r_["busbw"])
     pairs = [x for x in rows(cluster) if x["test"] == "pairwise"]
     assert len(pairs) == 6
-    heat = browser.find_elements(By.XPATH, "//img[contains(@alt, 'cluster')]")
-    assert heat, [i["alt"] for i in images]  # the cluster's heatmaps are on the page
+    heat = browser.find_elements(By.XPATH, "//img[contains(@alt, 'Cluster over tcp')]")
+    assert heat, [i["alt"] for i in images]  # the cluster's heatmaps are on the page, its transport named
+    heads = [h.text for h in browser.find_elements(By.TAG_NAME, "h2") if h.text.startswith("Cluster over tcp")]
+    assert heads and all(": " in h for h in heads), heads  # the verdict in the heading (or "no findings")
+    assert not {c for c in cells if c.lower() in ("nan", "none")}, "a NaN or None cell"
+    browser.set_window_size(1400, 900)
+    width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert width <= 1400, width  # the page within a 1,400-pixel window
     commands = [c.text for c in browser.find_elements(By.TAG_NAME, "code")]
     assert any("cluster --np 4" in c for c in commands), commands
