@@ -86,7 +86,7 @@ def test_report_page_loads_renders_every_figure_and_holds_the_numbers(tmp_path, 
     assert heat, [i["alt"] for i in images]  # the cluster's heatmaps are on the page, its transport named
     heads = [h.text for h in browser.find_elements(By.TAG_NAME, "h2") if h.text.startswith("Cluster over tcp")]
     assert heads and all(": " in h for h in heads), heads  # the verdict in the heading (or "no findings")
-    assert not {c for c in cells if c.lower() in ("nan", "none")}, "a NaN or None cell"
+    assert not cells & {"nan", "NaN", "None"}, "a NaN or None cell"
     browser.set_window_size(1400, 900)
     width = browser.execute_script("return document.documentElement.scrollWidth")
     assert width <= 1400, width  # the page within a 1,400-pixel window
