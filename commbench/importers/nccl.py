@@ -1,4 +1,7 @@
-"""nccl-tests output (all_reduce_perf, all_gather_perf, alltoall_perf, broadcast_perf).
+"""nccl-tests output (all_reduce_perf, all_gather_perf, alltoall_perf, broadcast_perf), as printed or
+as its ``-J FILE`` JSON (version 3: ``args``, ``config`` with ``devices``, ``results`` with ``size``,
+``count``, ``type``, ``redop``, ``root`` and ``out_of_place`` ``time``/``alg_bw``/``bus_bw``/``nwrong``;
+a NaN is written as the string "nan").
 
 The documented table: ``size count type redop root`` then time (us), algbw and busbw (GB/s = 10^9
 B/s) and #wrong, out-of-place then in-place (releases before 2.10 have no root column and an
@@ -13,6 +16,7 @@ import re
 from pathlib import Path
 
 from commbench.core.errors import UsageError
+from commbench.core.output.results import shallow_json
 from commbench.importers import Imported
 
 HEAD = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(root\s+)?time\s+algbw\s+busbw\s+(#wrong|error)", re.M)
@@ -21,7 +25,8 @@ DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int32": "
 
 
 def looks_like(text: str) -> bool:
-    return HEAD.search(text) is not None
+    head = text.lstrip()[:4096]
+    return HEAD.search(text) is not None or (head.startswith("{") and '"nccl_version"' in head)
 
 
 def _test(text: str, path: str, first: list[str]) -> str:
@@ -39,7 +44,55 @@ def _test(text: str, path: str, first: list[str]) -> str:
                      "(e.g. all_gather_perf.txt)")
 
 
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+
+def parse_json(text: str, path: str, ranks: int = 0) -> Imported:
+    """nccl-tests' -J output: the out-of-place half of each result, as the text table is read."""
+    try:
+        doc = shallow_json(text)
+    except (ValueError, RecursionError):
+        raise UsageError(f"{path}: not nccl-tests -J output (JSON that does not parse; cut short?)") from None
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, list):
+        raise UsageError(f"{path}: nccl-tests -J output without a results list (the run ended before its table?)")
+    args = doc.get("args") if isinstance(doc.get("args"), list) else []
+    program = Path(str(args[0])).name if args else ""
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    rows = []
+    for r in results:
+        oop = r.get("out_of_place") if isinstance(r, dict) else None
+        if not isinstance(oop, dict) or not isinstance(r.get("size"), int) or not isinstance(r.get("count"), int):
+            continue
+        t, alg, bus = (_number(oop.get(k)) for k in ("time" if "time" in oop else "cpu_time", "alg_bw", "bus_bw"))
+        if t is None or alg is None or bus is None or min(t, alg, bus) < 0 or r["size"] < 0:
+            continue
+        root = str(r.get("root", "-1")).strip()
+        wrong = _number(oop.get("nwrong"))
+        dtype = str(r.get("type"))
+        rows.append({"size": r["size"], "count": r["count"], "dtype": DTYPES.get(dtype, dtype),
+                     "redop": str(r.get("redop")), "root": int(root) if re.fullmatch(r"-?\d+", root) else -1,
+                     "time_us": t, "algbw": alg, "busbw": bus,
+                     "wrong": int(wrong) if wrong is not None else None,
+                     "algorithm": "nccl", **({"iterations": config["iterations"]}
+                                              if isinstance(config.get("iterations"), int) else {})})
+    first = [str(rows[0]["size"]), "", "", rows[0]["redop"], str(rows[0]["root"])] if rows else None
+    bench = _test(program, path, first) if first else "allreduce"
+    devices = config.get("devices") if isinstance(config.get("devices"), list) else []
+    lib = doc.get("nccl_version")
+    imp = Imported(bench, f"{next(k for k, v in TESTS.items() if v == bench)}_perf", "nccl",
+                   f"NCCL {lib}" if isinstance(lib, int) else "NCCL", rows, None, ranks=len(devices) or ranks or 2)
+    imp.command = [str(a) for a in args][:64] or None
+    names = sorted({str(d.get("device_info", "")).strip() for d in devices if isinstance(d, dict)} - {""})
+    if names:
+        imp.notes.append(f"devices: {names}")
+    return imp
+
+
 def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
+    if text.lstrip().startswith("{"):
+        return parse_json(text, path, ranks)
     head = HEAD.search(text)
     if head is None:
         raise UsageError(f"{path}: no nccl-tests table header (# size count type redop root ...): "
