@@ -73,6 +73,27 @@ def test_endpoints_take_one_rank_per_host_or_say_why_not(hosts, per_host):
     assert len(chosen) >= 2
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 4), st.integers(0, 2), st.integers(0, 12))
+def test_tree_cuts_send_every_pair_through_one_uplink(leaves, per, levels, k):
+    """With a topology, the first cuts pair the hosts below one switch with hosts below its siblings
+    (top switches first): every pair of cut k climbs through that child's uplink."""
+    from commbench.benchmarks.cluster import tree_cut
+    from commbench.core.analysis.topology import Topology
+
+    names = [f"h{i}" for i in range(leaves * per)]
+    parent = {f"l{j}": f"m{j % 2}" if levels == 2 else "top" for j in range(leaves)}
+    if levels == 2:
+        parent.update({"m0": "top", "m1": "top"})
+    topo = Topology({n: f"l{i // per}" for i, n in enumerate(names)}, parent if levels else {})
+    left, right = tree_cut(names, list(range(len(names))), topo, k)
+    if left is None:
+        return
+    assert len(left) == len(right) > 0 and not set(left) & set(right)
+    shared = set.intersection(*(set(topo.uplinks(names[a], names[b])) for a, b in zip(left, right, strict=True)))
+    assert shared, (left, right)  # one uplink every pair of the cut climbs through
+
+
 def test_outliers_find_the_planted_value_and_nothing_in_noise():
     rng = np.random.default_rng(5)
     noisy = list(100 + rng.normal(0, 3, 16))

@@ -79,6 +79,31 @@ def serial(n: int) -> list[list[tuple[int, int]]]:
     return [[(a, b)] for a in range(n) for b in range(a + 1, n)]
 
 
+def tree_cut(names: list[str], live: list[int], topo, k: int) -> tuple[list[int] | None, list[int] | None]:
+    """The k-th cut along the tree (k = 0, 1, ...): one child of a switch (top switches first) against
+    its siblings, each host below it paired with one below them, so every pair climbs through that
+    child's uplink (ClusterKit's cuts by switch distance); (None, None) once every child has had its
+    cut (the remaining cuts are random halves)."""
+    children: dict[str | None, list[str]] = {}
+    for c, p in topo.parent.items():
+        children.setdefault(p, []).append(c)
+    roots = sorted({topo.chain(s)[-1] for s in topo.switches()})
+    if len(roots) > 1:
+        children[None] = roots
+    order = sorted((p for p, cs in children.items() if len(cs) > 1),
+                   key=lambda p: (0 if p is None else len(topo.chain(p)), str(p)))
+    cuts = [(p, g) for p in order for g in sorted(children[p])]
+    if k >= len(cuts):
+        return None, None
+    parent, child = cuts[k]
+    def below(g: str) -> list[int]:
+        return [i for i in live if g in topo.chain(topo.switch_of[names[i]])]
+    left = below(child)
+    right = [i for g in sorted(children[parent]) if g != child for i in below(g)]
+    n = min(len(left), len(right))
+    return (left[:n], right[:n]) if n else (None, None)
+
+
 def random_ring(rng: np.random.Generator, n: int) -> list[int]:
     """A random order of 0..n-1 whose ring is not the ordered one (nor it turned or reversed), where
     n > 3 leaves another: its links are other pairs than the ordered ring's."""
@@ -366,9 +391,12 @@ class Cluster(Benchmark):
             else:
                 for c in range(1, self.opts.cuts + 1):
                     live = self._live(ctx)
-                    order = [live[int(i)] for i in rng.permutation(len(live))]
-                    half = len(order) // 2
-                    yield from self._cut(ctx, c, order[:half], order[half:2 * half])
+                    left, right = tree_cut(self.names, live, topo, c - 1) if topo else (None, None)
+                    if left is None:  # random halves (and the rest of the cuts beside the tree's)
+                        order = [live[int(i)] for i in rng.permutation(len(live))]
+                        half = len(order) // 2
+                        left, right = order[:half], order[half:2 * half]
+                    yield from self._cut(ctx, c, left, right)
 
     def _load_check(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
         """A tournament's rounds share the hosts' CPUs (and, emulated, this machine's): a pair of the
