@@ -223,13 +223,16 @@ def pairs_figures(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, obje
     """Every run of a pairwise evaluation (host x host) on its own."""
     made = []
     for i, (_, g) in enumerate(df.groupby("run_id", sort=False)):
-        stem = f"{g['bench'].iloc[0]}-{g['transport'].iloc[0]}" if "transport" in g else str(g["bench"].iloc[0])
-        stem += f"-{i + 1}" if df["run_id"].nunique() > 1 else ""
-        made += cluster_figures(plt, g, out, re.sub(r"[^A-Za-z0-9_.-]", "_", stem))
+        vias = sorted(str(v) for v in g["via"].dropna().unique()) if "via" in g else []
+        for via in [None, *vias]:  # -t's transport, then each of --transports' others, side by side
+            sub = g if not vias else g[g["via"].isna()] if via is None else g[g["via"] == via]
+            transport = via or (str(g["transport"].iloc[0]) if "transport" in g else "?")
+            stem = f"{g['bench'].iloc[0]}-{transport}" + (f"-{i + 1}" if df["run_id"].nunique() > 1 else "")
+            made += cluster_figures(plt, sub, out, re.sub(r"[^A-Za-z0-9_.-]", "_", stem), transport)
     return made
 
 
-def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, object]]:
+def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple[str, Path, object]]:
     """A cluster run: latency and bandwidth between every pair of hosts as heatmaps coloured by their
     share of the run's reference (the median host's: a busy but healthy pair is not red), hosts grouped
     by switch where the run had a topology, and each host's median bandwidth with the findings' hosts
@@ -242,7 +245,8 @@ def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, obje
         return []  # rings and cuts alone: their rows are in the results file
     run_id = cl["run_id"].iloc[0]
     meta = (cl.attrs.get("metas") or {}).get(run_id, {})
-    records = [{k: v for k, v in r.items() if not (isinstance(v, float) and v != v)} for r in cl.to_dict("records")]
+    records = [{k: v for k, v in r.items() if k != "via" and not (isinstance(v, float) and v != v)}
+               for r in cl.to_dict("records")]
     ev = from_rows(meta, [r for r in records if r.get("test") not in ("finding", "summary")], "report")
     topo = ev.topology
     order = sorted(range(len(ev.names)), key=lambda i: (topo.switches().index(topo.switch_of[ev.names[i]])
@@ -251,7 +255,6 @@ def cluster_figures(plt, cl, out: Path, stem: str) -> list[tuple[str, Path, obje
     refs = {BW: ev.reference(BW), LAT: ev.reference(LAT)}
     mats = {BW: ev.bw[np.ix_(order, order)], LAT: ev.lat[np.ix_(order, order)]}
     found = [r for r in records if r.get("test") == "finding"]
-    transport = str(cl["transport"].iloc[0]) if "transport" in cl else "?"
     slow = [f"{f['kind']} {f.get('a')}" + (f" - {f['b']}" if f.get("b") else "") for f in found]
     verdict = "; ".join(slow[:3]) + (f" and {len(slow) - 3} more" if len(slow) > 3 else "") if slow else \
         "no findings"

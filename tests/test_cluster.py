@@ -111,6 +111,8 @@ def test_outliers_find_the_planted_value_and_nothing_in_noise():
     (["--bw-size", "0"], "--bw-size"), (["--bw-time", "nan"], "--bw-time"), (["-m", "8"], "--lat-size"),
     (["--payload", "resnet50"], "--payload"), (["--slow-pct", "100"], "--slow-pct"),
     (["--topology", "/nonexistent/topology.conf"], "cannot read topology file"),
+    (["--transports", "tcp,carrier-pigeon"], "no transport 'carrier-pigeon'"),
+    (["--transports", "tcp,mpi"], "give -t mpi"),
 ])
 def test_bad_cluster_input_is_one_line(args, word):
     r = commbench("cluster", *args, timeout=60)
@@ -420,6 +422,55 @@ def test_a_load_bound_tournament_measures_each_host_alone():
     (e,) = ev.suspects(BW, 25)
     assert (e.kind, e.name, e.basis) == ("host", "n3", "alone") and 0.3 < e.ratio < 0.36
     assert "own load held its pairs to 37 %" in ev.summary(25)[0]
+
+
+@pytest.mark.slow
+def test_every_pair_over_two_transports_in_the_same_round(tmp_path):
+    """-t mpi --transports mpi,tcp: each pairwise row of -t's transport has its twin over tcp (via), and
+    the report draws the two side by side."""
+    out = tmp_path / "two.jsonl"
+    r = commbench("cluster", "--np", "4", "-t", "mpi", "--transports", "mpi,tcp", *QUICK, "--tests", "pairwise",
+                  "-o", str(out), timeout=240)
+    assert r.code == 0, r.err
+    rows = cluster_rows(out)[1]
+    mpi = {(x["a"], x["b"]) for x in rows if x["test"] == "pairwise" and not x.get("via")}
+    tcp = {(x["a"], x["b"]) for x in rows if x["test"] == "pairwise" and x.get("via") == "tcp"}
+    assert len(mpi) == 6 and mpi == tcp, (mpi, tcp)
+    assert all(x["mb_s"] > 0 for x in rows if x["test"] == "pairwise")
+    rep = commbench("report", str(out), "-o", str(tmp_path / "rep"))
+    assert rep.code == 0 and {p.name for p in (tmp_path / "rep").glob("*-pairs.png")} == {
+        "cluster-mpi-pairs.png", "cluster-tcp-pairs.png"}, rep.err
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_fault_in_one_transports_stack_is_named_as_that_transports(host_set, tmp_path):
+    """Six hosts at 200 Mbit/s; host 3's tcp data ports (--port 20480: 20481 + rank) shaped to 50 Mbit/s
+    both ways with a tc filter, MPI's ports not: over -t mpi --transports mpi,tcp the finding is host 3
+    over tcp only (its stack), confirmed over tcp alone against a control pair."""
+    assert commbench("hosts", "up", "6", "--rate", "200mbit", "--set", host_set).code == 0
+    inner, outer = f"cb{host_set}e3", f"cb{host_set}v3"
+    for pre, dev in ((["ip", "netns", "exec", f"cbh3.{host_set}"], inner), ([], outer)):
+        for cmd in (["qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1", "r2q", "100"],
+                    ["class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "200mbit"],
+                    ["class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb", "rate", "50mbit"],
+                    *(["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match",
+                       "ip", way, "20480", "0xff80", "flowid", "1:2"] for way in ("dport", "sport"))):
+            subprocess.run([*pre, "tc", *cmd], check=True, capture_output=True)
+    out = tmp_path / "stack.jsonl"
+
+    def evaluate():
+        out.unlink(missing_ok=True)
+        r = commbench("cluster", "--hosts", "6", "--host-set", host_set, "-t", "mpi", "--transports", "mpi,tcp",
+                      "--port", "20480", "--tests", "pairwise", "--bw-size", "256K", "-o", str(out), timeout=400)
+        assert r.code == 0, r.err
+        found = [x for x in findings(cluster_rows(out)[1]) if x["kind"].startswith("slow")]
+        return r, [(x["kind"], x["a"], x.get("via")) for x in found]
+
+    r, slow = settled(evaluate, lambda got: got[1] == [("slow-host", f"cbh3.{host_set}", "tcp")])
+    assert slow == [("slow-host", f"cbh3.{host_set}", "tcp")], r.out
+    assert "over tcp only (not mpi)" in r.out
 
 
 def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_pair():

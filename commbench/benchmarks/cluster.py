@@ -79,6 +79,36 @@ def serial(n: int) -> list[list[tuple[int, int]]]:
     return [[(a, b)] for a in range(n) for b in range(a + 1, n)]
 
 
+def also(opts: ClusterOptions, common: CommonOptions) -> list[tuple[str, type, Options]]:
+    """The transports --transports adds to -t's: (name, class, default options), each able to run the
+    cluster's tests and usable here. MPI must start the ranks, so a list with mpi needs -t mpi."""
+    from commbench import transports
+
+    names = [t.strip() for t in opts.transports.split(",") if t.strip()]
+    if not names:
+        return []
+    registry = transports.registry()
+    bad = [t for t in names if t not in registry]
+    if bad:
+        raise UsageError(f"--transports {opts.transports}: no transport {bad[0]!r}; choose from {', '.join(registry)}")
+    if "mpi" in names and common.transport != "mpi":
+        raise UsageError(f"--transports {opts.transports}: mpi needs MPI to start the ranks: give -t mpi (the others "
+                         "are measured beside it)")
+    out = []
+    for name in dict.fromkeys(names):
+        if name == common.transport:
+            continue
+        cls = registry[name]
+        net = cls.Options()
+        missing = {"call", "stream", "exchange"} - cls.able(net)
+        if missing:
+            raise UsageError(f"--transports {name}: the {name} transport cannot {', '.join(sorted(missing))} as "
+                             "cluster needs; leave it out")
+        cls.check_usable(net)
+        out.append((name, cls, net))
+    return out
+
+
 def tree_cut(names: list[str], live: list[int], topo, k: int) -> tuple[list[int] | None, list[int] | None]:
     """The k-th cut along the tree (k = 0, 1, ...): one child of a switch (top switches first) against
     its siblings, each host below it paired with one below them, so every pair climbs through that
@@ -203,6 +233,10 @@ class ClusterOptions(Options):
                           help="a host, switch, uplink or cable is a finding when its pairs are this much slower than "
                                "the reference (the median host's) and stand out of the spread (default 25; latency: "
                                "twice this much above)")
+    transports: str = opt("", metavar="T1,T2",
+                          help="measure every pair over each of these transports too, in the same round (e.g. "
+                               "tcp,mpi; -t's first, each other with its default options): a fault on every "
+                               "transport is the fabric or a cable, on one a host's stack")
     baseline: str = opt("", metavar="OLD",
                         help="an earlier cluster run's results file: the findings add what changed since, beyond the "
                              "noise of both runs (commbench diff does it offline)")
@@ -244,6 +278,8 @@ class Cluster(Benchmark):
             key("kind", doc="a finding's kind: slow-host, slow-switch, slow-uplink, slow-group (hosts that share "
                 "what no topology names), slow-link (a cable), each also as -latency; slow-ring-link, failed",
                 optional=True),
+            key("via", doc="the transport of a pair measured over --transports' others (rows without it: -t's)",
+                optional=True),
             key("suspect", doc="a recheck's suspect: host NAME, switch NAME, uplink NAME, group HOSTLIST or cable "
                 "A - B", optional=True),
             key("role", doc="a recheck's pair: probe (through the suspect) or control (hosts no suspect concerns)",
@@ -275,6 +311,7 @@ class Cluster(Benchmark):
             if int(ph) >= fewest:
                 raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {common.hosts} some host runs {fewest} "
                                  f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
+        also(opts, common)  # checked before any rank starts
         if opts.topology:  # read before any rank starts: a bad file is one line, exit 2
             topology.load(opts.topology)
         if opts.reference:
@@ -307,6 +344,8 @@ class Cluster(Benchmark):
         self.chosen: list[int] = []
         self.names: list[str] = []
         self.evidence = Evidence([])  # rank 0: every row measured, the findings' only source
+        self.extra = [(name, cls, dataclasses.replace(config, net=net, poll=cls.default_poll(net)))
+                      for name, cls, net in also(o, c)]  # other transports each pair is measured over
         self.plan: dict | None = None  # rank 0: the endpoints and the topology, decided once (metadata, measure)
         self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
 
@@ -373,7 +412,7 @@ class Cluster(Benchmark):
         self.start = (time.monotonic(), world.store_requests or 0)
         self.chosen, self.names = plan["chosen"], plan["names"]
         topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
-        self.evidence = Evidence(self.names, topo)
+        self.evidence = Evidence(self.names, topo, ctx.transport.name)
         k = len(self.chosen)
         rng = np.random.default_rng(self.common.seed)
         for test in self.tests:
@@ -383,8 +422,9 @@ class Cluster(Benchmark):
                     yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
                 if not self.opts.serial and k >= 4:
                     yield from self._load_check(ctx)
-                yield from self._recheck(ctx, BW)
-                yield from self._recheck(ctx, LAT)
+                for via in (None, *(name for name, _, _ in self.extra)):
+                    yield from self._recheck(ctx, BW, via)
+                    yield from self._recheck(ctx, LAT, via)
             elif test == "ring":
                 yield from self._ring(ctx, "ring-ordered", list(range(k)))
                 yield from self._ring(ctx, "ring-random", random_ring(rng, k))
@@ -419,7 +459,7 @@ class Cluster(Benchmark):
         for n, (a, b) in enumerate(star or [], 1):
             yield from self._pairs(ctx, "alone", n, [(a, b)], latency=False)
 
-    def _recheck(self, ctx: Context, measure: str) -> Iterator[tuple[Payload, dict | None]]:
+    def _recheck(self, ctx: Context, measure: str, via: str | None = None) -> Iterator[tuple[Payload, dict | None]]:
         """Measure each suspect again (cluster_findings.py): a probe pair through it alone, then a
         control pair of hosts no suspect concerns, so a tournament's cross-traffic or a busy moment is
         not named: a slow NIC, cable or uplink is slow again."""
@@ -427,15 +467,19 @@ class Cluster(Benchmark):
         for second in (False, True):
             plan = None
             if ctx.world.rank == 0:
+                ev = self.evidence if via is None else self.evidence.via.get(via)
                 plan = [[s, list(p), list(c)] for s, p, c in
-                        self.evidence.recheck_plan(measure, self.opts.slow_pct, second)]
+                        (ev.recheck_plan(measure, self.opts.slow_pct, second) if ev else [])]
             n = "-2" if second else ""
-            for suspect, probe, control in ctx.world.bcast_json(f"cluster-{measure}-suspects{n}", plan):  # type: ignore
+            for suspect, probe, control in ctx.world.bcast_json(f"cluster-{measure}-{via}-suspects{n}",
+                                                                 plan):  # type: ignore[union-attr]
                 for role, (a, b) in ((("control", control), ("probe", probe)) if second else
                                      (("probe", probe), ("control", control))):
                     rnd += 1
-                    yield from self._pairs(ctx, RECHECK[measure], rnd, [(a, b)], latency=measure == LAT,
-                                           extra={"suspect": suspect, "role": role + n})
+                    yield from self._pairs(ctx, RECHECK[measure] + (f"-{via}" if via else ""), rnd, [(a, b)],
+                                           latency=measure == LAT,
+                                           extra={"suspect": suspect, "role": role + n,  # the row's test: plain
+                                                  **({"via": via, "test": RECHECK[measure]} if via else {})})
 
     def _live(self, ctx: Context) -> list[int]:
         """Rank 0's word on which endpoints (indices) are still alive, the same on every rank."""
@@ -456,7 +500,14 @@ class Cluster(Benchmark):
         if mine is not None:
             a, b = mine
             group = Group(world, [chosen[a], chosen[b]], f"{test}.{rnd}.{a}.{b}")
-            got = self._measure_pair(ctx, group, latency)
+            over = next(((cls, config) for name, cls, config in self.extra if name == (extra or {}).get("via")),
+                        (None, None))
+            got = self._measure_pair(ctx, group, latency, *over)
+            if test == "pairwise" and self.extra and "error" not in got:
+                got["via"] = {name: self._measure_pair(ctx, Group(world, [chosen[a], chosen[b]],
+                                                                  f"{test}.{rnd}.{a}.{b}.{name}"),
+                                                       latency, cls, config)
+                              for name, cls, config in self.extra}
             if group.rank == 0:
                 world.store.set(f"cluster/{test}/{rnd}/{a}", json.dumps(got).encode())
         if world.rank != 0:
@@ -466,21 +517,31 @@ class Cluster(Benchmark):
             got = _result(world, f"cluster/{test}/{rnd}/{a}", chosen[a])
             row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
                    "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
-                   "mb_s": got.get("mb_s"), "wrong": got.get("wrong"), "note": _short(got.get("error")),
+                   "mb_s": got.get("mb_s"), "wrong": got.get("wrong"),
+                   "note": _short(got.get("error")) or (f"via {extra['via']}" if extra and extra.get("via") else None),
                    **(extra or {})}
             if "error" in got:
                 row["error"] = got["error"]
             rows.append(row)
+            for name, other in (got.get("via") or {}).items():  # the same pair over --transports' others
+                rows.append({**row, "lat_us": other.get("lat_us"), "lat_p99_us": other.get("lat_p99_us"),
+                             "mb_s": other.get("mb_s"), "wrong": other.get("wrong"), "via": name,
+                             "note": _short(other.get("error")) or f"via {name}",
+                             **({"error": other["error"]} if "error" in other else {})})
+                if "error" not in other:
+                    rows[-1].pop("error", None)
         world.store.forget(f"cluster/{test}/{rnd}/")  # the round's results, all read
         for row in rows:
             self.evidence.add(row)
             yield self.bw_payload, row
 
-    def _in_group(self, ctx: Context, group: Group, peers: set[int], work) -> dict:
-        """A transport on ``group`` connected to ``peers``, ``work(transport, links)`` done over it, and
-        closed once every member is done (a send may be written but not yet delivered). A peer's fault
-        is the result, and the group hears of it, so no member waits on this one."""
-        transport = type(ctx.transport)(group, dataclasses.replace(self.config, ranks=group.size))
+    def _in_group(self, ctx: Context, group: Group, peers: set[int], work, cls=None,
+                  config: RunConfig | None = None) -> dict:
+        """A transport (-t's, or ``cls`` with ``config``) on ``group`` connected to ``peers``,
+        ``work(transport, links)`` done over it, and closed once every member is done (a send may be
+        written but not yet delivered). A peer's fault is the result, and the group hears of it, so no
+        member waits on this one."""
+        transport = (cls or type(ctx.transport))(group, dataclasses.replace(config or self.config, ranks=group.size))
         try:
             got = work(transport, transport.connect(peers))
             group.barrier("done", patient=True)
@@ -491,8 +552,9 @@ class Cluster(Benchmark):
         finally:
             transport.close()
 
-    def _measure_pair(self, ctx: Context, group: Group, latency: bool) -> dict:
-        """This rank's part of one pair: latency (if asked) and bandwidth."""
+    def _measure_pair(self, ctx: Context, group: Group, latency: bool, cls=None,
+                      config: RunConfig | None = None) -> dict:
+        """This rank's part of one pair: latency (if asked) and bandwidth (over ``cls`` if given)."""
         def work(transport, links) -> dict:
             got: dict = {"wrong": 0}
             if latency:
@@ -505,7 +567,7 @@ class Cluster(Benchmark):
             if row is not None:
                 got.update(mb_s=row["mb_s"], wrong=got["wrong"] + row["wrong"])
             return got
-        return self._in_group(ctx, group, {1 - group.rank}, work)
+        return self._in_group(ctx, group, {1 - group.rank}, work, cls, config)
 
     def _context(self, ctx: Context, group, transport, links, loops: Loops) -> Context:
         config = self.pair_config if group.size == 2 else dataclasses.replace(self.config, ranks=group.size)

@@ -47,6 +47,7 @@ class Evidence:
 
     names: list[str]
     topology: Topology | None = None
+    transport: str = "-t's transport"  # what the rows without ``via`` were measured over
     lat: np.ndarray = field(init=False)
     bw: np.ndarray = field(init=False)
     failed: list[dict] = field(default_factory=list)
@@ -54,6 +55,7 @@ class Evidence:
     cuts: list[dict] = field(default_factory=list)
     rechecks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # (measure, suspect) -> role
     alone: dict[int, float] = field(default_factory=dict)  # a load-bound tournament: each host alone with the best
+    via: dict[str, Evidence] = field(default_factory=dict)  # the same pairs over --transports' others
 
     def __post_init__(self) -> None:
         k = len(self.names)
@@ -62,6 +64,10 @@ class Evidence:
 
     def add(self, row: dict) -> None:
         test = row.get("test")
+        if row.get("via"):  # a pair measured over another transport: its evidence apart
+            other = self.via.setdefault(str(row["via"]), Evidence(self.names, self.topology))
+            other.add({k: v for k, v in row.items() if k != "via"})
+            return
         if row.get("error") and test in ("pairwise", "bisection", "alone", *RECHECK.values()):
             self.failed.append(row)
             return
@@ -164,7 +170,7 @@ class Evidence:
                     seen += f"; {alone}"
                 else:
                     seen += "; not measured again"
-                row = {"kind": kind, "a": e.name.split(" - ")[0] if e.kind == "cable" else e.name,
+                row = {"kind": kind, "a": e.name.split(" - ")[0] if e.kind == "cable" else e.name, "_name": e.name,
                        "note": f"{e.name}: {seen}", "ratio": round(e.ratio, 4), "ratio_lo": round(e.lo, 4),
                        "ratio_hi": round(e.hi, 4)}
                 if e.kind == "cable":
@@ -172,12 +178,45 @@ class Evidence:
                 row["mb_s" if measure == BW else "lat_us"] = e.value if e.value is not None else float(np.median(
                     [(self.bw if measure == BW else self.lat)[p] for p in e.factor.pairs]))
                 found.append(row)
+        found += self._across_transports(found, slow_pct)
+        for f in found:
+            f.pop("_name", None)
         for row in self.failed:
             found.append({"kind": "failed", "a": row.get("a"), "b": row.get("b"),
                           "note": f"{row.get('test')} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
                                   f"{row.get('error')}"})
         found += self._ring_findings(slow_pct, found)
         return found, cleared
+
+    def _across_transports(self, found: list[dict], slow_pct: float) -> list[dict]:
+        """With --transports: each finding says on which transports its pairs are slow too (every one:
+        the fabric, a cable or the NIC; one: that transport's stack on the host, e.g. a TCP setting or
+        an IPoIB MTU), and what is slow over another transport alone (measured again over it, as any
+        suspect is) is a finding of its own."""
+        if not self.via:
+            return []
+        theirs: dict[str, dict[tuple[str, str], dict]] = {}
+        for name, ev in self.via.items():
+            rows = [r for r in ev.findings(slow_pct)[0] if r["kind"].startswith("slow")]
+            theirs[name] = {(r["kind"], r["a"] + (f" - {r['b']}" if r.get("b") else "")): r for r in rows}
+        ours = {(f["kind"], f.get("_name")) for f in found}
+        for f in found:
+            if f.get("_name") is None:
+                continue
+            on = [name for name, got in theirs.items() if (f["kind"], f["_name"]) in got]
+            every = ", ".join([self.transport, *on])
+            f["note"] += (f"; slow over every transport ({every}): the fabric, a cable or the NIC"
+                          if len(on) == len(theirs) else
+                          f"; over {self.transport} only" + (f" and {', '.join(on)}" if on else "") + " (not " +
+                          ", ".join(n for n in theirs if n not in on) + "): that transport's stack on the host")
+        out = []
+        for name, got in theirs.items():
+            for key in sorted(set(got) - ours):
+                row = dict(got[key])
+                row["via"] = name
+                row["note"] = f"over {name} only (not {self.transport}): {row['note']}: that transport's stack"
+                out.append(row)
+        return out
 
     def _ring_findings(self, slow_pct: float, found: list[dict]) -> list[dict]:
         """A ring link off the ring's median, unless a finding explains it or the same link measured as
@@ -322,7 +361,8 @@ def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
                     seen.setdefault(rank, name)
         names = [seen[r] for r in sorted(seen)]
     topo = Topology.from_json(meta["topology"], source) if meta.get("topology") is not None else None
-    ev = Evidence(list(names), topo)
+    transport = (meta.get("options") or {}).get("transport")
+    ev = Evidence(list(names), topo, str(transport) if transport else "-t's transport")
     for r in rows:
         ev.add(r)
     return ev
