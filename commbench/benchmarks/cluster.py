@@ -575,23 +575,13 @@ class Cluster(Benchmark):
 
     def _ring(self, ctx: Context, test: str, order: list[int]) -> Iterator[tuple[Payload, dict | None]]:
         """Every live endpoint in ``order`` (indices) sends to the next while receiving from the one before."""
-        world = ctx.world
         live = set(self._live(ctx))
         order = [i for i in order if i in live]
         members = [self.chosen[i] for i in order]
-        world.barrier(test, patient=True, survivors=True)
-        got: dict = {}
-        if world.rank in members:
-            group = Group(world, members, test)
-            n = len(members)
-            got = self._in_group(ctx, group, {(group.rank + 1) % n, (group.rank - 1) % n}, lambda transport, links:
-                                 measure_point(self._context(ctx, group, transport, links, self.bw_loops), self.ring,
-                                               self.bw_payload) or {})
-            if group.rank == 0:
-                world.store.set(f"cluster/{test}", json.dumps(got).encode())
-        if world.rank != 0:
+        n = len(members)
+        got = self._one_group(ctx, test, members, lambda r: {(r + 1) % n, (r - 1) % n}, self.ring)
+        if got is None:
             return
-        got = _result(world, f"cluster/{test}", members[0])
         rows = []
         for pos, i in enumerate(order):
             prev = order[pos - 1]
@@ -603,27 +593,31 @@ class Cluster(Benchmark):
             self.evidence.add(row)
             yield self.bw_payload, row
 
-    def _cut(self, ctx: Context, c: int, left: list[int], right: list[int]) -> Iterator[tuple[Payload, dict | None]]:
-        """One bisection cut: left[i] streams to right[i], all pairs in one group (Cut)."""
+    def _one_group(self, ctx: Context, test: str, members: list[int], peers, step) -> dict | None:
+        """Every member in one group (a ring, a cut), ``step`` measured over each one's ``peers(group
+        rank)`` after a barrier of the ranks still alive: rank 0 gets the group's result (its first
+        rank's, or why it failed), the others None."""
         world = ctx.world
-        members = [self.chosen[i] for i in left + right]
-        test = f"bisection.{c}"
         world.barrier(test, patient=True, survivors=True)
-        got: dict = {}
         if world.rank in members:
             group = Group(world, members, test)
-            k = len(left)
-            cut = Cut(dataclasses.replace(self.config, ranks=2 * k, bench=BandwidthOptions(window=self.opts.window,
-                                                                                           pairs=k)))
-            peer = group.rank + k if group.rank < k else group.rank - k
-            got = self._in_group(ctx, group, {peer}, lambda transport, links:
-                                 measure_point(self._context(ctx, group, transport, links, self.bw_loops), cut,
-                                               self.bw_payload) or {})
+            got = self._in_group(ctx, group, peers(group.rank), lambda transport, links: measure_point(
+                self._context(ctx, group, transport, links, self.bw_loops), step, self.bw_payload) or {})
             if group.rank == 0:
                 world.store.set(f"cluster/{test}", json.dumps(got).encode())
         if world.rank != 0:
+            return None
+        return _result(world, f"cluster/{test}", members[0])
+
+    def _cut(self, ctx: Context, c: int, left: list[int], right: list[int]) -> Iterator[tuple[Payload, dict | None]]:
+        """One bisection cut: left[i] streams to right[i], all pairs in one group (Cut)."""
+        members = [self.chosen[i] for i in left + right]
+        k = len(left)
+        cut = Cut(dataclasses.replace(self.config, ranks=2 * k, bench=BandwidthOptions(window=self.opts.window,
+                                                                                       pairs=k)))
+        got = self._one_group(ctx, f"bisection.{c}", members, lambda r: {r + k if r < k else r - k}, cut)
+        if got is None:
             return
-        got = _result(world, f"cluster/{test}", members[0])
         links = got.get("links") or [None] * len(left)
         rows = [{"test": "bisection", "round": c, "a": self.names[a], "b": self.names[b], "a_rank": self.chosen[a],
                  "b_rank": self.chosen[b], "mb_s": rate, "wrong": got.get("wrong"), "note": _short(got.get("error")),
