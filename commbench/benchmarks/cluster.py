@@ -228,7 +228,8 @@ class ClusterOptions(Options):
     bw_time: float = opt(0.5, type=number(above=0, hi=3600, what=" (seconds)"),
                          help="seconds each bandwidth measurement runs after its warm-up (default 0.5)")
     cuts: int = opt(5, type=integer(0, 10_000),
-                    help="random bisection cuts (default 5): the worst and the median are reported")
+                    help="bisection cuts (default 5; with --topology the first along the tree, then random "
+                         "halves): the worst and the median are reported")
     slow_pct: float = opt(25.0, type=number(above=0, hi=99, what=" (percent)"),
                           help="a host, switch, uplink or cable is a finding when its pairs are this much slower than "
                                "the reference (the median host's) and stand out of the spread (default 25; latency: "

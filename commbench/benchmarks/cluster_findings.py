@@ -311,8 +311,9 @@ def _effect(e: Explanation, ref: float, unit: str, measure: str) -> str:
 
 def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
                       goodness: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """A probe pair through the suspect that no other suspect concerns, and a control pair that no
-    suspect concerns and that shares no host with the probe: each the one crossing the fewest uplinks
+    """A probe pair through the suspect that no other suspect concerns (where it has one: a cable
+    between a suspect host and another is its own pair), and a control pair that no suspect concerns
+    and that shares no host with the probe: each the one crossing the fewest uplinks
     (a host's partner in its own switch), then between the best-measured hosts. None where the
     cluster has no such pairs."""
     k = len(names)
@@ -326,7 +327,7 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
         hops = len(topo.uplinks(names[p[0]], names[p[1]])) if topo is not None else 0
         return hops, -min(host_good[p[0]], host_good[p[1]]), p
 
-    probes = sorted(e.factor.pairs - others, key=key)
+    probes = sorted(e.factor.pairs - others, key=key) or sorted(e.factor.pairs, key=key)  # a cable of a suspect host
     if not probes:
         return None
     probe = probes[0]
