@@ -235,6 +235,8 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
             pairs = [x for x in run.rows if x["test"] == "pairwise"]
             assert [(x["a"], x["b"]) for x in pairs] == [("n1", "n2")] and pairs[0]["mb_s"] > 0, run.rows
             assert {x["test"] for x in run.rows} >= {"ring-ordered", "ring-random", "bisection", "summary"}
+            verdict = (work / "cl" / f"findings_{t}.txt").read_text()  # commbench findings, for a health check
+            assert "derived again from" in verdict and "no outliers" in verdict, verdict
         assert (work / "cl" / "report" / "report.html").exists() and "# findings (2 endpoints" in out
     finally:
         down(d)
