@@ -131,8 +131,9 @@ class Evidence:
 
     def recheck_plan(self, measure: str, slow_pct: float, second: bool = False) -> list[
             tuple[str, tuple[int, int], tuple[int, int]]]:
-        """(suspect label, probe pair, control pair) for each suspect that can be measured again; with
-        ``second``, those the first pass found still slow (measured again, control first)."""
+        """(suspect label, probe pair, control pair) for each suspect that can be measured again, at most
+        one per endpoint (hosts, switches and uplinks first, then cables slowest first); with ``second``,
+        those the first pass found still slow (measured again, control first)."""
         found = self.suspects(measure, slow_pct)
         plan = []
         for e in found:
@@ -144,7 +145,7 @@ class Evidence:
                 if len(ratios) != 1 or ratios[0][2] >= cuts(slow_pct)[measure]:
                     continue
             plan.append((label(e), *got))
-        return plan
+        return plan[:max(4, len(self.names))]  # the most severe first; more than one per endpoint is the load
 
     # -- the verdict --------------------------------------------------------------------------
     def findings(self, slow_pct: float) -> tuple[list[dict], list[str]]:
@@ -164,8 +165,8 @@ class Evidence:
                     alone = "; ".join(f"again alone {p:.{digits}f} {unit}, a control pair {c:.{digits}f} "
                                       f"({r * 100:.0f} %)" for p, c, r in ratios)
                     if max(r for _, _, r in ratios) >= cut:
-                        cleared.append(f"{kind} {e.name} cleared: {seen}; {alone}: the tournament's cross-traffic "
-                                       "or a busy moment")
+                        cleared.append((kind, e.name, f"{kind} {e.name} cleared: {seen}; {alone}: the tournament's "
+                                                      "cross-traffic or a busy moment"))
                         continue
                     seen += f"; {alone}"
                 else:
@@ -181,12 +182,18 @@ class Evidence:
         found += self._across_transports(found, slow_pct)
         for f in found:
             f.pop("_name", None)
+        lines = []
+        for kind in dict.fromkeys(k for k, _, _ in cleared):  # many of a kind: one line (a loaded tournament)
+            mine = [(name, line) for k, name, line in cleared if k == kind]
+            lines += [line for _, line in mine] if len(mine) <= 3 else [
+                f"{kind}: {len(mine)} suspects cleared when measured alone ({', '.join(n for n, _ in mine[:3])} and "
+                f"{len(mine) - 3} more, in the rows recheck): the tournament's cross-traffic or busy moments"]
         for row in self.failed:
             found.append({"kind": "failed", "a": row.get("a"), "b": row.get("b"),
                           "note": f"{row.get('test')} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
                                   f"{row.get('error')}"})
         found += self._ring_findings(slow_pct, found)
-        return found, cleared
+        return found, lines
 
     def _across_transports(self, found: list[dict], slow_pct: float) -> list[dict]:
         """With --transports: each finding says on which transports its pairs are slow too (every one:

@@ -264,6 +264,10 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
         die_with_launcher()
     if placement is None:
         limit = max(16, 8 * (os.cpu_count() or 1))
+        if how.hosts:  # emulated hosts asked for by name: as many ranks as hosts up makes (a rank each)
+            from commbench.hosts import MAX_HOSTS
+
+            limit = max(limit, MAX_HOSTS)
         if n > limit:
             raise UsageError(f"{what} needs {n} ranks; the local launcher starts at most {limit} on this machine "
                              f"({os.cpu_count()} CPUs): start more with mpirun or srun across hosts")
