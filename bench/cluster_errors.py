@@ -43,6 +43,8 @@ PLANS = {  # (fault, hosts, mode, load, repeats)
     "layouts": [(f, 8 if f != "uplink50" else 12, mode, "quiet", 1)
                 for f in ("healthy", "host50", "two-hosts", "cable50", "uplink50")
                 for mode in ("tournament", "serial")],
+    "h24": [("healthy", 24, "tournament", "quiet", 4)],
+    "1g": [("healthy-1g", 12, "tournament", "quiet", 3), ("host33-1g", 12, "tournament", "quiet", 3)],
     "quick": [("healthy", 8, "tournament", "quiet", 2), ("host50", 8, "tournament", "quiet", 1),
               ("uplink50", 12, "tournament", "quiet", 1)],
     "full": [("healthy", 8, "tournament", "quiet", 5), ("healthy", 12, "tournament", "quiet", 5),
@@ -119,6 +121,7 @@ def verdict(run: dict) -> tuple[bool, bool]:
 
 def table(out: Path) -> str:
     runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines() if x.strip()]
+    runs = [r for r in runs if r["exit"] in (0, 1)]  # 2: the run was refused (bad input), nothing measured
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
         groups[(r["fault"], r.get("transport", "tcp"), r["mode"], r["load"])].append(r)
@@ -142,6 +145,7 @@ def sweep(out: Path, pcts=(15, 20, 25, 30, 35)) -> str:
     from commbench.commands.findings import derive
 
     runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines() if x.strip()]
+    runs = [r for r in runs if r["exit"] in (0, 1)]
     lines = ["| fault | " + " | ".join(f"{p} %: found / false" for p in pcts) + " |",
              "|---|" + "---|" * len(pcts)]
     by_fault: dict[str, list[dict]] = defaultdict(list)
