@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import secrets
 import subprocess
 import sys
@@ -115,7 +116,11 @@ def verdict(run: dict) -> tuple[bool, bool]:
     if want is None:
         return False, bool(found)
     want = want if isinstance(want, list) else [want]
-    right = [f for f in found if any(f["kind"] == w["kind"] and w["what"] in f["what"].split(" or ") for w in want)]
+
+    def pair(what: str) -> str:  # a cable's ends in either order
+        return "-".join(sorted(what.split("-"), key=int)) if re.fullmatch(r"\d+-\d+", what) else what
+    right = [f for f in found if any(f["kind"] == w["kind"] and pair(w["what"]) in f["what"].split(" or ")
+                                     for w in want)]
     return len(right) >= len(want), len(found) > len(right)
 
 
