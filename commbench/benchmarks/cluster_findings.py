@@ -384,7 +384,9 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
     """What changed from ``old`` to ``new`` beyond the noise of both runs: attribution over each pair's
     ratio new / old (so a host, switch, uplink or cable that lost is named as itself, and the spread
     of the ratios is the two runs' noise together; the ratios are judged against their own median,
-    and a median itself below the cut is ``lost-cluster``), and the findings that are new or gone.
+    and a median itself below the cut is ``lost-cluster``; a single cable only where either run named
+    it, measured again alone: one pair in two runs is otherwise noise), and the findings that are new
+    or gone.
     Rows ``lost-*`` are regressions; ``gained-*``, ``new``, ``fixed``, ``new-host``, ``gone-host`` say what
     else moved. Raises UsageError where the runs share too few endpoints to be the same cluster."""
     common = same_cluster(old.names, new.names, source)
@@ -397,6 +399,9 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
         if n not in new.index:
             rows.append({"kind": "gone-host", "a": n, "note": f"{n}: in the baseline of {since}, not in this run"})
     idx_old, idx_new = [old.index[n] for n in common], [new.index[n] for n in common]
+    was_found, now_found = old.findings(slow_pct)[0], new.findings(slow_pct)[0]
+    named = {(f["kind"].endswith("-latency"), frozenset((f.get("a"), f.get("b")))) for f in was_found + now_found
+             if f["kind"].startswith("slow-link")}  # cables either run named (measured again alone)
     for measure, key, unit in ((BW, "bw", "MB/s"), (LAT, "lat", "us")):
         a = getattr(old, key)[np.ix_(idx_old, idx_old)]
         b = getattr(new, key)[np.ix_(idx_new, idx_new)]
@@ -416,6 +421,8 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
         for sign, r in (("lost", ratio), ("gained", 1 / ratio)):
             _, found = attribution.explain(common, r, new.topology, cut, True)
             for e in found:
+                if e.kind == "cable" and (measure == LAT, frozenset(e.name.split(" - "))) not in named:
+                    continue  # one pair in two runs is noise until either run measured it again alone
                 pairs = list(e.factor.pairs)
                 before = float(np.nanmedian([a[p] for p in pairs]))
                 after = float(np.nanmedian([b[p] for p in pairs]))
@@ -427,8 +434,8 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
                              "ratio": round(e.ratio, 4), "ratio_lo": round(e.lo, 4), "ratio_hi": round(e.hi, 4),
                              "note": f"{e.kind} {e.name} {moved} since {since} ({before:.{d}f} -> {after:.{d}f} "
                                      f"{unit}" + (f", median of {e.n} pairs)" if e.n > 1 else ")")})
-    was = {(f["kind"], f.get("a"), f.get("b")) for f in old.findings(slow_pct)[0] if f["kind"] != "failed"}
-    now = {(f["kind"], f.get("a"), f.get("b")) for f in new.findings(slow_pct)[0] if f["kind"] != "failed"}
+    was = {(f["kind"], f.get("a"), f.get("b")) for f in was_found if f["kind"] != "failed"}
+    now = {(f["kind"], f.get("a"), f.get("b")) for f in now_found if f["kind"] != "failed"}
     for kind, a, b in sorted(now - was, key=str):
         rows.append({"kind": "new", "a": a, "b": b, "note": f"{kind} {a}{' - ' + b if b else ''} (not in the "
                                                           f"baseline of {since})"})
