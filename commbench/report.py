@@ -253,6 +253,11 @@ def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple
                                                           if topo else 0, i))
     names = [ev.names[i] for i in order]
     refs = {BW: ev.reference(BW), LAT: ev.reference(LAT)}
+    whose = {BW: "the reference", LAT: "the reference"}
+    for x in meta.get("expected") or []:  # --reference's values: colour against what the links should do
+        if isinstance(x, dict) and x.get("link") in ("any", "inside") and isinstance(x.get("value"), (int, float)):
+            measure = BW if x.get("metric") == "mb_s" else LAT
+            refs[measure], whose[measure] = float(x["value"]), "the expected"
     mats = {BW: ev.bw[np.ix_(order, order)], LAT: ev.lat[np.ix_(order, order)]}
     found = [r for r in records if r.get("test") == "finding"]
     slow = [f"{f['kind']} {f.get('a')}" + (f" - {f['b']}" if f.get("b") else "") for f in found]
@@ -267,9 +272,10 @@ def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(names)), names, fontsize=7)
         unit = "MB/s" if measure == BW else "us"
-        ax.set_title(f"{measure} ({unit}); colour: share of the reference {ref:.3g} {unit}", fontsize=9)
+        ax.set_title(f"{measure} ({unit}); colour: share of {whose[measure]} {number(ref)} {unit}", fontsize=9)
         bar = fig.colorbar(im, ax=ax, shrink=0.8)
-        bar.set_label("share of the reference (1: as good as the median host)", fontsize=7)
+        bar.set_label("share of the expected (--reference)" if whose[measure] == "the expected" else
+                      "share of the reference (1: as good as the median host)", fontsize=7)
         if topo is not None:  # a line between the switches' groups of hosts
             leaf = [topo.switch_of[n] for n in names]
             for i in range(1, len(names)):

@@ -87,3 +87,28 @@ def test_bad_input(tmp_path):
     assert r.code == 2 and "cannot read results file" in r.err
     r = commbench("report", "--compare", str(FIX / "latency_tcp.jsonl"), str(FIX / "ps.jsonl"), "-o", str(tmp_path))
     assert r.code == 2 and "no points in common" in r.err
+
+
+def test_a_cluster_section_names_its_transport_its_verdict_and_groups_hosts_by_switch(tmp_path):
+    """From a cluster file alone (its topology and expected values in the metadata): the heading says
+    the transport and the verdict, the per-host table has each host's switch, no NaN cells."""
+    names = [f"cbh{i}" for i in range(6)]
+    meta = {"type": "meta", "bench": "cluster", "run_id": "r1", "start": "2026-12-02T00:00:00+00:00",
+            "options": {"slow_pct": 25.0, "transport": "tcp"}, "hosts": names, "endpoints": names,
+            "metric": {"key": "mb_s", "better": "higher"},
+            "topology": {"switch_of": {n: f"rack{i // 3}" for i, n in enumerate(names)}, "parent": {}},
+            "expected": [{"link": "any", "metric": "mb_s", "value": 25.0, "warn": 5.0, "fail": 20.0}]}
+    rows = [{"type": "row", "bench": "cluster", "run_id": "r1", "transport": "tcp", "test": "pairwise", "round": 1,
+             "a": names[a], "b": names[b], "a_rank": a, "b_rank": b, "mb_s": 6.0 if 4 in (a, b) else 23.8,
+             "lat_us": 20.0} for a in range(6) for b in range(a + 1, 6)]
+    rows.append({"type": "row", "bench": "cluster", "run_id": "r1", "transport": "tcp", "test": "finding",
+                 "kind": "slow-host", "a": "cbh4", "note": "cbh4: 6.0 MB/s"})
+    f = tmp_path / "c.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
+    out = tmp_path / "rep"
+    r = commbench("report", str(f), "-o", str(out))
+    assert r.code == 0, r.err
+    page = (out / "report.html").read_text()
+    assert "Cluster over tcp (cluster-tcp): slow-host cbh4" in page and "<th>switch</th>" in page
+    assert ">rack1<" in page and "NaN" not in page and ">nan<" not in page
+    assert {p.name for p in out.glob("*.png")} == {"cluster-tcp-pairs.png", "cluster-tcp-hosts.png"}

@@ -399,9 +399,15 @@ class Cluster(Benchmark):
         return self.plan
 
     def metadata(self, world: World) -> dict:
+        """The endpoints, their topology and the expected values (--reference), kept with the results
+        so that the verdict and the report's colours are made again from the file alone."""
         plan = self.decide(world)
-        return {k: plan[k] for k in ("topology",) if k in plan} | ({"endpoints": plan["names"]} if "names" in plan
-                                                                   else {})
+        meta = {k: plan[k] for k in ("topology",) if k in plan}
+        if "names" in plan:
+            meta["endpoints"] = plan["names"]
+        if self.opts.reference and "error" not in plan:
+            meta["expected"] = [dataclasses.asdict(x) for x in load_reference(self.opts.reference)]
+        return meta
 
     def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
         world = ctx.world
