@@ -83,12 +83,16 @@ def factors(names: Sequence[str], pairs: Sequence[Pair], topo: Topology | None) 
     """Every host; with a topology of two switches or more, every switch and every uplink a pair
     crosses; merged where two cover the same pairs."""
     k = len(names)
-    found: list[Factor] = [Factor("host", names[i], frozenset(p for p in pairs if i in p), (i,)) for i in range(k)]
+    mine: list[set[Pair]] = [set() for _ in range(k)]  # each host's pairs, in one pass over the pairs
+    for p in pairs:
+        mine[p[0]].add(p)
+        mine[p[1]].add(p)
+    found: list[Factor] = [Factor("host", names[i], frozenset(mine[i]), (i,)) for i in range(k)]
     if topo is not None and len(set(topo.switch_of[n] for n in names)) > 1:
         leaf = [topo.switch_of[n] for n in names]
         for s in dict.fromkeys(leaf):
             under = tuple(i for i in range(k) if leaf[i] == s)
-            found.append(Factor("switch", s, frozenset(p for p in pairs if leaf[p[0]] == s or leaf[p[1]] == s), under))
+            found.append(Factor("switch", s, frozenset(p for i in under for p in mine[i]), under))
         crossing: dict[str, set[Pair]] = {}
         for p in pairs:
             for u in topo.uplinks(names[p[0]], names[p[1]]):
