@@ -32,11 +32,10 @@ from commbench.benchmarks.cluster_findings import (
     LAT,
     RECHECK,
     Evidence,
-    changes,
-    check_reference,
     load_reference,
     read_evidence,
     same_cluster,
+    verdict,
 )
 from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
@@ -348,6 +347,8 @@ class Cluster(Benchmark):
         self.extra = [(name, cls, dataclasses.replace(config, net=net, poll=cls.default_poll(net)))
                       for name, cls, net in also(o, c)]  # other transports each pair is measured over
         self.plan: dict | None = None  # rank 0: the endpoints and the topology, decided once (metadata, measure)
+        self.baseline = None  # rank 0: (--baseline's file, its run, its evidence), read once by decide
+        self.expected = None  # rank 0: --reference's values, read once by decide
         self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
 
     def peers(self, world: World) -> list[int]:
@@ -392,7 +393,10 @@ class Cluster(Benchmark):
                                                       for n, r in zip(names, chosen, strict=True)},
                                         "parent": topo.parent}
                 if self.opts.baseline:  # before anything is measured: a baseline of other hosts is bad input
-                    same_cluster(read_evidence(self.opts.baseline)[1].names, names, f"--baseline {self.opts.baseline}")
+                    self.baseline = (self.opts.baseline, *read_evidence(self.opts.baseline))
+                    same_cluster(self.baseline[2].names, names, f"--baseline {self.opts.baseline}")
+                if self.opts.reference:
+                    self.expected = load_reference(self.opts.reference)
             except UsageError as exc:
                 plan = {"error": str(exc)}
             self.plan = plan
@@ -405,8 +409,8 @@ class Cluster(Benchmark):
         meta = {k: plan[k] for k in ("topology",) if k in plan}
         if "names" in plan:
             meta["endpoints"] = plan["names"]
-        if self.opts.reference and "error" not in plan:
-            meta["expected"] = [dataclasses.asdict(x) for x in load_reference(self.opts.reference)]
+        if self.expected:
+            meta["expected"] = [dataclasses.asdict(x) for x in self.expected]
         return meta
 
     def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
@@ -534,9 +538,7 @@ class Cluster(Benchmark):
                 rows.append({**row, "lat_us": other.get("lat_us"), "lat_p99_us": other.get("lat_p99_us"),
                              "mb_s": other.get("mb_s"), "wrong": other.get("wrong"), "via": name,
                              "note": _short(other.get("error")) or f"via {name}",
-                             **({"error": other["error"]} if "error" in other else {})})
-                if "error" not in other:
-                    rows[-1].pop("error", None)
+                             **({"error": other["error"]} if "error" in other else {})})  # (-t's pair had none)
         world.store.forget(f"cluster/{test}/{rnd}/")  # the round's results, all read
         for row in rows:
             self.evidence.add(row)
@@ -641,25 +643,14 @@ class Cluster(Benchmark):
 
     # -- findings -------------------------------------------------------------------------
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
-        found, cleared = self.evidence.findings(self.opts.slow_pct)
         seconds, requests = time.monotonic() - self.start[0], (ctx.world.store_requests or 0) - self.start[1]
         ev = self.evidence
+        found, summary = verdict(ev, self.opts.slow_pct, self.baseline, self.expected)
         measured = int(np.isfinite(ev.bw).sum() // 2) + sum(len(r) for r in ev.rings.values()) + \
             sum(c.get("pairs") or 0 for c in ev.cuts)
-        summary = [f"{seconds:.1f} s; the rendezvous answered {requests} requests ({requests / max(seconds, 1e-9):.0f}"
-                   f"/s, {requests / max(measured, 1):.0f} per pair or link measured)",
-                   *ev.summary(self.opts.slow_pct), *cleared]
-        if self.opts.baseline:
-            old_run, old = read_evidence(self.opts.baseline)
-            try:
-                moved, lines = changes(old, ev, self.opts.slow_pct, str(old_run.meta.get("start", "?"))[:10],
-                                       f"--baseline {self.opts.baseline}")
-            except UsageError as exc:  # measured already: say so, keep the rows
-                moved, lines = [], [str(exc)]
-            found, summary = found + moved, summary + lines
-        if self.opts.reference:
-            failed, lines = check_reference(ev, load_reference(self.opts.reference))
-            found, summary = found + failed, summary + lines
+        summary.insert(0, f"{seconds:.1f} s; the rendezvous answered {requests} requests "
+                          f"({requests / max(seconds, 1e-9):.0f}/s, {requests / max(measured, 1):.0f} per pair or "
+                          "link measured)")
         return findings_lines(len(self.names), self.opts.slow_pct, summary, found), \
             [{"test": "finding", **f} for f in found] + [{"test": "summary", "note": s} for s in summary]
 

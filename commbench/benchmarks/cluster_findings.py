@@ -380,7 +380,26 @@ def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
 CHANGED = {"host": "host", "switch": "switch", "uplink": "uplink", "group": "group", "cable": "link"}
 
 
-def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: str) -> tuple[list[dict], list[str]]:
+def verdict(ev: Evidence, slow_pct: float, baseline: tuple[str, Run, Evidence] | None = None,
+            expected: list[Expected] | None = None) -> tuple[list[dict], list[str]]:
+    """The findings, then what changed since a baseline run ((its file, run, evidence)) and how each
+    class of links did against expected values; with the summary lines: the evidence's own, the
+    suspects cleared, the baseline's, the reference's. The live run and ``commbench findings`` both
+    give their verdict through it."""
+    found, cleared = ev.findings(slow_pct)
+    summary = [*ev.summary(slow_pct), *cleared]
+    if baseline is not None:
+        path, run, old = baseline
+        moved, lines = changes(old, ev, slow_pct, str(run.meta.get("start", "?"))[:10], f"--baseline {path}", found)
+        found, summary = found + moved, summary + lines
+    if expected:
+        failed, lines = check_reference(ev, expected)
+        found, summary = found + failed, summary + lines
+    return found, summary
+
+
+def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: str,
+            now_found: list[dict]) -> tuple[list[dict], list[str]]:
     """What changed from ``old`` to ``new`` beyond the noise of both runs: attribution over each pair's
     ratio new / old (so a host, switch, uplink or cable that lost is named as itself, and the spread
     of the ratios is the two runs' noise together; the ratios are judged against their own median,
@@ -388,7 +407,8 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
     it, measured again alone: one pair in two runs is otherwise noise), and the findings that are new
     or gone.
     Rows ``lost-*`` are regressions; ``gained-*``, ``new``, ``fixed``, ``new-host``, ``gone-host`` say what
-    else moved. Raises UsageError where the runs share too few endpoints to be the same cluster."""
+    else moved. ``now_found``: the new run's findings, as its verdict made them. Raises UsageError
+    where the runs share too few endpoints to be the same cluster."""
     common = same_cluster(old.names, new.names, source)
     rows: list[dict] = []
     lines = [f"against the baseline of {since}: {len(common)} endpoints in both"]
@@ -399,7 +419,7 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
         if n not in new.index:
             rows.append({"kind": "gone-host", "a": n, "note": f"{n}: in the baseline of {since}, not in this run"})
     idx_old, idx_new = [old.index[n] for n in common], [new.index[n] for n in common]
-    was_found, now_found = old.findings(slow_pct)[0], new.findings(slow_pct)[0]
+    was_found = old.findings(slow_pct)[0]
     named = {(f["kind"].endswith("-latency"), frozenset((f.get("a"), f.get("b")))) for f in was_found + now_found
              if f["kind"].startswith("slow-link")}  # cables either run named (measured again alone)
     for measure, key, unit in ((BW, "bw", "MB/s"), (LAT, "lat", "us")):

@@ -14,13 +14,7 @@ import argparse
 from collections.abc import Sequence
 
 from commbench.benchmarks.cluster import findings_lines
-from commbench.benchmarks.cluster_findings import (
-    REGRESSIONS,
-    changes,
-    check_reference,
-    load_reference,
-    read_evidence,
-)
+from commbench.benchmarks.cluster_findings import REGRESSIONS, load_reference, read_evidence, verdict
 from commbench.core.config.argtypes import number
 from commbench.core.errors import UsageError
 
@@ -59,18 +53,10 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
     if not isinstance(pct, (int, float)) or not 0 < pct < 100:
         raise UsageError(f"{path}: the run's slow_pct is {str(pct)[:20]!r}, not a percentage; give --slow-pct")
-    found, cleared = ev.findings(float(pct))
-    summary = [f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
-               f"{run.meta.get('options', {}).get('transport', '?')})", *ev.summary(float(pct)), *cleared]
-    if baseline:
-        old_run, old = read_evidence(baseline, topo_file)
-        moved, lines = changes(old, ev, float(pct), str(old_run.meta.get("start", "?"))[:10], f"--baseline {baseline}")
-        found += moved
-        summary += lines
-    if expected:
-        failed, lines = check_reference(ev, expected)
-        found += failed
-        summary += lines
+    found, summary = verdict(ev, float(pct), (baseline, *read_evidence(baseline, topo_file)) if baseline else None,
+                             expected)
+    summary.insert(0, f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
+                      f"{run.meta.get('options', {}).get('transport', '?')})")
     bad = [f for f in found if f["kind"].startswith(("slow", "failed", "reference-fail", *REGRESSIONS))]
     return findings_lines(len(ev.names), float(pct), summary, found), len(bad)
 
