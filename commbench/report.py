@@ -249,8 +249,8 @@ def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple
                for r in cl.to_dict("records")]
     ev = from_rows(meta, [r for r in records if r.get("test") not in ("finding", "summary")], "report")
     topo = ev.topology
-    order = sorted(range(len(ev.names)), key=lambda i: (topo.switches().index(topo.switch_of[ev.names[i]])
-                                                          if topo else 0, i))
+    place = {s: j for j, s in enumerate(topo.switches())} if topo else {}  # hosts grouped by switch, in order
+    order = sorted(range(len(ev.names)), key=lambda i: (place[topo.switch_of[ev.names[i]]] if topo else 0, i))
     names = [ev.names[i] for i in order]
     refs = {BW: ev.reference(BW), LAT: ev.reference(LAT)}
     whose = {BW: "the reference", LAT: "the reference"}

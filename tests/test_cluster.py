@@ -296,8 +296,8 @@ def test_a_rack_uplink_shows_in_bisection_not_in_the_pairs_inside_a_rack(host_se
     that cross the racks share R; a pair inside a rack has its hosts' rate. At 100 Mbit/s the links,
     not 2 loaded cores, are what limits 4 pairs at once (at 400 Mbit/s, a machine running other jobs
     held pairs inside a rack under half their rate). A cut never moves more across an uplink than it
-    carries: every pair sends the same count after one barrier (osu_mbw_mr's rule; each pair's own
-    window once summed to 63 MB/s through a 50 MB/s uplink)."""
+    carries: every pair sends the same count after one barrier (osu_mbw_mr's rule; rates each timed
+    over a pair's own window, starting apart, can sum past the uplink)."""
     rate = 12.5
     up = commbench("hosts", "up", "8", "--rate", "100mbit", "--racks", "2", "--uplink", "100mbit", "--set", host_set)
     assert up.code == 0 and "in 2 racks" in up.out, up.err
