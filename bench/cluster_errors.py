@@ -5,10 +5,13 @@ process). Root: it builds emulated hosts (`commbench hosts up`).
 
     sudo python bench/cluster_errors.py OUT [--plan quick|full] [--only healthy,host50,...]
     python bench/cluster_errors.py OUT --table [--sweep]     # the table from the runs saved in OUT
+    sudo python bench/cluster_errors.py OUT --plan budget --budgets 0.3,0.5   # --budget against the full run
 
 Every run's results file is kept in OUT (one per run) and a line per run in OUT/runs.jsonl (layout,
 fault, mode, load, wall time, the findings), so the table is made again from what was measured, and
-``--sweep`` re-derives the findings of every saved run at other thresholds (`commbench findings`'s
+``--budgets F1,F2`` runs each layout again after its full run with ``--budget`` at those fractions of
+the full run's measuring time (its summary's first number): what a budgeted run finds, in what share
+of the time. ``--sweep`` re-derives the findings of every saved run at other thresholds (`commbench findings`'s
 code: suspects at the other threshold have no recheck of their own, so that column shows the
 attribution alone).
 """
@@ -46,6 +49,8 @@ PLANS = {  # (fault, hosts, mode, load, repeats)
                 for mode in ("tournament", "serial")],
     "h24": [("healthy", 24, "tournament", "quiet", 4)],
     "1g": [("healthy-1g", 12, "tournament", "quiet", 3), ("host33-1g", 12, "tournament", "quiet", 3)],
+    "budget": [("host50", 12, "tournament", "quiet", 3), ("host50", 16, "tournament", "quiet", 2),
+               ("healthy", 12, "tournament", "quiet", 2)],
     "quick": [("healthy", 8, "tournament", "quiet", 2), ("host50", 8, "tournament", "quiet", 1),
               ("uplink50", 12, "tournament", "quiet", 1)],
     "full": [("healthy", 8, "tournament", "quiet", 5), ("healthy", 12, "tournament", "quiet", 5),
@@ -64,7 +69,8 @@ def commbench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "commbench"), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def one_run(out: Path, fault: str, hosts: int, mode: str, load: str, index: int, transport: str = "tcp") -> dict:
+def one_run(out: Path, fault: str, hosts: int, mode: str, load: str, index: int, transport: str = "tcp",
+            budgets: tuple[float, ...] = ()) -> list[dict]:
     s = "e" + secrets.token_hex(2)[:3]
     h, g = (index * 5 + 3) % hosts, (index * 7 + 1) % hosts
     g = g if g != h else (h + 1) % hosts
@@ -75,25 +81,40 @@ def one_run(out: Path, fault: str, hosts: int, mode: str, load: str, index: int,
     if up.returncode:
         raise SystemExit(f"hosts up failed: {up.stderr.strip()}")
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None
-    path = out / f"{fault}-{hosts}-{mode}-{load}-{index}{'' if transport == 'tcp' else '-' + transport}.jsonl"
-    path.unlink(missing_ok=True)
+    base = f"{fault}-{hosts}-{mode}-{load}-{index}{'' if transport == 'tcp' else '-' + transport}"
     args = ["cluster", "--hosts", str(hosts), "--host-set", s, "--tests", "pairwise", "--bw-size", "256K",
-            "-t", transport, "-o", str(path)]
+            "-t", transport]
     if mode == "serial":
         args.append("--serial")
     if fault == "uplink50":
         args += ["--topology", f"/run/commbench-hosts.{s}.topology.conf"]
-    t0 = time.monotonic()
+    got = []
     try:
-        r = commbench(*args)
+        got.append(_measure(out / f"{base}.jsonl", args, s, hosts, h, g, truth, None))
+        full = got[0]["measuring_s"]
+        for frac in budgets:
+            if full:
+                got.append(_measure(out / f"{base}-budget{frac:g}.jsonl", args + ["--budget", f"{frac * full:.1f}"],
+                                    s, hosts, h, g, truth, frac))
     finally:
         if spinner:
             spinner.kill()
         commbench("hosts", "down", "--set", s)
+    for r in got:
+        r.update(fault=fault, hosts=hosts, mode=mode, load=load, index=index, transport=transport)
+    return got
+
+
+def _measure(path: Path, args: list[str], s: str, hosts: int, h: int, g: int, truth, budget: float | None) -> dict:
+    path.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    r = commbench(*args, "-o", str(path))
     wall = time.monotonic() - t0
     rows = [json.loads(x) for x in path.read_text().splitlines()[1:]] if path.exists() else []
     found = [{"kind": x["kind"], "a": x.get("a"), "b": x.get("b"), "ratio": x.get("ratio")}
              for x in rows if x.get("test") == "finding"]
+    notes = [x["note"] for x in rows if x.get("test") == "summary"]
+    measuring = re.match(r"([\d.]+) s;", notes[0]) if notes else None
     want = None
     if truth:
         kind, *whats = truth
@@ -105,9 +126,9 @@ def one_run(out: Path, fault: str, hosts: int, mode: str, load: str, index: int,
     else:
         for f in found:
             f["what"] = f.get("a")
-    return {"fault": fault, "hosts": hosts, "mode": mode, "load": load, "index": index, "file": path.name,
-            "transport": transport,
-            "exit": r.returncode, "wall_s": round(wall, 1), "want": want, "found": found}
+    return {"file": path.name, "exit": r.returncode, "wall_s": round(wall, 1), "budget": budget,
+            "measuring_s": float(measuring.group(1)) if measuring else None, "want": want, "found": found,
+            "left_out": [n for n in notes if n.startswith("budget ")]}
 
 
 def verdict(run: dict) -> tuple[bool, bool]:
@@ -129,18 +150,20 @@ def table(out: Path) -> str:
     runs = [r for r in runs if r["exit"] in (0, 1)]  # 2: the run was refused (bad input), nothing measured
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
-        groups[(r["fault"], r.get("transport", "tcp"), r["mode"], r["load"])].append(r)
-    lines = ["| fault | transport | mode | machine | runs (hosts) | found | false findings | median wall s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for (fault, transport, mode, load), rs in sorted(groups.items(),
-                                                     key=lambda kv: (list(FAULTS).index(kv[0][0]), kv[0][1:])):
+        groups[(r["fault"], r.get("transport", "tcp"), r["mode"], r["load"], r.get("budget") or 0)].append(r)
+    lines = ["| fault | transport | mode | machine | budget | runs (hosts) | found | false findings | median wall s "
+             "| median measuring s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (fault, transport, mode, load, budget), rs in sorted(groups.items(), key=lambda kv: (
+            list(FAULTS).index(kv[0][0]), kv[0][1:])):
         v = [verdict(r) for r in rs]
         hosts = ",".join(str(h) for h in sorted({r["hosts"] for r in rs}))
         found = "-" if fault.startswith("healthy") else f"{sum(a for a, _ in v)} / {len(rs)}"
         walls = sorted(r["wall_s"] for r in rs)
         false = sum(b for _, b in v)
-        lines.append(f"| {fault} | {transport} | {mode} | {load} | {len(rs)} ({hosts}) | {found} | {false} / {len(rs)} "
-                     f"| {walls[len(walls) // 2]:.0f} |")
+        meas = sorted(r.get("measuring_s") or 0 for r in rs)
+        lines.append(f"| {fault} | {transport} | {mode} | {load} | {f'{budget:g} x full' if budget else 'none'} "
+                     f"| {len(rs)} ({hosts}) | {found} | {false} / {len(rs)} | {walls[len(walls) // 2]:.0f} "
+                     f"| {meas[len(meas) // 2]:.0f} |")
     return "\n".join(lines)
 
 
@@ -185,6 +208,8 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated faults of the plan to run")
     ap.add_argument("-t", "--transport", default="tcp", help="the transport (tcp, mpi, grpc-cpp)")
     ap.add_argument("--table", action="store_true", help="print the table of the saved runs and stop")
+    ap.add_argument("--budgets", default="", help="after each full run, again with --budget at these fractions of "
+                                                  "its measuring time (e.g. 0.3,0.5)")
     ap.add_argument("--sweep", action="store_true", help="with --table: the attribution at other thresholds")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -200,11 +225,13 @@ def main() -> int:
         if only and fault not in only:
             continue
         for i in range(reps):
-            got = one_run(a.out, fault, hosts, mode, load, i, a.transport)
-            with log.open("a") as f:
-                f.write(json.dumps(got) + "\n")
-            named = [f"{x['kind']} {x['what']}" for x in got["found"]]
-            print(f"{fault} {hosts} {mode} {load} #{i}: {got['wall_s']} s, found {named}", flush=True)
+            for got in one_run(a.out, fault, hosts, mode, load, i, a.transport,
+                               tuple(float(x) for x in a.budgets.split(",") if x)):
+                with log.open("a") as f:
+                    f.write(json.dumps(got) + "\n")
+                named = [f"{x['kind']} {x['what']}" for x in got["found"]]
+                print(f"{fault} {hosts} {mode} {load} #{i} budget {got['budget']}: {got['wall_s']} s "
+                      f"(measuring {got['measuring_s']} s), found {named}", flush=True)
     print(table(a.out))
     return 0
 

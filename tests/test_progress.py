@@ -23,6 +23,7 @@ def test_plain_lines_are_throttled(monkeypatch, capsys):
     p.close()
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("commbench: p2p-latency: 1/3 points after") and len(err) == 2
+    assert re.search(r"after \d+ s, about \d+ s left$", err[0]), err  # an estimate of the time remaining
     monkeypatch.setattr(progress, "PLAIN_EVERY", 3600.0)
     p = progress.Progress("p2p-latency", 3)
     p.advance()

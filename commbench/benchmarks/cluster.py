@@ -4,15 +4,18 @@ slow cable, the pair that failed.
 
 One rank per host is the host's endpoint (``--per-host``). Pairwise runs as a round-robin tournament
 (``N - 1`` rounds of ``N / 2`` disjoint pairs at once, the circle method) or ``--serial`` (one pair
-at a time: no cross-traffic, ``N (N - 1) / 2`` turns). Each pair is a group of two ranks of its own
-(core/run/collectives.py): a transport is built for it, connects the two, measures p2p-latency's
-ping-pong and p2p-bandwidth's window (the same code as those benchmarks) and closes, so a rank holds
-one data connection at a time. A ring is one group of every endpoint, each sending a window to its
+at a time: no cross-traffic, ``N (N - 1) / 2`` turns). Rank 0 conducts: it hands each endpoint its
+task and collects the results, one rendezvous request per rank per task (core/run/tasks.py). Each
+pair is a group of two ranks of its own whose collectives go over the pair's own control connection
+(core/run/link.py), never through rank 0: a transport is built for it, connects the two, measures
+p2p-latency's ping-pong and p2p-bandwidth's window (the same code as those benchmarks) and closes,
+so a rank holds one data connection at a time. A ring is one group of every endpoint, each sending a window to its
 successor while receiving one from its predecessor. A bisection cut splits the endpoints into random
 halves and pairs them across the cut, every pair streaming at once.
 
 The run is tolerant: a rank that dies or stops is a finding, not the end (a row per pair it failed,
-naming it); rank 0 serves the rendezvous, and losing it ends the run. Rows are written as each round
+naming it); it is dropped and the rounds left planned again without it. Rank 0 serves the
+rendezvous, and losing it ends the run. Rows are written as each round
 is measured, so a run killed at round 400 keeps rounds 1-399.
 """
 
@@ -40,16 +43,18 @@ from commbench.benchmarks.cluster_findings import (
 from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
 from commbench.core.analysis import topology
-from commbench.core.config.argtypes import integer, number
+from commbench.core.config.argtypes import DURATION, integer, number
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions, RunConfig
-from commbench.core.errors import PeerError, RunAborted, UsageError
+from commbench.core.errors import PeerError, UsageError, say
 from commbench.core.measure.harness import BANDWIDTH_LOOPS, Loops, Side, Timing
 from commbench.core.measure.message import Message
 from commbench.core.measure.payload import Payload
 from commbench.core.measure.sizes import parse_size
 from commbench.core.output.table import Column, key
 from commbench.core.run.collectives import Group
+from commbench.core.run.link import Control, LinkStore
+from commbench.core.run.tasks import Dispatcher, Worker
 from commbench.core.run.world import World
 
 TESTS = ("pairwise", "ring", "bisection")
@@ -58,6 +63,7 @@ TEST = Column("test", "Test", -15, doc="pairwise, recheck and recheck-latency (a
               "tournament's load), alone (where that load held the rounds back: each host alone beside the best), "
               "ring-ordered, ring-random, bisection, bisection-cut (a cut's total), finding or summary")
 US, MBS = "{:.2f}", "{:.1f}"
+PAIRWISE_SHARE = 0.7  # --budget: of the time left after round 1, what the tournament's rounds may take
 
 
 def tournament(n: int) -> list[list[tuple[int, int]]]:
@@ -76,6 +82,32 @@ def tournament(n: int) -> list[list[tuple[int, int]]]:
 def serial(n: int) -> list[list[tuple[int, int]]]:
     """One pair a round: every pair of 0..n-1 in turn."""
     return [[(a, b)] for a in range(n) for b in range(a + 1, n)]
+
+
+def replan(rounds: list[list[tuple[int, int]]], live: set[int],
+           one_at_a_time: bool = False) -> tuple[list[list[tuple[int, int]]], list[tuple[int, int]]]:
+    """The rounds left once endpoints are lost: (the new rounds over ``live``, the pairs left out). The
+    pairs left are packed again greedily into rounds of disjoint pairs, in their old order, so a lost
+    endpoint's partners fill its slots; never more rounds than the old plan without the lost pairs.
+    ``one_at_a_time`` (--serial): one pair a round still."""
+    kept = [[p for p in rnd if p[0] in live and p[1] in live] for rnd in rounds]
+    skipped = [p for rnd in rounds for p in rnd if not (p[0] in live and p[1] in live)]
+    kept = [rnd for rnd in kept if rnd]
+    if one_at_a_time:
+        return kept, skipped
+    todo, packed = [p for rnd in kept for p in rnd], []
+    while todo:
+        busy: set[int] = set()
+        now, later = [], []
+        for a, b in todo:
+            if a in busy or b in busy:
+                later.append((a, b))
+            else:
+                now.append((a, b))
+                busy |= {a, b}
+        packed.append(now)
+        todo = later
+    return (packed if len(packed) < len(kept) else kept), skipped
 
 
 def also(opts: ClusterOptions, common: CommonOptions) -> list[tuple[str, type, Options]]:
@@ -240,6 +272,15 @@ class ClusterOptions(Options):
     baseline: str = opt("", metavar="OLD",
                         help="an earlier cluster run's results file: the findings add what changed since, beyond the "
                              "noise of both runs (commbench diff does it offline)")
+    budget: float | None = opt(None, type=DURATION, metavar="TIME",
+                               help="fit the run in TIME (90s, 10m, 1.5h): after round 1 the tournament keeps as many "
+                                    "of its rounds as fit (chosen at random, --seed: every host meets as many others), "
+                                    "rechecks, rings and cuts run while time is left, and the findings say what was "
+                                    "left out")
+    resume: str = opt("", metavar="FILE",
+                      help="continue the cluster run in FILE (one killed part way, same options and hosts): its "
+                           "measured rows are kept, not measured again, and only the rest is measured (-o may be "
+                           "FILE itself)")
     reference: str = opt("", metavar="REF",
                          help="expected values per class of links (CSV link,metric,expected,warn_pct,fail_pct): each "
                               "class's median pair is checked against them")
@@ -284,6 +325,8 @@ class Cluster(Benchmark):
                 "A - B", optional=True),
             key("role", doc="a recheck's pair: probe (through the suspect) or control (hosts no suspect concerns)",
                 optional=True),
+            key("resumed", doc="true: a row of the run --resume continued, kept as it was measured there",
+                optional=True),
             key("ratio", "ratio", "a finding's effect: its pairs' median as a share of the reference (bandwidth; "
                 "latency: reference over it)", optional=True),
             key("ratio_lo", "ratio", "the effect's 95 % interval, low end (bootstrap)", optional=True),
@@ -318,6 +361,8 @@ class Cluster(Benchmark):
             load_reference(opts.reference)
         if opts.baseline:
             read_evidence(opts.baseline)
+        if opts.resume:
+            read_evidence(opts.resume)
         return n
 
     @classmethod
@@ -349,7 +394,15 @@ class Cluster(Benchmark):
         self.plan: dict | None = None  # rank 0: the endpoints and the topology, decided once (metadata, measure)
         self.baseline = None  # rank 0: (--baseline's file, its run, its evidence), read once by decide
         self.expected = None  # rank 0: --reference's values, read once by decide
-        self.start = (0.0, 0)  # when the tests began, and rank 0's rendezvous requests by then
+        self.start = self.stop = (0.0, 0, 0)  # rank 0: when the tests began and ended, and its rendezvous's
+        self.steps = 0  # requests and heartbeats by then; the pairs and links measured (tasks handed out)
+        self.slowest = 0.0  # rank 0: the longest step so far (s), for the limit after which a rank is hung
+        self.ends: float | None = None  # rank 0, --budget: when the run must be done (time.monotonic())
+        self.left_out: dict[str, int] = {}  # rank 0, --budget: what was not measured for want of time, by test
+        self.events: list[str] = []  # rank 0: what happened to the run itself (an endpoint lost, the plan redone)
+        self.ctl: dict[int, list] = {}  # rank 0: each rank's control listener, where its pairs are dialed
+        self.replay: dict[tuple, list[dict]] = {}  # rank 0, --resume: the earlier run's rows by step (_step_key)
+        self.resumed: dict | None = None  # rank 0, --resume: which run, and how many of its rows are kept
 
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own
@@ -397,6 +450,8 @@ class Cluster(Benchmark):
                     same_cluster(self.baseline[2].names, names, f"--baseline {self.opts.baseline}")
                 if self.opts.reference:
                     self.expected = load_reference(self.opts.reference)
+                if self.opts.resume:
+                    self._load_resume(names)
             except UsageError as exc:
                 plan = {"error": str(exc)}
             self.plan = plan
@@ -406,31 +461,79 @@ class Cluster(Benchmark):
         """The endpoints, their topology and the expected values (--reference), kept with the results
         so that the verdict and the report's colours are made again from the file alone."""
         plan = self.decide(world)
+        if "error" in plan:  # before the results file is opened: bad input leaves no run in it
+            raise UsageError(plan["error"])
         meta = {k: plan[k] for k in ("topology",) if k in plan}
         if "names" in plan:
             meta["endpoints"] = plan["names"]
         if self.expected:
             meta["expected"] = [dataclasses.asdict(x) for x in self.expected]
+        if self.resumed:
+            meta["resumed"] = self.resumed
         return meta
 
+    SAME = ("transport", "tests", "per_host", "serial", "lat_size", "bw_size", "window", "bw_time", "iterations",
+            "warmup", "transports", "seed")  # what a resumed run must share with the run it continues
+
+    def _load_resume(self, names: list[str]) -> None:
+        """--resume: the earlier run's measured rows, by the step that measured them (UsageError where that
+        run measured other hosts or otherwise)."""
+        path = self.opts.resume
+        run, _ = read_evidence(path)
+        old, new = run.meta.get("options") or {}, self.config.options()
+        differ = [k for k in self.SAME if old.get(k) != new.get(k)]
+        if differ:
+            k = differ[0]
+            raise UsageError(f"--resume {path}: that run measured with --{k.replace('_', '-')} {old.get(k)}, this one "
+                             f"{new.get(k)}: resume with the options it was started with")
+        if run.meta.get("endpoints") != names:
+            were = ", ".join((run.meta.get("endpoints") or [])[:3])
+            raise UsageError(f"--resume {path}: that run's endpoints ({were}...) are not this run's "
+                             f"({', '.join(names[:3])}...): resume on the same hosts")
+        mine, steps = set(self.row_keys()), {}
+        for row in run.rows:
+            if row.get("test") not in ("finding", "summary"):
+                steps.setdefault(_step_key(row), []).append({k: v for k, v in row.items() if k in mine} |
+                                                            {"resumed": True})
+        # a step whose own rows failed is measured again (a via row's failure is that transport's finding)
+        self.replay = {k: rows for k, rows in steps.items()
+                       if any(not r.get("via") for r in rows) and not any(r.get("error") and not r.get("via")
+                                                                          for r in rows)}
+        kept = sum(map(len, self.replay.values()))
+        self.resumed = {"file": path, "run_id": run.meta.get("run_id"), "rows": kept}
+
     def measure(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
+        """Rank 0 conducts: it decides every step from what it has measured and hands each endpoint
+        its task (core/run/tasks.py); the other ranks do their tasks until told to end."""
         world = ctx.world
-        plan = world.bcast_json("cluster-plan", self.decide(world) if world.rank == 0 else None)
+        if world.rank != 0:
+            self._serve(ctx)
+            return
+        plan = self.decide(world)
         if "error" in plan:
-            if world.rank == 0:
-                raise UsageError(plan["error"])
-            raise RunAborted(plan["error"], 2)
-        self.start = (time.monotonic(), world.store_requests or 0)
+            raise UsageError(plan["error"])
         self.chosen, self.names = plan["chosen"], plan["names"]
         topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
         self.evidence = Evidence(self.names, topo, ctx.transport.name)
+        self.tasks, self.control = Dispatcher(world), Control(world)
+        try:
+            first = self.tasks.collect(range(1, world.size))  # each rank's control address
+            self.ctl = {0: self.control.address, **{r: got.get("ctl") for r, got in first.items()}}
+            self.tasks.end(r for r in range(1, world.size) if r not in self.chosen)
+            self.start = (time.monotonic(), *world.store_requests)
+            self.ends = self.start[0] + self.opts.budget if self.opts.budget else None
+            yield from self._tests(ctx, topo)
+            self.stop = (time.monotonic(), *world.store_requests)  # the ranks' goodbyes are not the tests'
+            self.tasks.end(r for r in self.chosen if r != 0)
+        finally:
+            self.control.close()
+
+    def _tests(self, ctx: Context, topo) -> Iterator[tuple[Payload, dict | None]]:
         k = len(self.chosen)
         rng = np.random.default_rng(self.common.seed)
         for test in self.tests:
             if test == "pairwise":
-                rounds = serial(k) if self.opts.serial else tournament(k)
-                for r, pairs in enumerate(rounds, 1):
-                    yield from self._pairs(ctx, "pairwise", r, pairs, latency=True)
+                yield from self._pairwise(ctx)
                 if not self.opts.serial and k >= 4:
                     yield from self._load_check(ctx)
                 for via in (None, *(name for name, _, _ in self.extra)):
@@ -441,7 +544,7 @@ class Cluster(Benchmark):
                 yield from self._ring(ctx, "ring-random", random_ring(rng, k))
             else:
                 for c in range(1, self.opts.cuts + 1):
-                    live = self._live(ctx)
+                    live = self._live()
                     left, right = tree_cut(self.names, live, topo, c - 1) if topo else (None, None)
                     if left is None:  # random halves (and the rest of the cuts beside the tree's)
                         order = [live[int(i)] for i in rng.permutation(len(live))]
@@ -449,26 +552,97 @@ class Cluster(Benchmark):
                         left, right = order[:half], order[half:2 * half]
                     yield from self._cut(ctx, c, left, right)
 
+    def _pairwise(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
+        """The tournament's rounds (or --serial's turns). An endpoint lost (died, or silent past its
+        timeout) is dropped and the rounds left are planned again over the endpoints left, its pairs
+        written as not measured rather than each waiting for it."""
+        k = len(self.chosen)
+        rounds = serial(k) if self.opts.serial else tournament(k)
+        done = [(a, b) for rnd in rounds for a, b in rnd if _pair_key(self.names[a], self.names[b]) in self.replay]
+        if done:  # --resume: the pairs measured before are kept, the others planned into as few rounds as fit
+            for a, b in done:
+                yield from self._replayed(self.replay.pop(_pair_key(self.names[a], self.names[b])))
+            left = set(done)
+            rounds, _ = replan([[p for p in rnd if p not in left] for rnd in rounds], set(range(k)), self.opts.serial)
+            self.events.append(f"resumed {self.opts.resume} (run {self.resumed['run_id']}): {len(done)} of "
+                               f"{len(done) + sum(map(len, rounds))} pairs kept as measured there, the rest in "
+                               f"{len(rounds)} round(s)")
+        planned, rnd, began = len(rounds), 0, time.monotonic()
+        while rounds:
+            rnd += 1
+            lost = set(self.tasks.lost)
+            yield from self._pairs(ctx, "pairwise", rnd, rounds.pop(0), latency=True)
+            if rnd == 1 and rounds:
+                took = time.monotonic() - began
+                say(f"cluster: pairwise round 1 of {planned} took {took:.1f} s: about {took * planned:.0f} s for "
+                    f"the {'turns' if self.opts.serial else 'tournament'}")
+                if self.ends is not None:
+                    rounds = self._fit(rounds, took, planned)
+            gone = [i for i, r in enumerate(self.chosen) if r in self.tasks.lost and r not in lost]
+            if gone and rounds:
+                live = set(self._live())
+                old = len(rounds)
+                rounds, skipped = replan(rounds, live, self.opts.serial)
+                names, why = ", ".join(self.names[i] for i in gone), self.tasks.lost[self.chosen[gone[0]]]
+                self.events.append(f"lost {names} in pairwise round {rnd} of {planned} ({why}); "
+                                   f"its {len(skipped)} pair(s) left not measured, the {sum(map(len, rounds))} others "
+                                   f"planned again over the {len(live)} endpoints left: {len(rounds)} round(s) "
+                                   f"where {old} were left")
+                for a, b in skipped:
+                    yield from self._rows("pairwise", rnd, [(a, b)], {(a, b): {"error": self._why_not(a, b)}})
+
+    def _replayed(self, rows: list[dict]) -> Iterator[tuple[Payload, dict | None]]:
+        for row in rows:
+            self.evidence.add(row)
+            yield self.bw_payload, row
+
+    def _fit(self, rounds: list[list[tuple[int, int]]], took: float, planned: int) -> list[list[tuple[int, int]]]:
+        """--budget: the rounds left that fit in the pairwise share of the time left (the rechecks, rings
+        and cuts need the rest), at ``took`` s a round; a random sample of whole rounds, so every host
+        meets as many others."""
+        afford = int(PAIRWISE_SHARE * max(0.0, self.ends - time.monotonic()) / max(took, 1e-3))  # type: ignore[operator]
+        if afford >= len(rounds):
+            return rounds
+        rng = np.random.default_rng(self.common.seed)
+        keep = sorted(rng.choice(len(rounds), size=afford, replace=False).tolist()) if afford else []
+        dropped = sum(len(r) for i, r in enumerate(rounds) if i not in set(keep))
+        self.left_out["pairwise"] = dropped
+        k = len(self.chosen)
+        unit = "turns" if self.opts.serial else "rounds"
+        met = "" if self.opts.serial else f"each endpoint met about {1 + afford} of its {k - 1} others, "
+        self.events.append(f"budget {self.opts.budget:g} s: {1 + afford} of {planned} tournament {unit} fit (round 1 "
+                           f"took {took:.1f} s), the others left out at random (--seed {self.common.seed}): {met}"
+                           f"{dropped} of {k * (k - 1) // 2} pairs not measured")
+        say(f"cluster: --budget {self.opts.budget:g} s: {1 + afford} of {planned} {unit} fit")
+        return [rounds[i] for i in keep]
+
+    def _over_budget(self, what: str, count: int = 1) -> bool:
+        """--budget: True (and ``what`` counted as left out) when the next step would not end in time, at
+        the slowest step's pace so far."""
+        if self.ends is None or time.monotonic() + max(self.slowest, 0.1) <= self.ends:
+            return False
+        self.left_out[what] = self.left_out.get(what, 0) + count
+        return True
+
+    def _why_not(self, a: int, b: int) -> str:
+        lost = [self.tasks.lost[r] for r in (self.chosen[a], self.chosen[b]) if r in self.tasks.lost]
+        return f"not measured: {lost[0]}" if lost else "not measured"
+
     def _load_check(self, ctx: Context) -> Iterator[tuple[Payload, dict | None]]:
         """A tournament's rounds share the hosts' CPUs (and, emulated, this machine's): a pair of the
         best hosts measured alone says whether the rounds were held back by their own load; if so,
         every host is measured alone beside the best one (N - 1 pairs, one at a time), so that a slow
         host hidden among pairs as slow as it is still found (LinkTest's serial re-test)."""
-        world = ctx.world
-        best = self.evidence.best_pair() if world.rank == 0 else None
-        best = world.bcast_json("cluster-load-pair", list(best) if best else None)
+        best = self.evidence.best_pair()
         if not best:
             return
-        yield from self._pairs(ctx, RECHECK[BW], 0, [tuple(best)], latency=False,  # type: ignore[list-item]
+        yield from self._pairs(ctx, RECHECK[BW], 0, [best], latency=False,
                                extra={"suspect": "tournament", "role": "control"})
-        live = self._live(ctx)
-        star = None
-        if world.rank == 0 and self.evidence.load_bound(self.opts.slow_pct):
-            b0, b1 = best
-            star = [[b0, i] for i in live if i not in (b0, b1)]
-        star = world.bcast_json("cluster-star", star)
-        for n, (a, b) in enumerate(star or [], 1):
-            yield from self._pairs(ctx, "alone", n, [(a, b)], latency=False)
+        if not self.evidence.load_bound(self.opts.slow_pct):
+            return
+        b0, b1 = best
+        for n, i in enumerate((i for i in self._live() if i not in best), 1):
+            yield from self._pairs(ctx, "alone", n, [(b0, i)], latency=False)
 
     def _recheck(self, ctx: Context, measure: str, via: str | None = None) -> Iterator[tuple[Payload, dict | None]]:
         """Measure each suspect again (cluster_findings.py): a probe pair through it alone, then a
@@ -476,14 +650,12 @@ class Cluster(Benchmark):
         not named: a slow NIC, cable or uplink is slow again."""
         rnd = 0
         for second in (False, True):
-            plan = None
-            if ctx.world.rank == 0:
-                ev = self.evidence if via is None else self.evidence.via.get(via)
-                plan = [[s, list(p), list(c)] for s, p, c in
-                        (ev.recheck_plan(measure, self.opts.slow_pct, second) if ev else [])]
+            ev = self.evidence if via is None else self.evidence.via.get(via)
             n = "-2" if second else ""
-            for suspect, probe, control in ctx.world.bcast_json(f"cluster-{measure}-{via}-suspects{n}",
-                                                                 plan):  # type: ignore[union-attr]
+            live = set(self._live())
+            for suspect, probe, control in (ev.recheck_plan(measure, self.opts.slow_pct, second) if ev else []):
+                if not {*probe, *control} <= live:
+                    continue  # an endpoint lost since: its pairs are the finding already
                 for role, (a, b) in ((("control", control), ("probe", probe)) if second else
                                      (("probe", probe), ("control", control))):
                     rnd += 1
@@ -492,42 +664,113 @@ class Cluster(Benchmark):
                                            extra={"suspect": suspect, "role": role + n,  # the row's test: plain
                                                   **({"via": via, "test": RECHECK[measure]} if via else {})})
 
-    def _live(self, ctx: Context) -> list[int]:
-        """Rank 0's word on which endpoints (indices) are still alive, the same on every rank."""
-        world = ctx.world
-        gone = world.departed() if world.rank == 0 else {}  # one request, not one per endpoint
-        live = [i for i, r in enumerate(self.chosen) if r == 0 or r not in gone] if world.rank == 0 else None
-        return list(world.bcast_json("cluster-live", live))  # type: ignore[arg-type]
+    def _live(self) -> list[int]:
+        """The endpoints (indices) still answering: a rank lost (died, or silent past its timeout) is
+        given no more work."""
+        self.tasks.refresh()
+        return [i for i, r in enumerate(self.chosen) if r not in self.tasks.lost]
+
+    # -- one step: tasks handed out, results collected -----------------------------------------
+    def _step(self, ctx: Context, tasks: dict[int, dict]) -> dict[int, dict]:
+        """Every task at once (rank 0 does its own meanwhile); each rank's result, or why it has none."""
+        own = tasks.pop(0, None)
+        began = time.monotonic()
+        self.tasks.assign(tasks)
+        got = {0: self._do(ctx, own, self.control)} if own is not None else {}
+        # a rank still busy long after every wait of its task would have timed out is hung (an MPI call
+        # to a peer that died does not time out): dropped, so one stuck rank does not hold the run
+        limit = 3 * ctx.world.timeout + 10 * max(self.slowest, self.opts.bw_time + 1)
+        got.update(self.tasks.collect(tasks, max(0.0, limit - (time.monotonic() - began))))
+        self.slowest = max(self.slowest, time.monotonic() - began)
+        return got
+
+    def _serve(self, ctx: Context) -> None:
+        """A rank other than 0: its tasks, one after the other, until rank 0 says the run is over."""
+        control, worker = Control(ctx.world), Worker(ctx.world)
+        try:
+            result: dict = {"ctl": control.address}
+            while (task := worker.next(result))["kind"] != "end":
+                result = self._do(ctx, task, control)
+        finally:
+            control.close()
+
+    def _do(self, ctx: Context, task: dict, control: Control) -> dict:
+        if task["kind"] == "pair":
+            return self._pair_task(ctx, task, control)
+        world, members = ctx.world, task["members"]
+        group, n = Group(world, members, task["tag"]), len(members)
+        if task["kind"] == "ring":
+            peers, step = {(group.rank + 1) % n, (group.rank - 1) % n}, self.ring
+        else:  # a bisection cut: the first half streams to the second
+            k = n // 2
+            peers = {group.rank + k if group.rank < k else group.rank - k}
+            step = Cut(dataclasses.replace(self.config, ranks=2 * k,
+                                           bench=BandwidthOptions(window=self.opts.window, pairs=k)))
+        return self._in_group(ctx, group, peers, lambda transport, links: measure_point(
+            self._context(ctx, group, transport, links, self.bw_loops), step, self.bw_payload) or {})
+
+    def _pair_task(self, ctx: Context, task: dict, control: Control) -> dict:
+        """This rank's part of one pair, synchronised over the pair's own connection (core/run/link.py):
+        the first rank dials the second's control listener."""
+        world, (ra, rb) = ctx.world, task["members"]
+        try:
+            sock = control.dial(task["addr"], rb, task["tag"], world.timeout) if world.rank == ra else \
+                control.accept(ra, task["tag"], world.timeout)
+        except PeerError as exc:
+            return {"error": str(exc)}
+        link = LinkStore(sock, world, rb if world.rank == ra else ra, world.timeout)
+        try:
+            over = next(((cls, config) for name, cls, config in self.extra if name == task["via"]), (None, None))
+            got = self._measure_pair(ctx, Group(world, [ra, rb], task["tag"], link), task["latency"], *over)
+            if task["also"] and self.extra and "error" not in got:
+                got["via"] = {name: self._measure_pair(ctx, Group(world, [ra, rb], f"{task['tag']}.{name}", link),
+                                                       task["latency"], cls, config)
+                              for name, cls, config in self.extra}
+            return got
+        finally:
+            link.close()
 
     def _pairs(self, ctx: Context, test: str, rnd: int, pairs: list[tuple[int, int]],
                latency: bool, extra: dict | None = None) -> Iterator[tuple[Payload, dict | None]]:
-        """One round: every pair at once, after a barrier of the ranks still alive; rank 0 then gathers
-        each pair's result (its first rank's) and yields the rows."""
-        world, chosen = ctx.world, self.chosen
-        world.barrier(f"{test}-{rnd}", patient=True, survivors=True)
-        if world.rank == 0 and rnd > 1:  # every rank is past the last round: its groups' keys can go
-            world.store.forget(f"g{test}.{rnd - 1}.")
-        mine = next(((a, b) for a, b in pairs if world.rank in (chosen[a], chosen[b])), None)
-        if mine is not None:
-            a, b = mine
-            group = Group(world, [chosen[a], chosen[b]], f"{test}.{rnd}.{a}.{b}")
-            over = next(((cls, config) for name, cls, config in self.extra if name == (extra or {}).get("via")),
-                        (None, None))
-            got = self._measure_pair(ctx, group, latency, *over)
-            if test == "pairwise" and self.extra and "error" not in got:
-                got["via"] = {name: self._measure_pair(ctx, Group(world, [chosen[a], chosen[b]],
-                                                                  f"{test}.{rnd}.{a}.{b}.{name}"),
-                                                       latency, cls, config)
-                              for name, cls, config in self.extra}
-            if group.rank == 0:
-                world.store.set(f"cluster/{test}/{rnd}/{a}", json.dumps(got).encode())
-        if world.rank != 0:
+        """One round: every pair at once, each synchronised over its own connection; a pair's result is
+        its first rank's, or why a rank of it was lost (died, or silent past its timeout)."""
+        written = (extra or {}).get("test", test)
+        if written != "pairwise" and self._over_budget(written, len(pairs)):
             return
+        self.tasks.refresh()
+        tasks, results = {}, {}
+        for a, b in pairs:
+            old = self.replay.pop(_step_key({"test": written, "round": rnd, "a": self.names[a],
+                                             "b": self.names[b], **(extra or {})}), None)
+            if old:  # --resume: measured by the run this one continues
+                results[(a, b)] = old
+                continue
+            ra, rb = self.chosen[a], self.chosen[b]
+            if ra in self.tasks.lost or rb in self.tasks.lost:
+                results[(a, b)] = {"error": self._why_not(a, b)}
+                continue
+            task = {"kind": "pair", "tag": f"{test}.{rnd}.{a}.{b}", "members": [ra, rb], "latency": latency,
+                    "via": (extra or {}).get("via"), "also": test == "pairwise"}
+            tasks[ra], tasks[rb] = {**task, "addr": self.ctl[rb]}, task
+            self.steps += 1
+        got = self._step(ctx, tasks)
+        for a, b in pairs:
+            if (a, b) not in results:
+                first, second = got[self.chosen[a]], got[self.chosen[b]]
+                lost = first if first.get("lost") else second if second.get("lost") else None
+                results[(a, b)] = {"error": lost["error"]} if lost else first
+        yield from self._rows(test, rnd, pairs, results, extra)
+
+    def _rows(self, test: str, rnd: int, pairs: list[tuple[int, int]], results: dict,
+              extra: dict | None = None) -> Iterator[tuple[Payload, dict | None]]:
         rows = []
         for a, b in pairs:
-            got = _result(world, f"cluster/{test}/{rnd}/{a}", chosen[a])
-            row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": chosen[a],
-                   "b_rank": chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
+            got = results[(a, b)]
+            if isinstance(got, list):  # rows kept from the run --resume continues
+                rows += got
+                continue
+            row = {"test": test, "round": rnd, "a": self.names[a], "b": self.names[b], "a_rank": self.chosen[a],
+                   "b_rank": self.chosen[b], "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
                    "mb_s": got.get("mb_s"), "wrong": got.get("wrong"),
                    "note": _short(got.get("error")) or (f"via {extra['via']}" if extra and extra.get("via") else None),
                    **(extra or {})}
@@ -539,7 +782,6 @@ class Cluster(Benchmark):
                              "mb_s": other.get("mb_s"), "wrong": other.get("wrong"), "via": name,
                              "note": _short(other.get("error")) or f"via {name}",
                              **({"error": other["error"]} if "error" in other else {})})  # (-t's pair had none)
-        world.store.forget(f"cluster/{test}/{rnd}/")  # the round's results, all read
         for row in rows:
             self.evidence.add(row)
             yield self.bw_payload, row
@@ -584,13 +826,15 @@ class Cluster(Benchmark):
 
     def _ring(self, ctx: Context, test: str, order: list[int]) -> Iterator[tuple[Payload, dict | None]]:
         """Every live endpoint in ``order`` (indices) sends to the next while receiving from the one before."""
-        live = set(self._live(ctx))
+        live = set(self._live())
         order = [i for i in order if i in live]
-        members = [self.chosen[i] for i in order]
-        n = len(members)
-        got = self._one_group(ctx, test, members, lambda r: {(r + 1) % n, (r - 1) % n}, self.ring)
-        if got is None:
+        old = self.replay.pop(_step_key({"test": test, "round": 1}), None)
+        if old and len(old) == len(order):  # --resume: this ring was measured by the run this one continues
+            yield from self._replayed(old)
             return
+        if self._over_budget(test, len(order)):
+            return
+        got = self._one_group(ctx, "ring", test, order)
         rows = []
         for pos, i in enumerate(order):
             prev = order[pos - 1]
@@ -602,31 +846,24 @@ class Cluster(Benchmark):
             self.evidence.add(row)
             yield self.bw_payload, row
 
-    def _one_group(self, ctx: Context, test: str, members: list[int], peers, step) -> dict | None:
-        """Every member in one group (a ring, a cut), ``step`` measured over each one's ``peers(group
-        rank)`` after a barrier of the ranks still alive: rank 0 gets the group's result (its first
-        rank's, or why it failed), the others None."""
-        world = ctx.world
-        world.barrier(test, patient=True, survivors=True)
-        if world.rank in members:
-            group = Group(world, members, test)
-            got = self._in_group(ctx, group, peers(group.rank), lambda transport, links: measure_point(
-                self._context(ctx, group, transport, links, self.bw_loops), step, self.bw_payload) or {})
-            if group.rank == 0:
-                world.store.set(f"cluster/{test}", json.dumps(got).encode())
-        if world.rank != 0:
-            return None
-        return _result(world, f"cluster/{test}", members[0])
+    def _one_group(self, ctx: Context, kind: str, test: str, order: list[int]) -> dict:
+        """Every endpoint in ``order`` (indices) in one group (a ring, a cut) measuring at once; the
+        group's result (its first rank's, or why that rank was lost)."""
+        members = [self.chosen[i] for i in order]
+        task = {"kind": kind, "tag": test, "members": members}
+        self.steps += len(members) // 2 if kind == "cut" else len(members)
+        got = self._step(ctx, {m: task for m in members})[members[0]]
+        return {"error": got["error"]} if got.get("lost") else got
 
     def _cut(self, ctx: Context, c: int, left: list[int], right: list[int]) -> Iterator[tuple[Payload, dict | None]]:
         """One bisection cut: left[i] streams to right[i], all pairs in one group (Cut)."""
-        members = [self.chosen[i] for i in left + right]
-        k = len(left)
-        cut = Cut(dataclasses.replace(self.config, ranks=2 * k, bench=BandwidthOptions(window=self.opts.window,
-                                                                                       pairs=k)))
-        got = self._one_group(ctx, f"bisection.{c}", members, lambda r: {r + k if r < k else r - k}, cut)
-        if got is None:
+        old = self.replay.pop(_step_key({"test": "bisection", "round": c}), None)
+        if old and any(r["test"] == "bisection-cut" for r in old):  # --resume: measured by the run continued
+            yield from self._replayed(old)
             return
+        if self._over_budget("bisection", len(left)):
+            return
+        got = self._one_group(ctx, "cut", f"bisection.{c}", left + right)
         links = got.get("links") or [None] * len(left)
         rows = [{"test": "bisection", "round": c, "a": self.names[a], "b": self.names[b], "a_rank": self.chosen[a],
                  "b_rank": self.chosen[b], "mb_s": rate, "wrong": got.get("wrong"), "note": _short(got.get("error")),
@@ -643,14 +880,17 @@ class Cluster(Benchmark):
 
     # -- findings -------------------------------------------------------------------------
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
-        seconds, requests = time.monotonic() - self.start[0], (ctx.world.store_requests or 0) - self.start[1]
-        ev = self.evidence
-        found, summary = verdict(ev, self.opts.slow_pct, self.baseline, self.expected)
-        measured = int(np.isfinite(ev.bw).sum() // 2) + sum(len(r) for r in ev.rings.values()) + \
-            sum(c.get("pairs") or 0 for c in ev.cuts)
+        seconds = self.stop[0] - self.start[0]
+        requests, beats = self.stop[1] - self.start[1], self.stop[2] - self.start[2]
+        found, summary = verdict(self.evidence, self.opts.slow_pct, self.baseline, self.expected)
+        if self.left_out:
+            self.events.append(f"budget {self.opts.budget:g} s: left out for want of time: " +
+                               ", ".join(f"{n} {t} {'pair or link' if n == 1 else 'pairs or links'}"
+                                         for t, n in self.left_out.items()))
+        summary[:0] = self.events
         summary.insert(0, f"{seconds:.1f} s; the rendezvous answered {requests} requests "
-                          f"({requests / max(seconds, 1e-9):.0f}/s, {requests / max(measured, 1):.0f} per pair or "
-                          "link measured)")
+                          f"({requests / max(seconds, 1e-9):.0f}/s): {(requests - beats) / max(self.steps, 1):.1f} "
+                          f"per pair or link measured ({self.steps}), and {beats} heartbeats")
         return findings_lines(len(self.names), self.opts.slow_pct, summary, found), \
             [{"test": "finding", **f} for f in found] + [{"test": "summary", "note": s} for s in summary]
 
@@ -668,6 +908,24 @@ def _result(world: World, key: str, rank: int) -> dict:
     """Rank 0: the result a group's first rank published at key, or why it never will (it left the run)."""
     blob = world.wait_key(key, rank, patient=True, survivors=True)
     return json.loads(blob) if blob is not None else {"error": world.gone(rank) or "no result"}
+
+
+def _pair_key(a: str, b: str) -> tuple:
+    return ("pairwise", *sorted((a, b)))
+
+
+def _step_key(row: dict) -> tuple:
+    """The step of the run that measures a row, as --resume finds it again: a tournament's pair (in any
+    round: a resumed run plans its rounds anew), a ring, a bisection cut (its pairs and its total), or a
+    recheck's or alone pair by its round, pair, transport and role."""
+    test = row.get("test")
+    if test == "pairwise":
+        return _pair_key(str(row.get("a")), str(row.get("b")))
+    if test in ("ring-ordered", "ring-random"):
+        return (test,)
+    if test in ("bisection", "bisection-cut"):
+        return ("bisection", row.get("round"))
+    return (test, row.get("round"), row.get("a"), row.get("b"), row.get("via"), row.get("role"))
 
 
 def _short(error: str | None) -> str | None:

@@ -188,12 +188,30 @@ class Evidence:
             lines += [line for _, line in mine] if len(mine) <= 3 else [
                 f"{kind}: {len(mine)} suspects cleared when measured alone ({', '.join(n for n, _ in mine[:3])} and "
                 f"{len(mine) - 3} more, in the rows recheck): the tournament's cross-traffic or busy moments"]
-        for row in self.failed:
-            found.append({"kind": "failed", "a": row.get("a"), "b": row.get("b"),
-                          "note": f"{row.get('test')} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
-                                  f"{row.get('error')}"})
+        found += self._failures()
         found += self._ring_findings(slow_pct, found)
         return found, lines
+
+    def _failures(self) -> list[dict]:
+        """A finding per failed pair, but one per endpoint in three failed pairs or more (a host that
+        died or was lost: its pairs failed or were not measured), naming the first failure."""
+        count: dict[str, int] = {}
+        for row in self.failed:
+            for end in {row.get("a"), row.get("b")}:
+                count[str(end)] = count.get(str(end), 0) + 1
+        out, told = [], set()
+        for end in sorted((e for e, n in count.items() if n >= 3), key=lambda e: -count[e]):
+            mine = [r for r in self.failed if end in (r.get("a"), r.get("b")) and id(r) not in told]
+            if len(mine) < 3:
+                continue
+            told |= {id(r) for r in mine}
+            first = mine[0]
+            out.append({"kind": "failed", "a": end, "b": None,
+                        "note": f"{end}: {len(mine)} pairs failed or not measured, first {first.get('test')} round "
+                                f"{first.get('round')} {first.get('a')} - {first.get('b')}: {first.get('error')}"})
+        return out + [{"kind": "failed", "a": row.get("a"), "b": row.get("b"),
+                       "note": f"{row.get('test')} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
+                               f"{row.get('error')}"} for row in self.failed if id(row) not in told]
 
     def _across_transports(self, found: list[dict], slow_pct: float) -> list[dict]:
         """With --transports: each finding says on which transports its pairs are slow too (every one:
@@ -345,8 +363,9 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
 
 
 def read_evidence(path: str, topo_file: str | None = None) -> tuple[Run, Evidence]:
-    """(run, its evidence) for the one cluster run in a file (the last where it holds several)."""
+    """(run, its evidence) for the one cluster run in a file (the last with rows where it holds several)."""
     runs = [r for r in read_runs(path, need_rows=True) if r.meta.get("bench") == "cluster"]
+    runs = [r for r in runs if r.rows] or runs
     if not runs:
         raise UsageError(f"{path}: no commbench cluster run in this file; findings reads what `commbench cluster "
                          "-o FILE` wrote")

@@ -21,9 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from commbench.core.errors import PeerError
 from commbench.core.measure.message import Message
-from commbench.core.run import auth
-from commbench.core.run.framing import FrameError, read_frame, send_frame
-from commbench.core.run.gate import Gate, where
+from commbench.core.run.framing import send_frame
+from commbench.core.run.gate import WELCOME, Gate, dial
 from commbench.core.run.sockets import bind_listener
 from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
 from commbench.transports.base import Link, Transport, queues
@@ -32,7 +31,7 @@ HDR = struct.Struct("<QI")
 IOV_MAX = 1024
 unpack_hdr = HDR.unpack_from
 EAGER = 4096  # messages up to this size travel through one contiguous staging buffer (one syscall, tiny copy)
-OK = 2  # the acceptor's answer to a dialer's hello
+OK = WELCOME  # the acceptor's answer to a dialer's hello
 SPIN_CHECK = 0xFFF  # look at the clock every 4096 empty polls
 
 
@@ -310,32 +309,10 @@ class TcpTransport(Transport):
         return socket.create_connection((addr[0], addr[1]), timeout=timeout)
 
     def _dial(self, addr: list, peer: int, deadline: float) -> socket.socket:
-        """Connect to a peer's data port, each side proving the run token (core/run/auth.py); again while
-        it is busy or not listening yet."""
-        hello = {"rank": self.world.rank}
-        while True:
-            try:
-                sock = self.open(addr, max(0.1, deadline - time.monotonic()))
-                try:
-                    auth.authenticate(sock, self.world.placement.token, hello, deadline)
-                    if read_frame(sock, 4096, 0, deadline)[0] == OK:
-                        return sock
-                    why = "busy with strangers"
-                except auth.Busy:
-                    why = "busy with strangers"
-                except auth.Impostor:
-                    sock.close()
-                    raise PeerError(f"the process listening at {where(addr)}, where {self.world.describe(peer)} "
-                                    "should be, did not prove it knows the run token: another program holds that "
-                                    "port") from None
-                except (OSError, ConnectionError, FrameError) as exc:
-                    why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
-                sock.close()
-            except OSError as exc:
-                why = exc.strerror or str(exc)
-            if time.monotonic() > deadline:
-                raise PeerError(f"cannot connect to {self.world.describe(peer)} at {where(addr)}: {why}") from None
-            time.sleep(0.05)
+        """Connect to a peer's data port, each side proving the run token; again while it is busy or not
+        listening yet (core/run/gate.dial)."""
+        return dial(lambda timeout: self.open(addr, timeout), addr, self.world.placement.token,
+                    {"rank": self.world.rank}, deadline, self.world.describe(peer))
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Sends and receives on several sockets at once, driven by poll() (or spinning when busy)."""

@@ -64,6 +64,21 @@ def _range(lo: float | None, hi: float | None) -> str:
 
 
 SECONDS = number(above=0, hi=7 * 86400, what=" (seconds)")
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def DURATION(text: str) -> float:  # noqa: N802 (an argparse type, named like the others)
+    """A time span in seconds: 90, 90s, 10m, 1.5h (above 0, at most a week)."""
+    t = text.strip().lower()
+    scale = _UNITS.get(t[-1:], 0)
+    try:
+        value = SECONDS(t[:-1] if scale else t) * (scale or 1)
+        if value > 7 * 86400:
+            raise argparse.ArgumentTypeError("too long")
+        return value
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a time above 0 and at most a week: seconds, or a number with s, "
+                                         f"m or h (90, 90s, 10m, 1.5h), not {text!r}") from None
 _port = integer(0, 65535)
 
 

@@ -19,12 +19,12 @@ class Progress:
         self.bar = None
         if enabled and sys.stderr.isatty() and sys.stdout.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as Bar
 
             self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), console=Console(stderr=True, soft_wrap=True), transient=True,
-                           auto_refresh=False)  # no redraw thread in a timing process: drawn in advance()
+                           TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True, soft_wrap=True),
+                           transient=True, auto_refresh=False)  # no redraw thread while timing: drawn in advance()
             self.task = self.bar.add_task(f"{what} ({unit})", total=total)
             self.bar.start()
             self.bar.refresh()
@@ -39,7 +39,10 @@ class Progress:
         now = time.monotonic()
         if self.enabled and now - self.last >= PLAIN_EVERY and self.done < self.total:
             self.last = now
-            say(f"{self.what}: {self.done}/{self.total} {self.unit} after {now - self.start:.0f} s")
+            took = now - self.start
+            left = took / self.done * (self.total - self.done) if self.done else None
+            say(f"{self.what}: {self.done}/{self.total} {self.unit} after {took:.0f} s" +
+                (f", about {left:.0f} s left" if left is not None else ""))
 
     def close(self) -> None:
         if self.bar is not None:

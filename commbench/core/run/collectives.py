@@ -14,6 +14,7 @@ and host (or, for ``survivors`` barriers, goes on without it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import time
@@ -181,7 +182,7 @@ class Group(Collectives):
     """Some of the world's ranks (``members``, world ranks in the group's order), renumbered from 0,
     with collectives of their own: what a transport needs of a world to connect them."""
 
-    def __init__(self, world, members: list[int] | tuple[int, ...], tag: str) -> None:
+    def __init__(self, world, members: list[int] | tuple[int, ...], tag: str, store=None) -> None:
         if world.rank not in members:
             raise ValueError(f"rank {world.rank} is not in group {tag} {members}")
         self.world = world
@@ -190,7 +191,7 @@ class Group(Collectives):
         self.size = len(self.members)
         self._tag = f"g{tag}/"
         self._seq = 0
-        self.store = world.store
+        self.store = store or world.store  # a pair's own connection (core/run/link.py), else the rendezvous
         self.timeout = world.timeout
         self.tolerant = world.tolerant
         self.placement = world.placement
@@ -204,7 +205,8 @@ class Group(Collectives):
 
     def fail(self, why: str) -> None:
         """This member gives up on the group's work (a peer's fault): members waiting for it stop too."""
-        self.store.set(f"{self._tag}failed", f"{self.world.describe(self.world.rank)} gave up: {why}".encode())
+        with contextlib.suppress(PeerError):  # a pair's connection may be what failed
+            self.store.set(f"{self._tag}failed", f"{self.world.describe(self.world.rank)} gave up: {why}".encode())
 
     def failed(self) -> str | None:
         try:

@@ -23,9 +23,9 @@ import selectors
 import socket
 import time
 
-from commbench.core.errors import say
+from commbench.core.errors import PeerError, say
 from commbench.core.run import auth
-from commbench.core.run.framing import HEADER, FrameError, decode_header, encode
+from commbench.core.run.framing import HEADER, FrameError, decode_header, encode, read_frame
 
 HELLO_TIMEOUT = 5.0  # s for a whole hello
 HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown
@@ -168,3 +168,36 @@ class Gate:
         self.selector.close()
         with contextlib.suppress(OSError):
             self.listener.close()
+
+
+WELCOME = 2  # the listener's answer to a hello it expected (after PROVEN): the connection is the peer's
+
+
+def dial(open_, addr: object, token: str, hello: dict, deadline: float, who: str) -> socket.socket:
+    """The dialer's side of a peer's listener (a data port, a pair's control listener): ``open_(timeout)``
+    connects, both sides prove the run token (core/run/auth.py) and the listener welcomes the hello;
+    again while it is busy or not listening yet, until ``deadline``. ``who``: the peer, as messages
+    name it. Raises PeerError."""
+    while True:
+        try:
+            sock = open_(max(0.1, deadline - time.monotonic()))
+            try:
+                auth.authenticate(sock, token, hello, deadline)
+                if read_frame(sock, 4096, 0, deadline)[0] == WELCOME:
+                    return sock
+                why = "busy with strangers"
+            except auth.Busy:
+                why = "busy with strangers"
+            except auth.Impostor:
+                sock.close()
+                raise PeerError(f"the process listening at {where(addr)}, where {who} should be, did not prove it "
+                                "knows the run token: another program holds that port") from None
+            except (OSError, ConnectionError, FrameError) as exc:
+                why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+            sock.close()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        if time.monotonic() > deadline:
+            raise PeerError(f"cannot connect to {who} at {where(addr)}: {why}") from None
+        time.sleep(0.05)
+

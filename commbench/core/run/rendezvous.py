@@ -3,10 +3,13 @@
 Every rank (rank 0 included) connects as a client and proves it belongs to the run with the
 per-run token. Rank 0 serves every connection from one thread (a selector loop), so its cost in
 threads does not grow with the ranks. Collectives (all-gather, broadcast, barrier) are built on blocking ``get``.
-The server notices a rank that disconnects without saying goodbye and fails every pending and
-later ``get`` at once, naming that rank and its host, so no rank waits for a dead peer. A tolerant
-store (a cluster evaluation, where a dead node is a finding) records the rank as dead instead and
-answers ``status`` with it; the ranks that wait on it ask (core/group.py).
+Rank 0 also reads and writes the store in its own process (``put``, ``take``, ``arrived``), and a
+GET may carry a SET (``StoreClient.swap``): a rank reports one task and waits for the next in one
+request (core/run/tasks.py). The server notices a rank that disconnects without saying goodbye and
+fails every pending and later ``get`` at once, naming that rank and its host, so no rank waits for
+a dead peer. A tolerant store (a cluster evaluation, where a dead node is a finding) records the
+rank as dead instead and answers ``status`` with it; the ranks that wait on it ask
+(core/run/collectives.py), and so does rank 0 (``departed``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class _Member:
     def __init__(self, sock: socket.socket, rank: int, host: str, watchdog: bool) -> None:
         self.sock, self.rank, self.host, self.watchdog = sock, rank, host, watchdog
         self.inbuf, self.outbuf = bytearray(), bytearray()
-        self.pending: tuple[str, float, float] | None = None  # (key, deadline, timeout) of a GET waiting
+        self.pending: tuple[str, float, float, bool] | None = None  # (key, deadline, timeout, take) of a GET waiting
         self.clean = False  # said goodbye
         self.held: tuple[float, float] | None = None  # a watchdog's beat held for news: (deadline, stale_after)
 
@@ -68,9 +71,14 @@ class StoreServer:
         self._held: set[_Member] = set()  # watchdogs whose beat waits for news (a long poll)
         self._seq = 0
         self.requests = 0  # answered so far (the loop's load, for the record)
+        self.heartbeats = 0  # of which watchdogs' beats
+        self._local: list[tuple[str, bytes]] = []  # rank 0's own SETs, for the loop to make (put)
+        self._wake_r, self._wake_w = socket.socketpair()  # put wakes the loop
+        self._wake_r.setblocking(False)
         self.gate = Gate(listener, "rank 0", token)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.gate.selector.fileno(), selectors.EVENT_READ, None)  # the gate's own epoll
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         threading.Thread(target=self._loop, name="rdv-loop", daemon=True).start()
 
     @property
@@ -88,6 +96,9 @@ class StoreServer:
                 for key, events in self.selector.select(self._next_timeout()):
                     if key.data is None:
                         continue  # the gate's own selector: read below
+                    if key.data == "wake":
+                        self._put_local()
+                        continue
                     if events & selectors.EVENT_WRITE and not self._flush(key.data):
                         continue
                     if events & selectors.EVENT_READ:
@@ -103,6 +114,8 @@ class StoreServer:
                 self._drop(m)
             self.gate.close()
             self.selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _next_timeout(self) -> float:
         soonest = self._deadlines[0][0] - time.monotonic() if self._deadlines else 0.5
@@ -163,6 +176,7 @@ class StoreServer:
                 self.beats.pop(m.rank, None)
             return self._drop(m)
         if m.watchdog:
+            self.heartbeats += kind == BEAT
             if kind == BEAT:  # answered when there is news (a rank stale, failed, aborted) or after ``wait``
                 self.beats[m.rank] = (time.monotonic(), m.host)
                 stale_after, wait = float(obj.get("stale_after", 60)), min(60.0, float(obj.get("wait", 0)))
@@ -173,13 +187,11 @@ class StoreServer:
                     self._send(m, OK, self._status(stale_after))
             return
         if kind == SET:
-            key = str(obj["key"])
-            self.data[key] = blob
-            for w in self._waiting.pop(key, ()):
-                w.pending = None
-                self._send(w, VALUE, {}, blob)
+            self._set(str(obj["key"]), blob)
         elif kind == GET:
-            self._get(m, str(obj["key"]), float(obj.get("timeout", 60)))
+            if "set" in obj:  # a report and the wait for what follows it, in one request (swap)
+                self._set(str(obj["set"]), blob)
+            self._get(m, str(obj["key"]), float(obj.get("timeout", 60)), bool(obj.get("take")))
         elif kind == ABORT:
             if self.aborted is None:
                 self.aborted = (str(obj.get("message", "aborted")), int(obj.get("code", 1)))
@@ -189,16 +201,59 @@ class StoreServer:
             self._send(m, OK, self._status(float(stale) if isinstance(stale, (int, float)) else None))
         elif kind == FORGET:
             prefix = str(obj["prefix"])
-            for k in [k for k in self.data if k.startswith(prefix)]:
-                del self.data[k]
+            with self.cond:
+                for k in [k for k in self.data if k.startswith(prefix)]:
+                    del self.data[k]
 
-    def _get(self, m: _Member, key: str, timeout: float) -> None:
-        if key in self.data:
-            return self._send(m, VALUE, {}, self.data[key])
+    def _set(self, key: str, blob: bytes) -> None:
+        taken = False
+        for w in self._waiting.pop(key, ()):
+            taken |= bool(w.pending and w.pending[3])
+            w.pending = None
+            self._send(w, VALUE, {}, blob)
+        if not taken:
+            with self.cond:  # rank 0's main thread may be waiting for it (arrived)
+                self.data[key] = blob
+                self.cond.notify_all()
+
+    def _put_local(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self._wake_r.recv(4096):
+                pass
+        with self.cond:
+            local, self._local = self._local, []
+        for key, blob in local:
+            self._set(key, blob)
+
+    def put(self, key: str, value: bytes) -> None:
+        """Rank 0's own SET, made by the loop (which answers the GETs waiting for it): no request."""
+        with self.cond:
+            self._local.append((key, value))
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def take(self, key: str) -> bytes | None:
+        """Rank 0 reads key and the store forgets it; None while it is not there."""
+        with self.cond:
+            return self.data.pop(key, None)
+
+    def arrived(self, keys: list[str], timeout: float) -> None:
+        """Rank 0 waits up to ``timeout`` s for any of ``keys`` to be set, or any member to leave."""
+        with self.cond:
+            if not any(k in self.data for k in keys):
+                self.cond.wait(timeout)
+
+    def _get(self, m: _Member, key: str, timeout: float, take: bool = False) -> None:
+        blob = self.data.get(key)
+        if blob is not None:
+            if take:
+                with self.cond:
+                    self.data.pop(key, None)
+            return self._send(m, VALUE, {}, blob)
         if self.aborted or self.failed or timeout <= 0:
             return self._answer(m, key, timeout)
         deadline = time.monotonic() + timeout
-        m.pending = (key, deadline, timeout)
+        m.pending = (key, deadline, timeout, take)
         self._waiting.setdefault(key, set()).add(m)
         self._seq += 1
         heapq.heappush(self._deadlines, (deadline, self._seq, m))
@@ -295,6 +350,21 @@ class StoreServer:
         if self.failed:
             self._answer_all()
 
+    def declare_dead(self, rank: int, why: str) -> None:
+        """Rank 0 gives up on a rank that is alive but hung (tolerant runs): waits on it end as on a death."""
+        with self.cond:
+            self.dead.setdefault(rank, why)
+            self.cond.notify_all()
+
+    def departed(self, stale_after: float) -> dict[int, str]:
+        """Rank 0's own view: every rank that died, or whose heartbeat is older than ``stale_after`` s."""
+        now = time.monotonic()
+        out = {r: f"rank {r} on host {h} stopped responding (no heartbeat for {now - t:.0f} s)"
+               for r, (t, h) in dict(self.beats).items() if now - t > stale_after}
+        with self.cond:
+            out.update(self.dead)
+        return out
+
     def _status(self, stale_after: float | None = None) -> dict:
         now = time.monotonic()
         stale = [[r, h, round(now - t, 1)] for r, (t, h) in sorted(self.beats.items())
@@ -314,6 +384,8 @@ class StoreServer:
         self._closing = True
         with contextlib.suppress(OSError):
             self.listener.shutdown(socket.SHUT_RDWR)  # wakes the gate's selector, and so the loop, at once
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
 
 
 def _connect_any(hosts: list[str], port: int, timeout: float) -> socket.socket:
@@ -383,8 +455,14 @@ class StoreClient:
         with self.lock:
             return self._get(key, self.timeout if timeout is None else timeout)
 
-    def _get(self, key: str, wait: float) -> bytes:
-        self._send(GET, {"key": key, "timeout": wait})
+    def swap(self, put: str, value: bytes, key: str, timeout: float | None = None) -> bytes:
+        """Set ``put`` to value and wait for ``key``, which the store then forgets: one request (a rank's
+        report of one task and its wait for the next)."""
+        with self.lock:
+            return self._get(key, self.timeout if timeout is None else timeout, {"set": put, "take": True}, value)
+
+    def _get(self, key: str, wait: float, extra: dict | None = None, blob: bytes = b"") -> bytes:
+        self._send(GET, {"key": key, "timeout": wait, **(extra or {})}, blob)
         try:
             self.sock.settimeout(wait + 5)
             kind, obj, blob = read_frame(self.sock)

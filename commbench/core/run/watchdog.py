@@ -13,8 +13,10 @@ left GRACE s for the main thread to report itself. In a tolerant run (cluster ev
 stopped peer is left to the waits that need it (core/run/collectives.py); losing rank 0, which
 serves the rendezvous, still ends every rank.
 
-While a point's timed loop runs (``quiet``), a beat waits up to timeout / 2 s instead of INTERVAL:
-the timing rank has no background wake-ups or rendezvous traffic, and still hears news at once.
+While a point's timed loop runs (``quiet``), and always in a tolerant run (whose ranks act on
+nothing but an abort, which comes at once), a beat waits up to timeout / 2 s instead of INTERVAL:
+the timing rank has no background wake-ups or rendezvous traffic, and still hears news at once; at
+10,000 ranks and a 60 s timeout, the heartbeats cost rank 0 about 330 requests a second.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Watchdog:
         me = f"rank {self.world.rank} on host {self.world.host}"
         failed_since = None
         while not self.stopped.is_set():
-            wait = INTERVAL if self.loud.is_set() else self.quiet_interval
+            wait = INTERVAL if self.loud.is_set() and not self.world.tolerant else self.quiet_interval
             try:
                 status = self.client.beat(self.timeout + STALE_GRACE, wait)
             except CommbenchError as exc:

@@ -127,9 +127,15 @@ class World(Collectives):
         return bind_listener(self.bind or _own_address(p.root_host), p.root_port, "rendezvous")
 
     @property
-    def store_requests(self) -> int | None:
-        """Rank 0: the requests its rendezvous has answered so far (None on the other ranks)."""
-        return self._server.requests if self._server else None
+    def server(self) -> StoreServer | None:
+        """Rank 0: the rendezvous it serves, read and written in its own process (None on the others)."""
+        return self._server
+
+    @property
+    def store_requests(self) -> tuple[int, int] | None:
+        """Rank 0: the requests its rendezvous has answered so far, and how many of them were heartbeats
+        (None on the other ranks)."""
+        return (self._server.requests, self._server.heartbeats) if self._server else None
 
     def describe(self, rank: int) -> str:
         """'rank 1 on host node7 (10.0.0.7)': how error messages name a peer."""
