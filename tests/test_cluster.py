@@ -5,6 +5,7 @@ mpi and grpc-cpp, and a rack uplink seen by bisection but not by the pairs insid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,8 +17,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
-from conftest import ENV, commbench, grpc_cpp
+from conftest import BIN, ENV, commbench, grpc_cpp, mpi_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wire import settled
@@ -230,6 +232,37 @@ def test_a_rank_that_dies_mid_run_is_a_finding_and_the_run_goes_on(tmp_path):
     ring = [x for x in rows if x["test"] == "ring-ordered"]
     assert len(ring) == 7 and all(x["mb_s"] > 0 for x in ring), ring  # the ring of the seven left alive
     assert re.search(r"failed: \S+/r4: \d+ pairs failed or not measured", stdout), stdout  # one line for the host
+
+
+@pytest.mark.slow
+def test_an_mpi_rank_killed_mid_run_under_ulfm_is_a_finding_and_the_run_goes_on(tmp_path):
+    """cluster -t mpi under mpiexec with Open MPI's fault tolerance (ULFM) and failure detector: rank 4
+    killed after round 1; its pair fails, MPI's world is shrunk around it, the other pairs and the ring
+    of the seven left are measured over MPI, and the run exits 1 naming it."""
+    out = tmp_path / "ulfm.jsonl"
+    proc = subprocess.Popen([str(BIN / "mpiexec"), "--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+                             "--oversubscribe", "-n", "8", str(BIN / "commbench"), "cluster", "-t", "mpi", "--tests",
+                             "pairwise,ring", *QUICK, "--bw-time", "0.8", "--timeout", "10", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(tmp_path))
+    wait_rows(out, 4, proc)
+    ranks = {}
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            rank = child.environ().get("OMPI_COMM_WORLD_RANK")
+            if rank is not None:
+                ranks[int(rank)] = child
+    ranks[4].kill()
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode != 0 and "Traceback" not in stderr, stderr
+    _, rows = cluster_rows(out)
+    pairs = [x for x in rows if x["test"] == "pairwise"]
+    assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(8) for b in range(a + 1, 8)]
+    failed = [x for x in pairs if x.get("error")]
+    assert failed and all(4 in (x["a_rank"], x["b_rank"]) for x in failed), failed
+    assert all(x["mb_s"] > 0 for x in pairs if 4 not in (x["a_rank"], x["b_rank"]))
+    ring = [x for x in rows if x["test"] == "ring-ordered"]
+    assert len(ring) == 7 and all(x["mb_s"] > 0 for x in ring), ring  # over the shrunk world
+    assert "MPI's world shrunk around it (ULFM)" in stdout, stdout
 
 
 @pytest.mark.slow

@@ -152,6 +152,11 @@ class Benchmark(ABC):
         """Rank 0, after the last row: lines to print below the table and rows to add to the results."""
         return [], []
 
+    def failed(self) -> bool:
+        """Rank 0, at the end: whether the run lost a rank it went on without (a tolerant run's exit
+        status is then 1, whatever the launcher makes of the death)."""
+        return False
+
     def roles(self, world: World) -> list[str]:
         """Each rank's role, as --traffic names the ends of a connection (default: rank0, rank1, ...)."""
         return [f"rank{r}" for r in range(world.size)]

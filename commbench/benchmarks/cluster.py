@@ -21,6 +21,7 @@ is measured, so a run killed at round 400 keeps rounds 1-399.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -399,8 +400,11 @@ class Cluster(Benchmark):
         self.slowest = 0.0  # rank 0: the longest step so far (s), for the limit after which a rank is hung
         self.ends: float | None = None  # rank 0, --budget: when the run must be done (time.monotonic())
         self.left_out: dict[str, int] = {}  # rank 0, --budget: what was not measured for want of time, by test
+        self.mpi = False  # rank 0: some pair is measured over MPI
+        self.shrunk: set[int] = set()  # rank 0: the dead ranks MPI's world was shrunk around (or told it could not)
         self.events: list[str] = []  # rank 0: what happened to the run itself (an endpoint lost, the plan redone)
         self.ctl: dict[int, list] = {}  # rank 0: each rank's control listener, where its pairs are dialed
+        self.tasks: Dispatcher | None = None  # rank 0: hands out the tasks
         self.replay: dict[tuple, list[dict]] = {}  # rank 0, --resume: the earlier run's rows by step (_step_key)
         self.resumed: dict | None = None  # rank 0, --resume: which run, and how many of its rows are kept
 
@@ -519,12 +523,14 @@ class Cluster(Benchmark):
         try:
             first = self.tasks.collect(range(1, world.size))  # each rank's control address
             self.ctl = {0: self.control.address, **{r: got.get("ctl") for r, got in first.items()}}
-            self.tasks.end(r for r in range(1, world.size) if r not in self.chosen)
+            self.mpi = "mpi" in {ctx.transport.name, *(name for name, _, _ in self.extra)}
+            if not self.mpi:  # under MPI every rank stays to shrink the world should one die (ULFM)
+                self.tasks.end(r for r in range(1, world.size) if r not in self.chosen)
             self.start = (time.monotonic(), *world.store_requests)
             self.ends = self.start[0] + self.opts.budget if self.opts.budget else None
             yield from self._tests(ctx, topo)
             self.stop = (time.monotonic(), *world.store_requests)  # the ranks' goodbyes are not the tests'
-            self.tasks.end(r for r in self.chosen if r != 0)
+            self.tasks.end(r for r in range(1, world.size) if r in self.chosen or self.mpi)
         finally:
             self.control.close()
 
@@ -682,7 +688,33 @@ class Cluster(Benchmark):
         limit = 3 * ctx.world.timeout + 10 * max(self.slowest, self.opts.bw_time + 1)
         got.update(self.tasks.collect(tasks, max(0.0, limit - (time.monotonic() - began))))
         self.slowest = max(self.slowest, time.monotonic() - began)
+        if self.mpi and self.tasks.died() - self.shrunk:
+            self._shrink(ctx)
         return got
+
+    def _shrink(self, ctx: Context) -> None:
+        """A rank died under MPI: every rank left makes MPI's world anew without it (ULFM's shrink), so
+        the communicators of later pairs can be made; without ULFM (mpiexec --with-ft ulfm --mca
+        mpi_ft_detector true) the launcher has ended the job or MPI calls to the dead rank would hang."""
+        from commbench.core.run import mpi_env
+
+        dead = self.tasks.died() - self.shrunk
+        self.shrunk |= dead
+        names = ", ".join(ctx.world.describe(r) for r in sorted(dead))
+        if not mpi_env.ulfm():
+            self.events.append(f"{names} died: MPI has no fault tolerance in this run (start it with mpiexec "
+                               "--with-ft ulfm --mca mpi_ft_detector true), so its later pairs over MPI may fail")
+            return
+        began = time.monotonic()
+        alive = [r for r in range(ctx.world.size) if r not in self.tasks.lost]
+        own = {0: {"kind": "shrink"}} if 0 in alive else {}
+        self.tasks.assign({r: {"kind": "shrink"} for r in alive if r != 0})
+        if own:
+            self._do(ctx, own[0], self.control)
+        others = self.tasks.collect([r for r in alive if r != 0], 3 * ctx.world.timeout + 30)
+        failed = {r: g["error"] for r, g in others.items() if "error" in g}
+        self.events.append(f"{names} died: MPI's world shrunk around it (ULFM) in {time.monotonic() - began:.1f} s"
+                           + (f"; {len(failed)} rank(s) failed to: {next(iter(failed.values()))}" if failed else ""))
 
     def _serve(self, ctx: Context) -> None:
         """A rank other than 0: its tasks, one after the other, until rank 0 says the run is over."""
@@ -697,6 +729,14 @@ class Cluster(Benchmark):
     def _do(self, ctx: Context, task: dict, control: Control) -> dict:
         if task["kind"] == "pair":
             return self._pair_task(ctx, task, control)
+        if task["kind"] == "shrink":
+            from commbench.core.run import mpi_env
+
+            try:
+                mpi_env.shrink(mpi_env.mpi())
+            except Exception as exc:  # noqa: BLE001 (MPI's own error: reported, the run goes on)
+                return {"error": f"MPI_Comm_shrink: {exc}"}
+            return {}
         world, members = ctx.world, task["members"]
         group, n = Group(world, members, task["tag"]), len(members)
         if task["kind"] == "ring":
@@ -792,16 +832,25 @@ class Cluster(Benchmark):
         ``work(transport, links)`` done over it, and closed once every member is done (a send may be
         written but not yet delivered). A peer's fault is the result, and the group hears of it, so no
         member waits on this one."""
-        transport = (cls or type(ctx.transport))(group, dataclasses.replace(config or self.config, ranks=group.size))
+        kind = cls or type(ctx.transport)
+        faults = tuple(getattr(ctx.transport, "peer_faults", ())) if kind is type(ctx.transport) else ()
+        try:  # an MPI communicator of the pair is made here: after a peer's death under ULFM that can fail
+            transport = kind(group, dataclasses.replace(config or self.config, ranks=group.size))
+        except (PeerError, *faults) as exc:
+            group.fail(str(exc))
+            return {"error": f"{type(exc).__name__}: {exc}" if not isinstance(exc, PeerError) else str(exc)}
         try:
             got = work(transport, transport.connect(peers))
             group.barrier("done", patient=True)
             return got
-        except PeerError as exc:
-            group.fail(str(exc))
-            return {"error": str(exc)}
+        except (PeerError, *transport.peer_faults) as exc:
+            why = str(exc) if isinstance(exc, PeerError) else \
+                f"{type(exc).__name__} with {', '.join(group.describe(p) for p in sorted(peers))}: {exc}"
+            group.fail(why)
+            return {"error": why}
         finally:
-            transport.close()
+            with contextlib.suppress(*transport.peer_faults):  # freeing what a dead peer shared
+                transport.close()
 
     def _measure_pair(self, ctx: Context, group: Group, latency: bool, cls=None,
                       config: RunConfig | None = None) -> dict:
@@ -877,6 +926,9 @@ class Cluster(Benchmark):
         for row in rows:
             self.evidence.add(row)
             yield self.bw_payload, row
+
+    def failed(self) -> bool:
+        return bool(self.tasks and self.tasks.lost)
 
     # -- findings -------------------------------------------------------------------------
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:

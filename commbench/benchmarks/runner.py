@@ -107,7 +107,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
     if wrong:
         say(f"#wrong {wrong}: data arrived that differs from what was sent (see the #wrong column)")
         return 1
-    return 0
+    return 1 if world.rank == 0 and bench.failed() else 0
 
 
 def show_traffic(captured, owned: list, roles: list[str], points: list, writer, keys: dict) -> None:

@@ -162,6 +162,9 @@ class Transport(ABC):
         self.opts = config.net  # this transport's own options (an instance of its Options)
         self.timeout: float = config.common.timeout
         self.busy: bool = config.poll == "busy"
+        # what the transport's own library raises for a peer's fault on a path that is not wrapped (a timed
+        # loop calls it bare): a cluster evaluation records it as that pair's failure (MPI: a peer that died)
+        self.peer_faults: tuple[type[BaseException], ...] = ()
 
     @classmethod
     def able(cls, opts: Options) -> frozenset[str]:

@@ -20,7 +20,7 @@ from commbench.core.config.options import Options, opt
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError
 from commbench.core.measure.message import Message
-from commbench.core.run.mpi_env import check_world_size, mpi
+from commbench.core.run.mpi_env import base_comm, check_world_size, mpi
 from commbench.transports.base import BASIC, Link, Transport
 
 TAG = 77
@@ -179,16 +179,21 @@ class MpiTransport(Transport):
     def __init__(self, world, config: RunConfig) -> None:
         super().__init__(world, config)
         self.MPI = check_world_size(world.placement.size, world.placement.launcher)
-        comm = self.MPI.COMM_WORLD
-        if comm.Get_rank() != world.members[world.rank]:
-            raise PeerError(f"MPI rank {comm.Get_rank()} differs from the launcher's rank {world.members[world.rank]}")
+        MPI = self.MPI
+        comm = base_comm(MPI)  # COMM_WORLD, or what a rank's death left of it (ULFM)
+        if MPI.COMM_WORLD.Get_rank() != world.members[world.rank]:
+            raise PeerError(f"MPI rank {MPI.COMM_WORLD.Get_rank()} differs from the launcher's rank "
+                            f"{world.members[world.rank]}")
         self.own_comm = None
-        if tuple(world.members) != tuple(range(comm.Get_size())):  # a group of the run's ranks (a pair, a ring in
-            group = comm.Get_group().Incl(list(world.members))  # some order): its own communicator, by its members
+        if comm is not MPI.COMM_WORLD or tuple(world.members) != tuple(range(comm.Get_size())):
+            # a group of the run's ranks (a pair, a ring in some order): its own communicator, by its members
+            ranks = MPI.Group.Translate_ranks(MPI.COMM_WORLD.Get_group(), list(world.members), comm.Get_group())
+            group = comm.Get_group().Incl(ranks)
             self.own_comm = comm = comm.Create_group(group)
             group.Free()
         self.comm = comm
         self.objects = self.opts.mpi_mode == "pickle"
+        self.peer_faults = (self.MPI.Exception,)  # Waitall in a timed loop; ULFM (mpiexec --with-ft ulfm)
 
     def mode(self) -> str:
         return f"{'pickle' if self.objects else 'buffer'}, MPI progress (busy-poll)"

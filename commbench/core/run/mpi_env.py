@@ -156,3 +156,28 @@ def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) 
     comm.Bcast([buf, MPI.BYTE], root=0)
     info = json.loads(bytes(buf))
     return ",".join(info["hosts"]), int(info["port"]), str(info["token"]), fd
+
+
+def ulfm() -> bool:
+    """Whether this run's MPI survives a rank's death and detects it (Open MPI 5's ULFM, as
+    ``mpiexec --with-ft ulfm --mca mpi_ft_detector true``): then a cluster evaluation shrinks the
+    world around a dead rank (``shrink``) and goes on; without the detector a call to a dead peer
+    waits forever, and without ULFM the launcher ends the job."""
+    on = ("1", "true", "yes", "on")
+    mca = {k[len("OMPI_MCA_"):]: v.lower() for k, v in os.environ.items() if k.startswith("OMPI_MCA_")}
+    return mca.get("mpi_ft_enable") in on and mca.get("mpi_ft_detector") in on
+
+
+_base: list = []  # the communicator groups are made from, once a death has shrunk COMM_WORLD
+
+
+def base_comm(MPI) -> Any:  # noqa: N803 (the mpi4py module)
+    """COMM_WORLD, or what ``shrink`` left of it."""
+    return _base[-1] if _base else MPI.COMM_WORLD
+
+
+def shrink(MPI) -> None:  # noqa: N803
+    """Every rank still alive, at once: the world without its dead ranks (MPI_Comm_shrink), which
+    the communicators of later groups are made from."""
+    _base.append(base_comm(MPI).Shrink())
+

@@ -64,6 +64,7 @@ class Dispatcher:
         self.server = world.server
         self.seq: dict[int, int] = {}  # rank -> its last task's number (0: its first report)
         self.lost: dict[int, str] = {}  # rank -> why it no longer answers (died, or stopped: dropped for good)
+        self.dropped: set[int] = set()  # of which: alive but hung, given up on (drop)
 
     def assign(self, tasks: dict[int, dict]) -> None:
         for rank, task in tasks.items():
@@ -106,12 +107,19 @@ class Dispatcher:
         """A rank that is alive but hung is lost like a dead one: no more work, and the run's last barrier
         does not wait for it (the rendezvous counts it dead)."""
         self.lost[rank] = why
+        self.dropped.add(rank)
         self.server.declare_dead(rank, why)
 
     def refresh(self) -> None:
         """Note the ranks that died or stopped since the last look: they are given no more work."""
         for r, why in self.server.departed(self.world.timeout + STALE_GRACE).items():
             self.lost.setdefault(r, why)
+
+    def died(self) -> set[int]:
+        """The ranks lost whose process ended (their rendezvous connection closed): not hung, not silent."""
+        with self.server.cond:
+            dead = set(self.server.dead)
+        return {r for r in self.lost if r in dead and r not in self.dropped}
 
     def end(self, ranks) -> None:
         """Every rank's last task: the loop ends (ranks lost get it too, should they come back)."""
