@@ -238,9 +238,11 @@ def test_a_rank_that_dies_mid_run_is_a_finding_and_the_run_goes_on(tmp_path):
 def test_an_mpi_rank_killed_mid_run_under_ulfm_is_a_finding_and_the_run_goes_on(tmp_path):
     """cluster -t mpi under mpiexec with Open MPI's fault tolerance (ULFM) and failure detector: rank 4
     killed after round 1; its pair fails, MPI's world is shrunk around it, the other pairs and the ring
-    of the seven left are measured over MPI, and the run exits 1 naming it."""
+    of the seven left are measured over MPI, and the run exits 1 naming it. The detector's timeout is
+    60 s: with its default 10 s it took ranks left idle by the serial rechecks for dead, and the run hung."""
     out = tmp_path / "ulfm.jsonl"
-    proc = subprocess.Popen([str(BIN / "mpiexec"), "--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+    proc = subprocess.Popen([str(BIN / "mpiexec"), "--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true", "--mca",
+                             "mpi_ft_detector_timeout", "60",
                              "--oversubscribe", "-n", "8", str(BIN / "commbench"), "cluster", "-t", "mpi", "--tests",
                              "pairwise,ring", *QUICK, "--bw-time", "0.8", "--timeout", "10", "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(tmp_path))

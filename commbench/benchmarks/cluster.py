@@ -703,7 +703,8 @@ class Cluster(Benchmark):
         names = ", ".join(ctx.world.describe(r) for r in sorted(dead))
         if not mpi_env.ulfm():
             self.events.append(f"{names} died: MPI has no fault tolerance in this run (start it with mpiexec "
-                               "--with-ft ulfm --mca mpi_ft_detector true), so its later pairs over MPI may fail")
+                               "--with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_timeout 60), so its "
+                               "later pairs over MPI may fail")
             return
         began = time.monotonic()
         alive = [r for r in range(ctx.world.size) if r not in self.tasks.lost]
@@ -711,7 +712,8 @@ class Cluster(Benchmark):
         self.tasks.assign({r: {"kind": "shrink"} for r in alive if r != 0})
         if own:
             self._do(ctx, own[0], self.control)
-        others = self.tasks.collect([r for r in alive if r != 0], 3 * ctx.world.timeout + 30)
+        # MPI learns of the death within its detector's timeout (mpi_ft_detector_timeout, 60 s advised)
+        others = self.tasks.collect([r for r in alive if r != 0], 3 * ctx.world.timeout + 120)
         failed = {r: g["error"] for r, g in others.items() if "error" in g}
         self.events.append(f"{names} died: MPI's world shrunk around it (ULFM) in {time.monotonic() - began:.1f} s"
                            + (f"; {len(failed)} rank(s) failed to: {next(iter(failed.values()))}" if failed else ""))
