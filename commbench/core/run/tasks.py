@@ -19,8 +19,8 @@ import json
 import time
 
 from commbench.core.errors import PeerTimeout
+from commbench.core.run.collectives import STALE_GRACE
 
-STALE_GRACE = 2.0  # as collectives': a heartbeat older than timeout + this is a stopped rank
 END = {"kind": "end"}
 
 
