@@ -8,6 +8,7 @@ import pytest
 from conftest import BIN, mpi_env, mpiexec, table_rows
 
 from commbench import cli
+from commbench.core.output.results import read_runs
 from commbench.core.run.mpi_env import decode_buffers, encode_buffers
 
 pytest.importorskip("mpi4py")
@@ -144,8 +145,9 @@ def test_ps_over_mpi_threads(args):
     assert table_rows(r.out)[0][-1] == "0"
 
 
-def test_bootstrap_gives_up_on_a_late_rank(tmp_path):
-    """Rank 1 starts 30 s late: rank 0, inside MPI_Init/MPI_Bcast, gives up after --timeout."""
+@pytest.mark.parametrize("wireup", ["pmix", "mpi"])
+def test_bootstrap_gives_up_on_a_late_rank(tmp_path, wireup):
+    """Rank 1 starts 30 s late: rank 0, inside PMIx's fence or MPI_Init/MPI_Bcast, gives up after --timeout."""
     import subprocess
     import time
 
@@ -153,10 +155,10 @@ def test_bootstrap_gives_up_on_a_late_rank(tmp_path):
               f'exec {BIN / "commbench"} p2p-latency -t tcp -m 8:8 --timeout 3')
     t0 = time.monotonic()
     p = subprocess.Popen([str(BIN / "mpiexec"), "-n", "2", "sh", "-c", script], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, env=mpi_env(tmp_path))
+                         stderr=subprocess.PIPE, text=True, env={**mpi_env(tmp_path), "COMMBENCH_WIREUP": wireup})
     try:
         line = ""
-        while "MPI bootstrap" not in line:  # rank 0's line, timed as it arrives (mpiexec outlives it)
+        while "wire-up did not finish" not in line:  # rank 0's line, timed as it arrives (mpiexec outlives it)
             line = p.stderr.readline()
             assert line, "stderr closed without rank 0's message"
         elapsed = time.monotonic() - t0
@@ -170,6 +172,27 @@ def test_bootstrap_gives_up_on_a_late_rank(tmp_path):
     assert not list(tmp_path.glob("ompi.*")), "mpiexec left its session directory behind"
     assert "rank 0 on host" in line and "did not finish within 3 s" in line, line
     assert elapsed < 20, elapsed
+
+
+@pytest.mark.parametrize("wireup, via", [(None, "pmix"), ("mpi", "mpi"), ("store", "store")])
+@pytest.mark.parametrize("transport", ["tcp", "mpi"])
+def test_wireup_under_mpiexec(tmp_path, transport, wireup, via):
+    """mpirun's PMIx server carries the ranks' wire-up, so rank 0's store answers no request before
+    the run starts; MPI does where asked (as under an mpirun without PMIx); the store's own all-gather
+    is the comparison."""
+    import subprocess
+
+    out = tmp_path / "r.jsonl"
+    env = {**mpi_env(tmp_path), **({"COMMBENCH_WIREUP": wireup} if wireup else {})}
+    p = subprocess.run([str(BIN / "mpiexec"), "--oversubscribe", "-n", "3", str(BIN / "commbench"), "cluster",
+                        "-t", transport, "--tests", "pairwise", "--bw-time", "0.05", "-i", "20", "-o", str(out)],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert p.returncode == 0, p.stderr
+    (run,) = read_runs(out)
+    w = run.meta["wireup"]
+    assert w["via"] == via and w["seconds"] > 0, w
+    assert (w["store_requests"] == 0) == (via != "store"), w  # the store's all-gather: a SET and a GET per rank
+    assert len([x for x in run.rows if x["test"] == "pairwise"]) == 3
 
 
 def test_local_mpi_launch_ignores_stale_session_directories(tmp_path):

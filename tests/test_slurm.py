@@ -201,16 +201,22 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
     d = cluster(tmp_path_factory, 2)
     try:
         env = {**slurm, "SLURM_CONF": str(d / "slurm.conf")}
+        work = tmp_path_factory.mktemp("srun")
         r = srun(env, "-N", "2", "-n", "2", str(BIN / "commbench"), "p2p-latency", "-m", "8,64K", "-i", "200",
-                 "--validate")
+                 "--validate", "-o", str(work / "store.jsonl"))
         assert r.returncode == 0, r.stderr
         assert "hosts: n1, n2" in r.stdout  # one rank on each node
         assert [row[-1] for row in table_rows(r.stdout)] == ["0", "0"]
+        (run,) = read_runs(work / "store.jsonl")  # no PMIx: the ranks met through rank 0's store
+        assert run.meta["wireup"]["via"] == "store" and run.meta["wireup"]["store_requests"] > 0, run.meta
         # pmix on fake nodes: each node's slurmd makes its step directory under its own TmpFS
-        r = srun(env, "-N", "2", "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", "mpi",
-                 "-m", "8:8", "-i", "200")
-        assert r.returncode == 0, r.stderr
-        assert "hosts: n1, n2" in r.stdout and len(table_rows(r.stdout)) == 1
+        for transport in ("tcp", "mpi"):  # the launcher's exchange carried the wire-up: rank 0's store answered none
+            r = srun(env, "-N", "2", "-n", "2", "--mpi=pmix", str(BIN / "commbench"), "p2p-latency", "-t", transport,
+                     "-m", "8:8", "-i", "200", "-o", str(work / f"pmix_{transport}.jsonl"))
+            assert r.returncode == 0, r.stderr
+            assert "hosts: n1, n2" in r.stdout and len(table_rows(r.stdout)) == 1
+            (run,) = read_runs(work / f"pmix_{transport}.jsonl")
+            assert run.meta["wireup"]["via"] == "pmix" and run.meta["wireup"]["store_requests"] == 0, run.meta
         # the recipe in slurm/, submitted for real
         work = tmp_path_factory.mktemp("sbatch")
         job = subprocess.run(["sbatch", "--wait", "-o", str(work / "out.txt"),

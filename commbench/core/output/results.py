@@ -79,7 +79,9 @@ def program_name() -> str:
     return "commbench" if name == "__main__.py" else name
 
 
-def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequence[str]) -> dict:
+def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequence[str],
+                 wireup: dict | None = None) -> dict:
+    """``wireup``: how the ranks met (via pmix, mpi or store; its seconds; rank 0's store requests)."""
     return {
         "type": "meta",
         "bench": bench,
@@ -90,6 +92,7 @@ def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequ
         "platform": platform.platform(),
         "versions": versions(*packages),
         "options": options,
+        **({"wireup": wireup} if wireup else {}),
     }
 
 

@@ -12,7 +12,6 @@ import mmap
 import os
 import re
 import secrets
-import socket
 import struct
 import sys
 import zlib
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.core.errors import Unavailable, UsageError
-from commbench.core.run.sockets import bind_listener
+from commbench.core.run.sockets import root_listener
 
 _COUNT = struct.Struct("<I")
 MAX_BUFFERS = 1 << 20
@@ -127,10 +126,9 @@ def check_world_size(expected: int, launcher: str) -> Any:
 
 
 def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) -> tuple[str, int, str, int | None]:
-    """Under mpirun: rank 0 binds the rendezvous and broadcasts (addresses, port, token) with MPI_Bcast
-    of a JSON byte buffer. Returns (hosts, port, token, listening fd on rank 0)."""
+    """Under mpirun without PMIx: rank 0 binds the rendezvous and broadcasts (addresses, port, token)
+    with MPI_Bcast of a JSON byte buffer. Returns (hosts, port, token, listening fd on rank 0)."""
     import numpy as np
-    import psutil
 
     MPI = check_world_size(size, launcher)
     comm = MPI.COMM_WORLD
@@ -139,14 +137,10 @@ def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) 
     h = zlib.crc32(MPI.Get_processor_name().encode())
     lows = np.array([h, -h], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, [lows, MPI.INT64_T], op=MPI.MIN)
-    bind = bind or ("127.0.0.1" if lows[0] == -lows[1] else None)
     fd = None
     blob = b""
     if rank == 0:
-        listener = bind_listener(bind or "0.0.0.0", port, "rendezvous")  # several hosts: any may be the way in
-        addrs = [bind] if bind else sorted(
-            (a.address for alist in psutil.net_if_addrs().values() for a in alist if a.family == socket.AF_INET),
-            key=lambda a: a.startswith("127."))
+        listener, addrs = root_listener(bind or ("127.0.0.1" if lows[0] == -lows[1] else None), port)
         blob = json.dumps({"hosts": addrs, "port": listener.getsockname()[1],
                            "token": secrets.token_hex(16)}).encode()
         fd = listener.detach()
@@ -156,6 +150,20 @@ def bootstrap(rank: int, size: int, launcher: str, port: int, bind: str | None) 
     comm.Bcast([buf, MPI.BYTE], root=0)
     info = json.loads(bytes(buf))
     return ",".join(info["hosts"]), int(info["port"]), str(info["token"]), fd
+
+
+def allgather(blob: bytes) -> list[bytes]:
+    """Every rank's byte string, in rank order (MPI_Allgather of the sizes, MPI_Allgatherv of the bytes)."""
+    import numpy as np
+
+    MPI = mpi()
+    comm = MPI.COMM_WORLD
+    sizes = np.zeros(comm.Get_size(), dtype=np.int64)
+    comm.Allgather([np.array([len(blob)], dtype=np.int64), MPI.INT64_T], [sizes, MPI.INT64_T])
+    out = bytearray(int(sizes.sum()))
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    comm.Allgatherv([bytearray(blob), MPI.BYTE], [out, (sizes.tolist(), offsets.tolist()), MPI.BYTE])
+    return [bytes(out[o:o + n]) for o, n in zip(offsets.tolist(), sizes.tolist(), strict=True)]
 
 
 def ulfm() -> bool:

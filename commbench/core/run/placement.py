@@ -26,6 +26,8 @@ ENV_RANK, ENV_SIZE, ENV_ROOT, ENV_TOKEN, ENV_FD = (
     "COMMBENCH_RANK", "COMMBENCH_SIZE", "COMMBENCH_ROOT", "COMMBENCH_TOKEN", "COMMBENCH_RDV_FD")
 ENV_NODE = "COMMBENCH_NODE"  # the emulated host a local rank runs in (commbench hosts)
 ENV_NETNS = "COMMBENCH_NETNS"  # the network namespace the local launcher made for this run alone
+ENV_WIREUP = "COMMBENCH_WIREUP"  # pmix, mpi or store: a fallback chosen (to compare them); else the best offered
+WIREUPS = ("pmix", "mpi", "store")  # in the order preferred (core/run/world.py's wireup_of)
 PORT_BASE, PORT_SPAN = 20000, 20000
 
 
@@ -52,7 +54,14 @@ def detect(env: Mapping[str, str] | None = None, port: int = 0) -> Placement | N
     """The placement the environment describes, or None when no launcher started us; a malformed
     launcher variable is a UsageError naming it."""
     env = os.environ if env is None else env
+    forced = env.get(ENV_WIREUP, "")
+    if forced and forced not in WIREUPS:
+        raise UsageError(f"{ENV_WIREUP}={forced!r} is not one of {', '.join(WIREUPS)}: unset it to let commbench "
+                         "use the launcher's own wire-up")
     p = _detect(env, port)
+    if forced not in ("", "store") and (p is None or p.launcher == "local"):
+        raise UsageError(f"{ENV_WIREUP}={forced}: commbench's own launcher offers only the store; "
+                         "start the run with srun --mpi=pmix or mpirun for the launcher's wire-up")
     if p is not None and not 0 <= p.rank < p.size:
         raise UsageError(f"the launcher says this is rank {p.rank} of {p.size}: its rank and size variables do not "
                          "fit together; start the run again with mpirun, srun or plain commbench")

@@ -83,7 +83,8 @@ class Session:
 
     def metadata(self, bench: str, extra: dict) -> dict:
         """The run's metadata: options (with ``extra``), hosts, versions, command line, run id."""
-        return run_metadata(bench, {**self.options, **extra}, self.world.hosts, self.packages)
+        return run_metadata(bench, {**self.options, **extra}, self.world.hosts, self.packages,
+                            self.world.wireup_record)
 
     def open_results(self, path: str | None, meta: dict, keys: Sequence[str]) -> ResultsWriter | None:
         """Rank 0: the results file, metadata first, rows appended as they are measured."""

@@ -1,5 +1,9 @@
 """The world: this rank, all ranks, their hosts, and collectives over the rendezvous store.
 
+The wire-up (rank 0's address and token, every rank's host) rides on the launcher where it can:
+PMIx under srun --mpi=pmix and mpirun (core/run/pmix.py), MPI under an mpirun without it; rank 0's
+store carries it only for the local launcher and srun without PMIx (``wireup_of``).
+
 Transports use the world to exchange their connection details (addresses, queue-pair info)
 and benchmarks use it to agree on iteration counts and gather results; none of this is on a
 timed path. Collective calls must be made by every rank in the same order.
@@ -7,23 +11,28 @@ timed path. Collective calls must be made by every rank in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.run import token as run_token
 from commbench.core.run.collectives import Collectives
-from commbench.core.run.placement import Placement
+from commbench.core.run.placement import ENV_WIREUP, WIREUPS, Placement
+from commbench.core.run.pmix import launched as pmix_launched
 from commbench.core.run.rendezvous import StoreClient, StoreServer
-from commbench.core.run.sockets import bind_listener
+from commbench.core.run.sockets import bind_listener, root_listener
 
 ABORT_GRACE = 3.0
+ROOT_KEY, WORLD_KEY = "commbench.root", "commbench.world"  # PMIx keys
 
 
 def _own_address(host: str) -> str:
@@ -38,12 +47,47 @@ def _own_address(host: str) -> str:
         return "0.0.0.0"
 
 
-def _bootstrap_guard(rank: int, timeout: float) -> subprocess.Popen:
-    """A process that, after ``timeout`` s, says why and kills this rank (unless killed first)."""
-    msg = (f"commbench: rank {rank} on host {socket.gethostname()}: the MPI bootstrap did not finish within "
+@contextlib.contextmanager
+def _guarded(rank: int, timeout: float) -> Iterator[None]:
+    """A process that, after ``timeout`` s, says why and kills this rank unless the block ended first:
+    MPI_Init and a launcher's fence cannot be interrupted, and no watchdog exists yet."""
+    msg = (f"commbench: rank {rank} on host {socket.gethostname()}: the launcher's wire-up did not finish within "
            f"{timeout:g} s (a rank hung or died before the run started; see --timeout)")
-    return subprocess.Popen(["sh", "-c", f"sleep {timeout:g} && echo {shlex.quote(msg)} >&2 && kill -9 {os.getpid()}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    guard = subprocess.Popen(["sh", "-c", f"sleep {timeout:g} && echo {shlex.quote(msg)} >&2 && kill -9 {os.getpid()}"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield
+    finally:  # the whole group: a surviving `sleep` would hold the launcher's stderr pipe open
+        os.killpg(guard.pid, signal.SIGKILL)
+        guard.wait()
+
+
+def wireup_of(placement: Placement, env: Mapping[str, str] | None = None) -> str:
+    """How the ranks learn rank 0's address and each other's hosts: "pmix" (the launcher's own
+    exchange, srun --mpi=pmix and Open MPI's mpirun), "mpi" (MPI's broadcast and all-gather, under an
+    mpirun without PMIx) or "store" (rank 0's, the local launcher's and srun's without PMIx).
+    COMMBENCH_WIREUP=store|mpi chooses a fallback (to compare them)."""
+    env = os.environ if env is None else env
+    forced = env.get(ENV_WIREUP, "")  # its spelling checked with the launcher's variables (placement.detect)
+    usable = [w for w in WIREUPS if (w == "pmix" and placement.launcher != "local" and pmix_launched(env))
+              or (w == "mpi" and placement.mpi_bootstrap) or w == "store"]
+    if forced and forced not in usable:
+        raise UsageError(f"{ENV_WIREUP}={forced}: this launch offers {', '.join(usable)}; unset it or choose one")
+    return forced or usable[0]
+
+
+def _fields(text: str | object, spec: dict[str, type], what: str) -> dict:
+    """A peer's JSON object (as text, or parsed) with the fields and types ``spec`` names, or a
+    PeerError saying whose."""
+    obj = text
+    if isinstance(text, str):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+    if not isinstance(obj, dict) or any(not isinstance(obj.get(k), t) for k, t in spec.items()):
+        raise PeerError(f"{what} from the launcher's exchange is malformed")
+    return obj
 
 
 class World(Collectives):
@@ -51,20 +95,24 @@ class World(Collectives):
     not the end of the run (cluster evaluations); the waits that need it say so."""
 
     def __init__(self, placement: Placement, timeout: float, bind: str | None = None, tolerant: bool = False) -> None:
-        if placement.mpi_bootstrap:
+        started = time.monotonic()
+        self.pmix = None
+        self.wireup = wireup_of(placement)
+        if self.wireup == "pmix":
+            from commbench.core.run.pmix import Client
+
+            with _guarded(placement.rank, timeout):  # a fence waits for every rank and may outlast its timeout
+                self.pmix = Client(timeout)
+                placement = self._pmix_root(placement, bind)
+        elif placement.mpi_bootstrap:  # mpirun without PMIx (or told to use the store): rank 0's address by MPI
             from commbench.core.run.mpi_env import bootstrap
 
-            # MPI_Init (which holds the GIL) and MPI_Bcast cannot time out and no watchdog exists yet:
-            # a guard process ends this rank if a peer hangs or dies before the run has started
-            guard = _bootstrap_guard(placement.rank, timeout)
-            try:
+            # MPI_Init (which holds the GIL) and MPI_Bcast cannot time out and no watchdog exists yet
+            with _guarded(placement.rank, timeout):
                 hosts, port, token, fd = bootstrap(placement.rank, placement.size, placement.launcher,
                                                    placement.root_port, bind)
-            finally:  # the whole group: a surviving `sleep` would hold the launcher's stderr pipe open
-                os.killpg(guard.pid, signal.SIGKILL)
-                guard.wait()
             placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
-        token_file = Path(placement.token_file) if placement.token_file else None
+        token_file = Path(placement.token_file) if placement.token_file and self.wireup == "store" else None
         if token_file and placement.rank == 0:
             placement = dataclasses.replace(placement, token=run_token.new())  # published once it listens
         self.token_file = token_file if placement.rank == 0 else None  # withdrawn at close
@@ -86,9 +134,48 @@ class World(Collectives):
         host = placement.root_host  # rank 0 too: the local end of this connection is the address peers get
         self.root_address = (host, port)
         self.store = self._join(host, port, token_file)
-        info = self.allgather_json("world", {"host": self.host, "addr": self.store.local_address})
+        info = self._gather({"host": self.host, "addr": self.store.local_address})
         self.hosts = [i["host"] for i in info]
         self.addresses = [i["addr"] for i in info]
+        self.wireup_record = {"via": self.wireup, "seconds": round(time.monotonic() - started, 3)}
+        if self._server:  # what the start-up cost rank 0's store (none when the launcher carried it)
+            self.wireup_record["store_requests"] = self._server.requests
+
+    def _pmix_root(self, placement: Placement, bind: str | None) -> Placement:
+        """Rank 0 listens and puts where and with which token; every rank gets it after one fence."""
+        assert self.pmix is not None
+        fd = None
+        if placement.rank == 0:
+            if placement.launcher == "srun":  # the step's first node, as without PMIx
+                listener = bind_listener(bind or _own_address(placement.root_host), placement.root_port,
+                                         "rendezvous")
+                hosts = [placement.root_host]
+            else:  # mpirun names no hosts: rank 0's addresses, loopback alone when the job has one node
+                listener, hosts = root_listener(bind or ("127.0.0.1" if self.pmix.nodes() == 1 else None),
+                                                placement.root_port)
+            root = {"hosts": hosts, "port": listener.getsockname()[1],
+                    "token": placement.token or run_token.new()}
+            self.pmix.put(ROOT_KEY, json.dumps(root))
+            fd = listener.detach()
+        self.pmix.fence()
+        root = _fields(self.pmix.get(0, ROOT_KEY), {"hosts": list, "port": int, "token": str}, "rank 0's address")
+        return dataclasses.replace(placement, root_host=",".join(map(str, root["hosts"])), root_port=root["port"],
+                                   token=root["token"], listen_fd=fd, token_file="")
+
+    def _gather(self, mine: dict) -> list[dict]:
+        """Every rank's host and address: through the launcher (PMIx), MPI, or rank 0's store."""
+        spec = {"host": str, "addr": str}
+        if self.pmix is not None:
+            self.pmix.put(WORLD_KEY, json.dumps(mine))
+            with _guarded(self.rank, self.timeout):
+                self.pmix.fence()
+            return [_fields(self.pmix.get(r, WORLD_KEY), spec, f"rank {r}'s host") for r in range(self.size)]
+        if self.wireup == "mpi":
+            from commbench.core.run.mpi_env import allgather
+
+            return [_fields(b.decode(errors="replace"), spec, f"rank {r}'s host")
+                    for r, b in enumerate(allgather(json.dumps(mine).encode()))]
+        return [_fields(i, spec, f"rank {r}'s host") for r, i in enumerate(self.allgather_json("world", mine))]
 
     def _join(self, host: str, port: int, token_file: Path | None) -> StoreClient:
         """Connect to the store; a rank reading the token from rank 0's file tries again while the file
@@ -160,3 +247,5 @@ class World(Collectives):
             self._server.close()
         if self.token_file:
             run_token.withdraw(self.token_file)
+        if self.pmix is not None:  # a PMIx client that exits without finalizing is an abnormal end to mpirun
+            self.pmix.close()

@@ -1,0 +1,88 @@
+"""How ranks meet (fast tier): the PMIx client's structures against PMIx's ABI, which wire-up a
+launch gets, and a peer's wire-up record checked before use. The launches themselves: test_mpi.py
+(mpiexec) and test_slurm.py (srun --mpi=pmix)."""
+
+import ctypes
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from commbench.core.errors import PeerError, UsageError
+from commbench.core.run import pmix
+from commbench.core.run.placement import Placement, detect
+from commbench.core.run.world import _fields, wireup_of
+
+
+def test_structures_match_pmix_abi():
+    """pmix_common.h (PMIx 4 and 5): pmix_proc_t 260 bytes, rank at 256; pmix_value_t 32, its data at 8;
+    pmix_info_t 552, flags at 512, value at 520 (sizeof/offsetof printed by a C program on this machine)."""
+    assert (ctypes.sizeof(pmix.Proc), pmix.Proc.rank.offset) == (260, 256)
+    assert (ctypes.sizeof(pmix.Value), pmix.Value.data.offset) == (32, 8)
+    assert (ctypes.sizeof(pmix.Info), pmix.Info.flags.offset, pmix.Info.value.offset) == (552, 512, 520)
+
+
+def place(launcher: str, bootstrap: bool = False) -> Placement:
+    return Placement(0, 2, "", 0, "", launcher, mpi_bootstrap=bootstrap)
+
+
+@pytest.mark.parametrize("launcher, bootstrap, env, want", [
+    ("local", False, {}, "store"),
+    ("local", False, {"PMIX_NAMESPACE": "x"}, "store"),  # a stray variable does not make a launcher
+    ("srun", False, {}, "store"),  # srun --mpi=none
+    ("srun", False, {"PMIX_NAMESPACE": "slurm.pmix.1.0"}, "pmix"),
+    ("mpirun", True, {"PMIX_NAMESPACE": "prterun-vm-1@1"}, "pmix"),
+    ("mpirun", True, {}, "mpi"),  # MPICH's hydra: PMI, not PMIx
+    ("mpirun", True, {"PMIX_NAMESPACE": "p", "COMMBENCH_WIREUP": "mpi"}, "mpi"),
+    ("mpirun", True, {"PMIX_NAMESPACE": "p", "COMMBENCH_WIREUP": "store"}, "store"),
+])
+def test_the_launchers_own_wireup_is_preferred(launcher, bootstrap, env, want):
+    assert wireup_of(place(launcher, bootstrap), env) == want
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"COMMBENCH_WIREUP": "gossip"}, "is not one of pmix, mpi, store"),
+    ({"COMMBENCH_WIREUP": "pmix"}, "commbench's own launcher offers only the store"),
+    ({"COMMBENCH_WIREUP": "mpi", "COMMBENCH_RANK": "0", "COMMBENCH_SIZE": "2", "COMMBENCH_ROOT": "h:1"},
+     "offers only the store"),
+])
+def test_a_wireup_that_cannot_be_had_is_named(env, says):
+    with pytest.raises(UsageError, match=says):
+        detect(env)
+
+
+def test_asking_srun_without_pmix_for_pmix_is_named():
+    with pytest.raises(UsageError, match="this launch offers store"):
+        wireup_of(place("srun"), {"COMMBENCH_WIREUP": "pmix"})
+
+
+def test_an_unreachable_pmix_server_is_one_line():
+    """PMIx's variables without its server (copied into a shell): the real library says so, and the
+    fix is named. In a process of its own: PMIx_Init leaves the library's state behind."""
+    code = ("from commbench.core.run.pmix import Client\n"
+            "from commbench.core.errors import UsageError\n"
+            "try:\n    Client(2)\nexcept UsageError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "PMIX_NAMESPACE": "stray"})
+    assert "PMIx server does not answer" in out.stdout and "srun --mpi=pmix or mpirun" in out.stdout, out
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                           max_leaves=8)
+
+
+@given(st.one_of(json_values.map(json.dumps), st.text(max_size=30),
+                 st.fixed_dictionaries({"host": st.text(max_size=5), "addr": st.text(max_size=5)}).map(json.dumps)))
+def test_a_peers_wireup_record_is_checked(text):
+    """What another rank put is used only with the fields and types expected; anything else is that
+    peer's fault, named, never a traceback."""
+    try:
+        got = _fields(text, {"host": str, "addr": str}, "rank 3's host")
+    except PeerError as exc:
+        assert "rank 3's host" in str(exc)
+    else:
+        assert isinstance(got["host"], str) and isinstance(got["addr"], str)
