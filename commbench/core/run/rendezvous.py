@@ -3,7 +3,7 @@
 Every rank (rank 0 included) connects as a client and proves it belongs to the run with the
 per-run token. Rank 0 serves every connection from one thread (a selector loop), so its cost in
 threads does not grow with the ranks. Collectives (all-gather, broadcast, barrier) are built on blocking ``get``.
-Rank 0 also reads and writes the store in its own process (``put``, ``take``, ``arrived``), and a
+Rank 0 also reads and writes the store in its own process (``put``, ``take``, ``arrivals``), and a
 GET may carry a SET (``StoreClient.swap``): a rank reports one task and waits for the next in one
 request (core/run/tasks.py). The server notices a rank that disconnects without saying goodbye and
 fails every pending and later ``get`` at once, naming that rank and its host, so no rank waits for
@@ -73,6 +73,8 @@ class StoreServer:
         self.requests = 0  # answered so far (the loop's load, for the record)
         self.heartbeats = 0  # of which watchdogs' beats
         self._local: list[tuple[str, bytes]] = []  # rank 0's own SETs, for the loop to make (put)
+        self._watched: set[str] = set()  # keys rank 0 waits for (watch), and those of them set since (arrivals)
+        self._fresh: list[str] = []
         self._wake_r, self._wake_w = socket.socketpair()  # put wakes the loop
         self._wake_r.setblocking(False)
         self.gate = Gate(listener, "rank 0", token)
@@ -212,8 +214,11 @@ class StoreServer:
             w.pending = None
             self._send(w, VALUE, {}, blob)
         if not taken:
-            with self.cond:  # rank 0's main thread may be waiting for it (arrived)
+            with self.cond:  # rank 0's main thread may be waiting for it (arrived, arrivals)
                 self.data[key] = blob
+                if key in self._watched:
+                    self._watched.discard(key)
+                    self._fresh.append(key)
                 self.cond.notify_all()
 
     def _put_local(self) -> None:
@@ -237,11 +242,29 @@ class StoreServer:
         with self.cond:
             return self.data.pop(key, None)
 
-    def arrived(self, keys: list[str], timeout: float) -> None:
-        """Rank 0 waits up to ``timeout`` s for any of ``keys`` to be set, or any member to leave."""
+    def watch(self, keys) -> None:
+        """Rank 0 will take these keys as they are set (``arrivals``); those already set count at once."""
         with self.cond:
-            if not any(k in self.data for k in keys):
+            for k in keys:
+                if k in self.data:
+                    self._fresh.append(k)
+                else:
+                    self._watched.add(k)
+
+    def unwatch(self, keys) -> None:
+        with self.cond:
+            self._watched.difference_update(keys)
+
+    def arrivals(self, timeout: float) -> list[tuple[str, bytes]]:
+        """Rank 0: the watched keys set since the last call, with their values, taken from the store;
+        waits up to ``timeout`` s for one (or for a member to leave). Its cost is what arrived, not
+        what is still awaited."""
+        with self.cond:
+            if not self._fresh:
                 self.cond.wait(timeout)
+            out = [(k, self.data.pop(k)) for k in self._fresh if k in self.data]
+            self._fresh.clear()
+            return out
 
     def _get(self, m: _Member, key: str, timeout: float, take: bool = False) -> None:
         blob = self.data.get(key)

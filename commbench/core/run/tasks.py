@@ -22,6 +22,7 @@ from commbench.core.errors import PeerTimeout
 from commbench.core.run.collectives import STALE_GRACE
 
 END = {"kind": "end"}
+LOOK_S = 0.5  # rank 0 looks for ranks that died or went silent this often while it collects
 
 
 def _task(rank: int, seq: int) -> str:
@@ -75,32 +76,38 @@ class Dispatcher:
         """Each rank's result of its last task (its first report if it has had none), or
         ``{"error": why, "lost": True}`` for a rank that died or stopped answering before it reported,
         or (``limit``) has not reported within ``limit`` s: hung in its task (e.g. inside an MPI call
-        to a peer that died), its heartbeat still coming. Such a rank is dropped for good."""
+        to a peer that died), its heartbeat still coming. Such a rank is dropped for good.
+
+        Results are taken as they arrive (the store's ``arrivals``: what came, not a scan of what is
+        awaited) and the ranks' liveness looked at every LOOK_S s, so a round costs rank 0 in
+        proportion to its ranks however their results trickle in."""
         deadline = None if limit is None else time.monotonic() + limit
         waiting = {r: _result(r, self.seq.get(r, 0)) for r in ranks if r not in self.lost}
+        rank_of = {key: r for r, key in waiting.items()}
         got = {r: {"error": self.lost[r], "lost": True} for r in ranks if r in self.lost}
         stale_after = self.world.timeout + STALE_GRACE
+        self.server.watch(rank_of)
+        look, deaths = time.monotonic(), -1
         while waiting:
-            for r, key in list(waiting.items()):
-                blob = self.server.take(key)
-                if blob is not None:
+            for key, blob in self.server.arrivals(LOOK_S):
+                r = rank_of.get(key)
+                if r is not None and waiting.pop(r, None) is not None:
                     got[r] = json.loads(blob)
-                    del waiting[r]
-            if not waiting:
-                break
-            gone = self.server.departed(stale_after)
-            for r in [r for r in waiting if r in gone]:
-                blob = self.server.take(waiting.pop(r))  # reported, then died: the report stands
-                self.lost[r] = gone[r]
-                got[r] = json.loads(blob) if blob is not None else {"error": gone[r], "lost": True}
+            if not waiting or (time.monotonic() < look and len(self.server.dead) == deaths):
+                continue  # a death is looked at once (its connection ended), silence every LOOK_S s
+            look, deaths = time.monotonic() + LOOK_S, len(self.server.dead)
+            for r, why in self.server.departed(stale_after).items():
+                if r in waiting:
+                    blob = self.server.take(waiting.pop(r))  # reported, then died: the report stands
+                    self.lost[r] = why
+                    got[r] = json.loads(blob) if blob is not None else {"error": why, "lost": True}
             if waiting and deadline is not None and time.monotonic() > deadline:
                 for r in list(waiting):
                     del waiting[r]
                     self.drop(r, f"{self.world.describe(r)} did not finish its task within {limit:.0f} s (hung; "
                                  "its heartbeat still came)")
                     got[r] = {"error": self.lost[r], "lost": True}
-            if waiting:
-                self.server.arrived(list(waiting.values()), 0.5)
+        self.server.unwatch(rank_of)
         return got
 
     def drop(self, rank: int, why: str) -> None:
