@@ -71,6 +71,19 @@ def test_rank_0_hears_what_arrived_not_what_it_still_awaits(rdv):
     assert srv.take("other") == b"3" and srv.take("a") is None  # taken on arrival; the unwatched one kept
 
 
+def test_the_store_counts_the_requests_of_a_named_collective(rdv):
+    """What a start-up all-gather through the store costs it, apart from everything else it answers."""
+    srv, join = rdv
+    srv.count("world")
+    c = join(1)
+    c.set("1:world/1", b"a")
+    assert c.get("1:world/1") == b"a"
+    c.set("2:worlds/1", b"b")  # another collective, and keys that are no collective's
+    c.set("task/1/1", b"c")
+    c.status(30.0)
+    assert srv.counted == {"world": 2} and srv.requests >= 5
+
+
 def test_a_task_and_its_report_are_one_request_each_and_rank_0_makes_none(rdv):
     srv, join = rdv
     boss = Dispatcher(world(0, None, srv))

@@ -72,6 +72,7 @@ class StoreServer:
         self._seq = 0
         self.requests = 0  # answered so far (the loop's load, for the record)
         self.heartbeats = 0  # of which watchdogs' beats
+        self.counted: dict[str, int] = {}  # collective name -> the SETs and GETs of its keys (count)
         self._local: list[tuple[str, bytes]] = []  # rank 0's own SETs, for the loop to make (put)
         self._watched: set[str] = set()  # keys rank 0 waits for (watch), and those of them set since (arrivals)
         self._fresh: list[str] = []
@@ -188,6 +189,10 @@ class StoreServer:
                 else:
                     self._send(m, OK, self._status(stale_after))
             return
+        if self.counted and kind in (SET, GET):
+            name = str(obj["key"]).partition(":")[2].partition("/")[0]  # a collective's key: "7:name/rank"
+            if name in self.counted:
+                self.counted[name] += 1
         if kind == SET:
             self._set(str(obj["key"]), blob)
         elif kind == GET:
@@ -241,6 +246,10 @@ class StoreServer:
         """Rank 0 reads key and the store forgets it; None while it is not there."""
         with self.cond:
             return self.data.pop(key, None)
+
+    def count(self, name: str) -> None:
+        """Count from now the requests for the keys of the collectives called ``name`` (``counted``)."""
+        self.counted.setdefault(name, 0)
 
     def watch(self, keys) -> None:
         """Rank 0 will take these keys as they are set (``arrivals``); those already set count at once."""

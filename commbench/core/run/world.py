@@ -33,6 +33,7 @@ from commbench.core.run.sockets import bind_listener, root_listener
 
 ABORT_GRACE = 3.0
 ROOT_KEY, WORLD_KEY = "commbench.root", "commbench.world"  # PMIx keys
+WORLD_GATHER = "world"  # the store's all-gather of hosts and addresses, where it carries the wire-up
 
 
 def _own_address(host: str) -> str:
@@ -128,6 +129,7 @@ class World(Collectives):
         self._seq = 0
         if self.rank == 0:
             self._server = StoreServer(self._listener(), placement.token, self.size, tolerant)
+            self._server.count(WORLD_GATHER)  # what the wire-up costs the store (none through the launcher)
             if token_file:
                 run_token.publish(token_file, placement.token, self._server.port)
         port = self._server.port if self._server else placement.root_port
@@ -138,8 +140,8 @@ class World(Collectives):
         self.hosts = [i["host"] for i in info]
         self.addresses = [i["addr"] for i in info]
         self.wireup_record = {"via": self.wireup, "seconds": round(time.monotonic() - started, 3)}
-        if self._server:  # what the start-up cost rank 0's store (none when the launcher carried it)
-            self.wireup_record["store_requests"] = self._server.requests
+        if self._server:  # the requests for the start-up all-gather's keys (none when the launcher carried it)
+            self.wireup_record["store_requests"] = self._server.counted[WORLD_GATHER]
 
     def _pmix_root(self, placement: Placement, bind: str | None) -> Placement:
         """Rank 0 listens and puts where and with which token; every rank gets it after one fence."""
@@ -175,7 +177,7 @@ class World(Collectives):
 
             return [_fields(b.decode(errors="replace"), spec, f"rank {r}'s host")
                     for r, b in enumerate(allgather(json.dumps(mine).encode()))]
-        return [_fields(i, spec, f"rank {r}'s host") for r, i in enumerate(self.allgather_json("world", mine))]
+        return [_fields(i, spec, f"rank {r}'s host") for r, i in enumerate(self.allgather_json(WORLD_GATHER, mine))]
 
     def _join(self, host: str, port: int, token_file: Path | None) -> StoreClient:
         """Connect to the store; a rank reading the token from rank 0's file tries again while the file
