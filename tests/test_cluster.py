@@ -561,6 +561,28 @@ def test_a_load_bound_tournament_measures_each_host_alone():
     assert "own load held its pairs to 37 %" in ev.summary(25)[0]
 
 
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_a_budgeted_run_names_no_one_pair_suspect_it_could_not_measure_again(budgeted):
+    """Rows only, a sparse matrix as --budget leaves it: one pair's latency out of the spread is a
+    finding (not measured again) in a full run, a suspect named as not confirmed in a budgeted one; a
+    host slow in every pair it is in stays a finding either way."""
+    from commbench.benchmarks.cluster_findings import Evidence
+
+    names = [f"n{i}" for i in range(12)]
+    ev = Evidence(names, budgeted=budgeted)
+    rng = np.random.default_rng(3)
+    for rnd in tournament(12)[:3]:
+        for a, b in rnd:
+            bw, lat = (12 if 3 in (a, b) else 24), (90.0 if (a, b) == (0, 11) else 25.0)
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": bw * (1 + rng.normal(0, .01)),
+                    "lat_us": lat * (1 + rng.normal(0, .01))})
+    found, lines = ev.findings(25)
+    kinds = {(f["kind"], f["a"]) for f in found}
+    assert ("slow-host", "n3") in kinds
+    assert (("slow-link-latency", "n0") in kinds) != budgeted
+    assert any("slow-link-latency n0 - n11 not confirmed" in line for line in lines) == budgeted
+
+
 @pytest.mark.slow
 def test_every_pair_over_two_transports_in_the_same_round(tmp_path):
     """-t mpi --transports mpi,tcp: each pairwise row of -t's transport has its twin over tcp (via), and

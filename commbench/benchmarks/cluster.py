@@ -546,7 +546,7 @@ class Cluster(Benchmark):
             raise UsageError(plan["error"])
         self.chosen, self.names = plan["chosen"], plan["names"]
         topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
-        self.evidence = Evidence(self.names, topo, ctx.transport.name)
+        self.evidence = Evidence(self.names, topo, ctx.transport.name, budgeted=self.opts.budget is not None)
         self.tasks, self.control = Dispatcher(world), Control(world)
         try:
             first = self.tasks.collect(range(1, world.size))  # each rank's control address

@@ -48,6 +48,7 @@ class Evidence:
     names: list[str]
     topology: Topology | None = None
     transport: str = "-t's transport"  # what the rows without ``via`` were measured over
+    budgeted: bool = False  # --budget: a one-pair suspect it left no time to measure again is not a finding
     lat: np.ndarray = field(init=False)
     bw: np.ndarray = field(init=False)
     failed: list[dict] = field(default_factory=list)
@@ -149,8 +150,9 @@ class Evidence:
 
     # -- the verdict --------------------------------------------------------------------------
     def findings(self, slow_pct: float) -> tuple[list[dict], list[str]]:
-        """(finding rows, lines on suspects cleared when measured again)."""
-        found, cleared = [], []
+        """(finding rows, lines on suspects cleared when measured again or, in a budgeted run, left
+        unconfirmed)."""
+        found, cleared, unconfirmed = [], [], []
         for measure in (BW, LAT):
             cut = cuts(slow_pct)[measure]
             ref = self.reference(measure)
@@ -169,6 +171,10 @@ class Evidence:
                                                       "cross-traffic or a busy moment"))
                         continue
                     seen += f"; {alone}"
+                elif self.budgeted and len(e.factor.pairs) < 2:  # one pair, once: out of the spread is not enough
+                    unconfirmed.append(f"{kind} {e.name} not confirmed: {seen}; --budget left no time to measure "
+                                       "it again, and one pair measured once is not a finding")
+                    continue
                 else:
                     seen += "; not measured again"
                 row = {"kind": kind, "a": e.name.split(" - ")[0] if e.kind == "cable" else e.name, "_name": e.name,
@@ -190,7 +196,7 @@ class Evidence:
                 f"{len(mine) - 3} more, in the rows recheck): the tournament's cross-traffic or busy moments"]
         found += self._failures()
         found += self._ring_findings(slow_pct, found)
-        return found, lines
+        return found, lines + unconfirmed
 
     def _failures(self) -> list[dict]:
         """A finding per failed pair, but one per endpoint in three failed pairs or more (a host that
@@ -389,7 +395,8 @@ def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
         names = [seen[r] for r in sorted(seen)]
     topo = Topology.from_json(meta["topology"], source) if meta.get("topology") is not None else None
     transport = (meta.get("options") or {}).get("transport")
-    ev = Evidence(list(names), topo, str(transport) if transport else "-t's transport")
+    ev = Evidence(list(names), topo, str(transport) if transport else "-t's transport",
+                  budgeted=(meta.get("options") or {}).get("budget") is not None)
     for r in rows:
         ev.add(r)
     return ev
