@@ -82,6 +82,9 @@ def test_the_store_counts_the_requests_of_a_named_collective(rdv):
     c.set("task/1/1", b"c")
     c.status(30.0)
     assert srv.counted == {"world": 2} and srv.requests >= 5
+    assert srv.uncount("world") == 2 and srv.counted == {}
+    c.set("3:world/1", b"d")
+    assert c.get("3:world/1") == b"d" and srv.counted == {}  # answered, no longer counted
 
 
 def test_a_task_and_its_report_are_one_request_each_and_rank_0_makes_none(rdv):

@@ -251,6 +251,11 @@ class StoreServer:
         """Count from now the requests for the keys of the collectives called ``name`` (``counted``)."""
         self.counted.setdefault(name, 0)
 
+    def uncount(self, name: str) -> int:
+        """Stop counting ``name``'s requests and return how many there were: with nothing counted, the
+        loop no longer looks at each request's key."""
+        return self.counted.pop(name, 0)
+
     def watch(self, keys) -> None:
         """Rank 0 will take these keys as they are set (``arrivals``); those already set count at once."""
         with self.cond:

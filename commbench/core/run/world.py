@@ -48,6 +48,12 @@ def _own_address(host: str) -> str:
         return "0.0.0.0"
 
 
+def _first_node_listener(placement: Placement, bind: str | None) -> socket.socket:
+    """Rank 0's rendezvous on the address the other ranks are given (srun: the step's first node),
+    not on every interface."""
+    return bind_listener(bind or _own_address(placement.root_host), placement.root_port, "rendezvous")
+
+
 @contextlib.contextmanager
 def _guarded(rank: int, timeout: float) -> Iterator[None]:
     """A process that, after ``timeout`` s, says why and kills this rank unless the block ended first:
@@ -141,7 +147,7 @@ class World(Collectives):
         self.addresses = [i["addr"] for i in info]
         self.wireup_record = {"via": self.wireup, "seconds": round(time.monotonic() - started, 3)}
         if self._server:  # the requests for the start-up all-gather's keys (none when the launcher carried it)
-            self.wireup_record["store_requests"] = self._server.counted[WORLD_GATHER]
+            self.wireup_record["store_requests"] = self._server.uncount(WORLD_GATHER)
 
     def _pmix_root(self, placement: Placement, bind: str | None) -> Placement:
         """Rank 0 listens and puts where and with which token; every rank gets it after one fence."""
@@ -149,9 +155,7 @@ class World(Collectives):
         fd = None
         if placement.rank == 0:
             if placement.launcher == "srun":  # the step's first node, as without PMIx
-                listener = bind_listener(bind or _own_address(placement.root_host), placement.root_port,
-                                         "rendezvous")
-                hosts = [placement.root_host]
+                listener, hosts = _first_node_listener(placement, bind), [placement.root_host]
             else:  # mpirun names no hosts: rank 0's addresses, loopback alone when the job has one node
                 listener, hosts = root_listener(bind or ("127.0.0.1" if self.pmix.nodes() == 1 else None),
                                                 placement.root_port)
@@ -212,8 +216,7 @@ class World(Collectives):
                 pass
             raise UsageError(f"COMMBENCH_RDV_FD={p.listen_fd} is not a listening socket of this process: only "
                              "commbench's launcher sets it; unset the COMMBENCH_* variables and start again")
-        # the address the other ranks are given (srun: the step's first node), not every interface
-        return bind_listener(self.bind or _own_address(p.root_host), p.root_port, "rendezvous")
+        return _first_node_listener(p, self.bind)
 
     @property
     def server(self) -> StoreServer | None:
