@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from commbench import __version__
 from commbench.core.capture import traffic
 from commbench.core.config.options import Options, flag_of
-from commbench.core.config.run import DEFAULT_SIZES, CommonOptions, RunConfig
+from commbench.core.config.run import DEFAULT_SIZES, PAYLOAD, CommonOptions, RunConfig
 from commbench.core.errors import CommbenchError, RunAborted, Unavailable, UsageError, say
 from commbench.core.measure.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.measure.sizes import parse_range, parse_size
@@ -36,10 +36,11 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def add_common(p: argparse.ArgumentParser, transports: dict, own_sizes: bool = False) -> None:
+def add_common(p: argparse.ArgumentParser, transports: dict, own_sizes: bool = False, payloads: bool = True) -> None:
     """The common options, then every transport's own (a field shared by several transports once).
-    ``own_sizes``: the benchmark plans its own sizes, so -m is left out of its help (and refused)."""
-    CommonOptions.add_to(p, overrides={
+    ``own_sizes``: the benchmark plans its own sizes, so -m is left out of its help (and refused);
+    without ``payloads`` it has no --payload nor its options."""
+    CommonOptions.add_to(p, skip=None if payloads else set(PAYLOAD), overrides={
         "transport": {"help": f"one of {', '.join(transports)} (default tcp)"},
         "host_set": {"default": default_set()},
         **({"message_size": {"help": argparse.SUPPRESS}} if own_sizes else {})})
@@ -59,7 +60,8 @@ def build_parser() -> Parser:
     sub.required = True
     for name, cls in benchmarks.registry().items():
         p = sub.add_parser(name, help=cls.help, description=f"{cls.help}. Units: {cls.units}.")
-        add_common(p, tr, own_sizes=cls.plan_points.__func__ is not Benchmark.plan_points.__func__)
+        add_common(p, tr, own_sizes=cls.plan_points.__func__ is not Benchmark.plan_points.__func__,
+                   payloads=cls.payloads)
         cls.add_arguments(p)
         p.set_defaults(func=run_benchmark, bench=cls, **cls.common_defaults)
     from commbench import compare, devices, hosts, importers, payloads_cli, report, show
@@ -146,7 +148,7 @@ def decide(args: argparse.Namespace) -> tuple[type[Benchmark], type[Transport], 
     if common.np is not None and common.np != ranks:
         raise UsageError(f"{bench_cls.name} runs on {ranks} ranks here, not --np {common.np}")
     needs = bench_cls.needs(own, common) | ({"many-ranks"} if ranks > 2 else set()) | \
-        ({"validate"} if common.validate else set())
+        ({"many-hosts"} if min(ranks, common.hosts) > 1 else set()) | ({"validate"} if common.validate else set())
     check_capabilities(bench_cls.name, needs, transport_cls, net, registry)
     try:
         transport_cls.check_usable(net)
@@ -254,13 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor (called in-process)
         faulthandler.enable()
     code = _main(argv)
-    if code:
-        from commbench.core.run import mpi_env
+    from commbench.core.run import mpi_env
 
-        if mpi_env.initialized():  # a failed run: MPI_Finalize would wait for a peer that may be stopped or gone
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(OSError, ValueError):
-                    stream.flush()
+    if mpi_env.initialized():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        # a failed run: MPI_Finalize would wait for a peer that may be stopped or gone
+        if code or not mpi_env.finalize():
             os._exit(code)
     return code
 
@@ -268,7 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args, extra = build_parser().parse_known_args(argv)
+        if extra:  # named with the command whose options they are not
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see 'commbench {args.command} --help')")
         return args.func(args, argv)
     except RunAborted as exc:
         return exc.exit_code

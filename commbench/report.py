@@ -9,7 +9,8 @@ bars. The page
 (``--format html``: one self-contained file with the tables from pandas and
 the PNGs inlined; ``md``: Markdown beside the PNGs) lists every run with its command and hosts.
 ``--compare A B`` matches the points of two files and prints B / A of each point's main metric,
-as pyperf's compare does, "better"/"worse" read the way the benchmark declared (higher or lower).
+as pyperf's compare does, "better"/"worse" read the way the benchmark declared (higher or lower), and
+"not significant" where both medians carry 95 % confidence intervals and they overlap.
 """
 
 from __future__ import annotations
@@ -345,8 +346,33 @@ FIGURES = {"line": line_figures, "pairs": pairs_figures, "training": training_fi
            "none": lambda *_: []}  # none: rows without a figure of their own (train --compute-only)
 
 
+def interval_keys(metric: str) -> list[tuple[str, str]]:
+    """Where a row keeps its median's 95 % confidence interval: p50_us's in p50_ci_lo_us and
+    p50_ci_hi_us (the harness's), step_p50_ms's in step_ci_lo_ms and step_ci_hi_ms (train's)."""
+    if "p50" not in metric:
+        return []
+    return [(metric.replace("p50", "p50_ci_lo", 1), metric.replace("p50", "p50_ci_hi", 1)),
+            (metric.replace("_p50", "_ci_lo", 1), metric.replace("_p50", "_ci_hi", 1))]
+
+
+def _overlap(r, metric: str) -> bool:
+    """Both points' medians carry confidence intervals and they overlap: the difference is not
+    significant (as pyperf says of two runs)."""
+    def number(k: str) -> float | None:
+        v = r.get(k)
+        return float(v) if isinstance(v, (int, float)) and v == v else None
+
+    for lo, hi in interval_keys(metric):
+        ends = [number(f"{k}_{side}") for side in ("a", "b") for k in (lo, hi)]
+        if None not in ends:
+            a_lo, a_hi, b_lo, b_hi = ends
+            return a_lo <= b_hi and b_lo <= a_hi
+    return False
+
+
 def compare(a: str, b: str):
-    """B / A per matched point of the main metric, with which of the two is better."""
+    """B / A per matched point of the main metric, with which of the two is better; "not significant"
+    where the two medians' confidence intervals overlap."""
     pd = pandas()
     da, db = load(read_all([a])), load(read_all([b]))
     keys = [k for k in ("bench", *point_keys()) if k in da.columns and k in db.columns]
@@ -369,7 +395,7 @@ def compare(a: str, b: str):
             ratio = vb / va
             better = (ratio > 1) == higher
             speed = ratio if higher else va / vb
-            verdict = "same" if abs(ratio - 1) < 0.02 else \
+            verdict = "not significant" if _overlap(r, key) else "same" if abs(ratio - 1) < 0.02 else \
                 f"{max(speed, 1 / speed):.2f}x {'better' if better else 'worse'}"
         shown = [str(r[k]) for k in keys if k not in ("bench", "payload") and r[k] == r[k] and r[k] is not None]
         if "payload" in keys and str(r["payload"]) != str(r.get("size")):

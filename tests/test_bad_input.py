@@ -47,6 +47,9 @@ def one_line_exit_2(r, *needles):
     (["p2p-latency", "-o", "/proc/commbench.jsonl"], ["cannot write '/proc/commbench.jsonl'", "--output"]),
     (["p2p-latency", "-o", "/tmp"], ["must end in .jsonl or .csv"]),
     (["p2p-latency", "-o", "results.txt"], ["must end in .jsonl or .csv"]),
+    (["p2p-latency", "-o", "results.json"], ["must end in .jsonl or .csv"]),
+    (["p2p-latency", "-t", "unix", "--hosts", "4"], ["cannot do: many-hosts", "that can: grpc"]),
+    (["cluster", "--buffers", "3"], ["unrecognized arguments: --buffers 3", "commbench cluster --help"]),
     (["p2p-latency", "--iface", "nosuch0"], ["no network interface 'nosuch0'", "lo"]),
     (["show", "/nonexistent.jsonl"], ["cannot read results file"]),
     ([], ["the following arguments are required: COMMAND"]),
@@ -84,3 +87,12 @@ def test_malformed_results_file(tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"type": "meta", "bench": "p2p-latency"}\n{"type": "row", "size": 1\n')
     one_line_exit_2(commbench("show", str(f)), f"{f}:2: not a JSON row")
+
+
+@pytest.mark.parametrize("command, takes", [("cluster", False), ("allreduce", True), ("p2p-latency", True)])
+def test_help_lists_the_payload_options_only_where_they_are_taken(command, takes):
+    """cluster plans its own sizes (--lat-size, --bw-size): --payload and its options are not in its
+    help, and given anyway they are one line naming its help (bad_input above)."""
+    r = commbench(command, "--help")
+    flags = ("--payload", "--buffers", "--tensors-per-message", "--categories", "--small-size", "--skew-bias")
+    assert r.code == 0 and [f in r.out for f in flags] == [takes] * len(flags), r.out

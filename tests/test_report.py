@@ -55,6 +55,27 @@ def test_compare_ratios(tmp_path):
     assert "Comparison (B / A)" in (tmp_path / "rep" / "report.html").read_text()
 
 
+def test_compare_says_not_significant_where_the_medians_intervals_overlap(tmp_path):
+    """As pyperf: a ratio whose two medians' 95 % intervals overlap is "not significant", however far
+    from 1; apart, better or worse; without intervals, the ratio alone."""
+    def run(path: Path, points: dict[int, tuple[float, float, float] | tuple[float]]) -> None:
+        meta = {"type": "meta", "bench": "p2p-latency", "hosts": ["h"], "command": ["commbench"],
+                "options": {"transport": "tcp"}, "metric": {"key": "p50_us", "better": "lower"}}
+        rows = [{"type": "row", "bench": "p2p-latency", "transport": "tcp", "mode": "m", "poll": "blocking",
+                 "payload": str(s), "size": s, "p50_us": v[0],
+                 **({"p50_ci_lo_us": v[1], "p50_ci_hi_us": v[2]} if len(v) == 3 else {})} for s, v in points.items()]
+        path.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    run(a, {8: (10.0, 9.0, 14.0), 64: (10.0, 9.9, 10.1), 512: (10.0,)})
+    run(b, {8: (13.0, 11.0, 20.0), 64: (13.0, 12.9, 13.1), 512: (13.0,)})
+    r = commbench("report", "--compare", str(a), str(b), "-o", str(tmp_path / "rep"))
+    assert r.code == 0, r.err
+    lines = {ln.split()[1]: ln.rstrip() for ln in r.out.splitlines() if ln.startswith("p2p-latency")}
+    assert lines["8"].endswith("not significant") and "1.3" in lines["8"], lines
+    assert lines["64"].endswith("1.30x worse") and lines["512"].endswith("1.30x worse"), lines
+
+
 def test_a_report_again_in_its_folder_leaves_no_figure_of_the_last(tmp_path):
     """report, then --compare into the same folder: the figures only the first made are gone; a PNG in a
     folder that held no report is not commbench's to remove."""
@@ -112,3 +133,13 @@ def test_a_cluster_section_names_its_transport_its_verdict_and_groups_hosts_by_s
     assert "Cluster over tcp (cluster-tcp): slow-host cbh4" in page and "<th>switch</th>" in page
     assert ">rack1<" in page and "NaN" not in page and ">nan<" not in page
     assert {p.name for p in out.glob("*.png")} == {"cluster-tcp-pairs.png", "cluster-tcp-hosts.png"}
+
+
+def test_show_of_a_folder_reads_its_results_files_and_leaves_other_tools_json(tmp_path):
+    """A folder of results beside another tool's output (iperf3's .json, kept for `commbench import`):
+    `show DIR` prints the results and does not take the .json for one."""
+    shutil.copy(FIX / "latency_tcp.jsonl", tmp_path)
+    shutil.copy(FIX / "import" / "iperf3_tcp.json", tmp_path)
+    r = commbench("show", str(tmp_path))
+    assert r.code == 0 and "iperf3" not in r.out + r.err, r.err
+    assert r.out == commbench("show", str(FIX / "latency_tcp.jsonl")).out != ""

@@ -86,3 +86,30 @@ def test_a_peers_wireup_record_is_checked(text):
         assert "rank 3's host" in str(exc)
     else:
         assert isinstance(got["host"], str) and isinstance(got["addr"], str)
+
+
+GUARDED = ("import sys, time\nfrom commbench.core.run.guard import guarded\n"
+           "with guarded('commbench: rank 3 on host n1: stuck', float(sys.argv[1])):\n"
+           "    time.sleep(float(sys.argv[2]))\nprint('returned')\n")
+
+
+@pytest.mark.parametrize("bound, takes, killed", [(0.5, 30, True), (30, 0.1, False)])
+def test_a_guarded_call_that_outlasts_its_bound_ends_the_rank_saying_so(bound, takes, killed):
+    """The bound on a C call no thread can interrupt (MPI_Init, a fence, MPI_Finalize): a process of
+    its own kills the rank and names it; a call that returns in time leaves no guard behind."""
+    out = subprocess.run([sys.executable, "-c", GUARDED, str(bound), str(takes)], capture_output=True, text=True,
+                         timeout=20)
+    if killed:
+        assert out.returncode == -9 and "rank 3 on host n1: stuck" in out.stderr and not out.stdout, out
+    else:
+        assert out.returncode == 0 and out.stdout == "returned\n" and not out.stderr, out
+
+
+def test_mpi_finalize_is_skipped_once_a_rank_died(monkeypatch):
+    """After ULFM shrank the world around a dead rank, Open MPI's MPI_Finalize may wait for it forever
+    (seen under mpiexec --with-ft ulfm): the rank leaves without it, so MPI is never imported here."""
+    from commbench.core.run import mpi_env
+
+    monkeypatch.setattr(mpi_env, "_base", ["the shrunk world"])
+    monkeypatch.setattr(mpi_env, "mpi", lambda: pytest.fail("MPI_Finalize called after a shrink"))
+    assert mpi_env.finalize() is False

@@ -74,6 +74,7 @@ class Benchmark(ABC):
     better: ClassVar[str] = "lower"  # or "higher"
     tolerant: ClassVar[bool] = False  # a rank that dies is a finding, not the end of the run (cluster)
     size_options: ClassVar[str] = "-m or --payload"  # where its message sizes come from (plan_points' options)
+    payloads: ClassVar[bool] = True  # it takes --payload and its options (not: they are left out of its parser)
     keys: ClassVar[list[Column]] = []  # row keys it writes but does not print (columns: those it prints)
     figure: ClassVar[str] = "line"  # how report shows it (core/output/presentation.py)
     x_axis: ClassVar[str] = "size"

@@ -329,6 +329,7 @@ class Cluster(Benchmark):
     metric, better = "mb_s", "higher"
     tolerant = True
     size_options = "--lat-size and --bw-size"
+    payloads = False
     columns = [Column("round", "Round", 5, "{:d}", "count", "the round (tournament round, cut number; rings: 1)",
                       optional=True),
                Column("a", "From", -14, doc="the first endpoint's host (a ring: the sender)", optional=True),

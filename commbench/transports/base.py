@@ -12,9 +12,9 @@ stream writes, verbs' work requests). It is not a non-blocking API with a test()
 emulator computes while a message is in flight, and a progress thread per transport would be a
 second code path inside timed loops. ``barrier`` synchronises the ranks before each measured point.
 
-A transport declares what it can do (``capabilities``: call, stream, exchange, many-ranks, and
-``native:OP`` for a library collective it runs with ``native``); the CLI matches them against what a
-benchmark ``needs``. Benchmarks never know which transport they drive.
+A transport declares what it can do (``capabilities``: call, stream, exchange, many-ranks,
+many-hosts, and ``native:OP`` for a library collective it runs with ``native``); the CLI matches them
+against what a benchmark ``needs``. Benchmarks never know which transport they drive.
 
 Calls at once: ``Transport.calls`` has many calls in flight together on one or more links (as
 TensorFlow issues a step's RecvTensor calls), each request stamped with its index (``INDEX`` bytes
@@ -38,7 +38,7 @@ from commbench.core.measure.message import Message
 from commbench.core.output.table import Column
 from commbench.core.run.world import World
 
-BASIC = frozenset({"call", "stream", "exchange", "many-ranks"})
+BASIC = frozenset({"call", "stream", "exchange", "many-ranks", "many-hosts"})
 INDEX = 4  # bytes at the start of a concurrent call's request: its index among the calls made at once
 Batch = tuple["Link", Sequence[Message], Sequence[Message]]  # a link, its requests, their replies
 
@@ -62,6 +62,7 @@ CAPABILITIES = {"call": "request and reply, as latency and PS RPCs",
                 "stream": "a window of one-way messages, as bandwidth",
                 "exchange": "sending and receiving at once, as bibw and collectives",
                 "many-ranks": "more than two ranks",
+                "many-hosts": "ranks on more than one host, as with --hosts N",
                 "validate": "checking every message's content (--validate)"}
 
 

@@ -22,6 +22,7 @@ class UnixTransport(TcpTransport):
     help = "AF_UNIX stream sockets between ranks on one host (the local floor beside tcp loopback)"
     Options = NoOptions
     baseline = False
+    capabilities = TcpTransport.capabilities - {"many-hosts"}  # (under srun across nodes: listen says so)
 
     @classmethod
     def check_usable(cls, opts: NoOptions) -> None:

@@ -22,11 +22,14 @@ DEFAULT_TIMEOUT = 60.0
 DEFAULT_POINT_CAP = 1.0  # s: the longest a default-count point runs (grpc at 8 B: 10,000 round trips would take 4 s)
 DEFAULT_SIZES = "0:4M"
 SEND, LONG, HOW = "what to send", "how long", "how"
+# the options of --payload: a benchmark that plans its own sizes from options of its own (cluster) has none of them
+PAYLOAD = ("payload", "buffers", "tensors_per_message", "categories", "small_size", "medium_size", "large_size",
+           "skew_bias")
 
 
 @dataclass(frozen=True)
 class CommonOptions(Options):
-    """The options every benchmark takes."""
+    """The options every benchmark takes (``PAYLOAD``'s only where it takes --payload)."""
 
     message_size: str | None = opt(
         None, "-m", "--message-size", group=SEND, metavar="MIN:MAX",

@@ -30,7 +30,7 @@ from commbench import __version__
 from commbench.core.errors import ResultsError, UsageError
 
 META_PREFIX = "# commbench-meta "
-FORMATS = (".jsonl", ".json", ".csv")
+FORMATS = (".jsonl", ".csv")
 
 
 def check_output_path(path: str) -> Path:

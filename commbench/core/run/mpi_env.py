@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.core.errors import Unavailable, UsageError
+from commbench.core.run.guard import guarded
 from commbench.core.run.sockets import root_listener
 
 _COUNT = struct.Struct("<I")
@@ -177,6 +178,25 @@ def ulfm() -> bool:
 
 
 _base: list = []  # the communicator groups are made from, once a death has shrunk COMM_WORLD
+_exit = {"who": "this rank", "within": 60.0}  # who says MPI_Finalize hung, and after how long (the run's timeout)
+
+
+def bound_finalize(who: str, timeout: float) -> None:
+    """Name this rank ("rank 3 on host n1") and the run's timeout for ``finalize``."""
+    _exit.update(who=who, within=max(timeout, 1.0))
+
+
+def finalize() -> bool:
+    """MPI_Finalize, bounded: False, without calling it, once a rank of the run died (ULFM's world was
+    shrunk: Open MPI's finalize then waits at random for the dead rank, forever); otherwise it runs
+    under a guard that kills this rank, saying so, if it has not returned within the run's timeout.
+    True when MPI is finalized and the interpreter may exit normally."""
+    if _base:
+        return False
+    with guarded(f"commbench: {_exit['who']}: MPI_Finalize had not returned after {_exit['within']:g} s "
+                 "(a rank of the run died or hung); ended without it", float(_exit["within"])):
+        mpi().Finalize()
+    return True
 
 
 def base_comm(MPI) -> Any:  # noqa: N803 (the mpi4py module)

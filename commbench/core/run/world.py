@@ -15,17 +15,16 @@ import contextlib
 import dataclasses
 import json
 import os
-import shlex
-import signal
 import socket
-import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from commbench.core.errors import PeerError, UsageError
+from commbench.core.run import mpi_env
 from commbench.core.run import token as run_token
 from commbench.core.run.collectives import Collectives
+from commbench.core.run.guard import guarded
 from commbench.core.run.placement import ENV_WIREUP, WIREUPS, Placement
 from commbench.core.run.pmix import launched as pmix_launched
 from commbench.core.run.rendezvous import StoreClient, StoreServer
@@ -54,19 +53,10 @@ def _first_node_listener(placement: Placement, bind: str | None) -> socket.socke
     return bind_listener(bind or _own_address(placement.root_host), placement.root_port, "rendezvous")
 
 
-@contextlib.contextmanager
-def _guarded(rank: int, timeout: float) -> Iterator[None]:
-    """A process that, after ``timeout`` s, says why and kills this rank unless the block ended first:
-    MPI_Init and a launcher's fence cannot be interrupted, and no watchdog exists yet."""
-    msg = (f"commbench: rank {rank} on host {socket.gethostname()}: the launcher's wire-up did not finish within "
-           f"{timeout:g} s (a rank hung or died before the run started; see --timeout)")
-    guard = subprocess.Popen(["sh", "-c", f"sleep {timeout:g} && echo {shlex.quote(msg)} >&2 && kill -9 {os.getpid()}"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-    try:
-        yield
-    finally:  # the whole group: a surviving `sleep` would hold the launcher's stderr pipe open
-        os.killpg(guard.pid, signal.SIGKILL)
-        guard.wait()
+def _guarded(rank: int, timeout: float) -> contextlib.AbstractContextManager[None]:
+    """The wire-up's bound: MPI_Init and a launcher's fence cannot be interrupted, and no watchdog exists yet."""
+    return guarded(f"commbench: rank {rank} on host {socket.gethostname()}: the launcher's wire-up did not finish "
+                   f"within {timeout:g} s (a rank hung or died before the run started; see --timeout)", timeout)
 
 
 def wireup_of(placement: Placement, env: Mapping[str, str] | None = None) -> str:
@@ -112,11 +102,9 @@ class World(Collectives):
                 self.pmix = Client(timeout)
                 placement = self._pmix_root(placement, bind)
         elif placement.mpi_bootstrap:  # mpirun without PMIx (or told to use the store): rank 0's address by MPI
-            from commbench.core.run.mpi_env import bootstrap
-
             # MPI_Init (which holds the GIL) and MPI_Bcast cannot time out and no watchdog exists yet
             with _guarded(placement.rank, timeout):
-                hosts, port, token, fd = bootstrap(placement.rank, placement.size, placement.launcher,
+                hosts, port, token, fd = mpi_env.bootstrap(placement.rank, placement.size, placement.launcher,
                                                    placement.root_port, bind)
             placement = dataclasses.replace(placement, root_host=hosts, root_port=port, token=token, listen_fd=fd)
         token_file = Path(placement.token_file) if placement.token_file and self.wireup == "store" else None
@@ -131,6 +119,7 @@ class World(Collectives):
         self.tolerant = tolerant
         self.members = tuple(range(self.size))
         self.host = placement.host_name
+        mpi_env.bound_finalize(f"rank {self.rank} on host {self.host}", timeout)
         self._server: StoreServer | None = None
         self._seq = 0
         if self.rank == 0:
@@ -177,10 +166,8 @@ class World(Collectives):
                 self.pmix.fence()
             return [_fields(self.pmix.get(r, WORLD_KEY), spec, f"rank {r}'s host") for r in range(self.size)]
         if self.wireup == "mpi":
-            from commbench.core.run.mpi_env import allgather
-
             return [_fields(b.decode(errors="replace"), spec, f"rank {r}'s host")
-                    for r, b in enumerate(allgather(json.dumps(mine).encode()))]
+                    for r, b in enumerate(mpi_env.allgather(json.dumps(mine).encode()))]
         return [_fields(i, spec, f"rank {r}'s host") for r, i in enumerate(self.allgather_json(WORLD_GATHER, mine))]
 
     def _join(self, host: str, port: int, token_file: Path | None) -> StoreClient:
