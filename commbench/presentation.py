@@ -12,10 +12,10 @@ TRAFFIC = Presentation("bytes_step", "lower", "traffic", "size", ("transport", "
 def presentations() -> dict[str, Presentation]:
     """bench name (as rows and metadata carry it) -> its Presentation; NAME-traffic rows: TRAFFIC."""
     from commbench import benchmarks
-    from commbench.training import predict, train
+    from commbench.training import predict_rows, train
 
     out = {name: cls.presentation() for name, cls in benchmarks.registry().items()}
-    out.update(train=train.PRESENTATION, predict=predict.PRESENTATION)
+    out.update(train=train.PRESENTATION, predict=predict_rows.PRESENTATION)
     out["train-compute"] = train.COMPUTE_PRESENTATION
     return out
 
@@ -34,7 +34,7 @@ def declared_keys(bench: str) -> dict:
     from commbench.benchmarks.runner import RUNNER
     from commbench.core.capture import traffic
     from commbench.core.output.table import declared
-    from commbench.training import predict, train
+    from commbench.training import predict_rows, train
 
     if bench.endswith("-traffic"):
         base = bench.removesuffix("-traffic")
@@ -44,7 +44,7 @@ def declared_keys(bench: str) -> dict:
     if bench == "train-compute":
         return train.compute_schema()
     if bench == "predict":
-        return predict.schema()
+        return predict_rows.schema()
     cls = benchmarks.registry().get(bench)
     return declared(RUNNER, cls.row_keys().values()) if cls else {}
 

@@ -41,7 +41,7 @@ def bench_keys(cls: type[Benchmark]) -> list[Column]:
 
 
 def results_page() -> str:
-    from commbench.training import predict, train
+    from commbench.training import predict_rows, train
 
     lines = [GENERATED.format(what="results"), "", "# Results reference", "",
              "Every key a results row may hold, as the code declares it (a row with an undeclared key is refused "
@@ -66,7 +66,7 @@ def results_page() -> str:
               *key_table(traffic.KEYS), ""]
     lines += ["## train", "", *key_table(train.schema(False).values()), ""]
     lines += ["## train-compute (`train --compute-only`)", "", *key_table(train.compute_schema().values()), ""]
-    lines += ["## predict", "", *key_table(predict.schema().values()), ""]
+    lines += ["## predict", "", *key_table(predict_rows.schema().values()), ""]
     return "\n".join(lines)
 
 

@@ -78,7 +78,7 @@ def test_real_pyverbs_without_a_device():
 
 
 def test_port_rate_from_speed_and_width_codes():
-    from commbench.devices import port_rate
+    from commbench.transports.devices import port_rate
 
     assert port_rate(32, 2) == 103.12  # EDR 4x: 25.78125 Gb/s per lane x 4
     assert port_rate(64, 2) == 212.5  # HDR 4x

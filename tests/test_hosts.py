@@ -13,7 +13,7 @@ from conftest import ENV, commbench, table_rows
 from wire import settled
 
 from commbench.core.output.results import read_runs
-from commbench.hosts import parse_rate
+from commbench.launch.hosts import parse_rate
 from commbench.profiles.store import load
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")

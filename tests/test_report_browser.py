@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import commbench
 
-from commbench.report import number
+from commbench.commands.report import number
 
 FIX = Path(__file__).parent / "fixtures"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from conftest import commbench, grpc_cpp, table_rows
 
+from commbench.commands.show import render
 from commbench.core.output.results import read_runs
-from commbench.show import render
 
 GRPC_MODES = [("raw", "unary"), ("raw", "stream"), ("proto", "unary"), ("proto", "stream")]
 

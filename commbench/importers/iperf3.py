@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from commbench.core.errors import UsageError
 from commbench.core.output.results import shallow_json
-from commbench.importers import Imported
+from commbench.importers.base import Imported
 
 
 def looks_like(text: str) -> bool:

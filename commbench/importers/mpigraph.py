@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from commbench.core.errors import UsageError
-from commbench.importers import Imported
+from commbench.importers.base import Imported
 
 MIB = 1.048576  # MB/s (10^6 B/s) per mpiGraph MB/sec (2^20 B/s)
 START = re.compile(r"^START mpiGraph v?([\w.]+)", re.M)

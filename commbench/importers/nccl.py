@@ -17,7 +17,7 @@ from pathlib import Path
 
 from commbench.core.errors import UsageError
 from commbench.core.output.results import shallow_json
-from commbench.importers import Imported
+from commbench.importers.base import Imported
 
 HEAD = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(root\s+)?time\s+algbw\s+busbw\s+(#wrong|error)", re.M)
 TESTS = {"all_reduce": "allreduce", "all_gather": "allgather", "alltoall": "alltoall", "broadcast": "broadcast"}

@@ -11,7 +11,7 @@ import re
 
 from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.core.errors import UsageError
-from commbench.importers import NUM, Imported
+from commbench.importers.base import NUM, Imported
 
 TESTS = {"latency": ("p2p-latency", "osu_latency"), "bandwidth": ("p2p-bandwidth", "osu_bw"),
          "bw": ("p2p-bandwidth", "osu_bw"), "bi-directional bandwidth": ("p2p-bibw", "osu_bibw"),

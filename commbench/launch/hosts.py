@@ -1,27 +1,9 @@
-"""``commbench hosts up N --rate R [--rate-of I=R] [--cable I-J=R] [--racks K --uplink R
-[--uplink-of K=R]] [--set S] | down | status``: N emulated hosts on this machine.
-
-Each host is a network namespace ``cbhI`` with one interface ``cbeI`` (10.77.0.I+1/24), joined by a
-veth pair (root end ``cbvI``) to a bridge in the root namespace: ``cbbr0`` (10.77.0.254, where the local
-launcher's rendezvous listens). ``--rate`` shapes every host's link with tc tbf on both ends (shaping
-is egress only; netem, hence added delay, is not in this kernel), so a flow between two hosts runs at
-the rate; ``--rate-of I=R`` gives host I a rate of its own (a slow node); ``--cable I-J=R`` shapes the
-pair of hosts I and J alone (htb on each one's egress, a class for the other's address: a bad cable
-between two healthy hosts). ``--racks K`` puts the hosts under K bridges (``cbbrK``, host I in rack
-I // (N / K)) joined to a spine bridge (``cbsp0``, which carries 10.77.0.254) by uplinks shaped at
-``--uplink``: cross-rack traffic shares them, as in a fat tree with a tapered spine; ``--uplink-of
-K=R`` gives rack K's uplink a rate of its own (a degraded uplink). ``up`` writes the hosts' topology as
-Slurm's topology.conf beside its state (switches ``rackK`` under ``spine``) for ``cluster
---topology``. The root namespace is named ``cbroot`` too, so that ``--traffic``'s capture can enter
-it. ``--set S`` makes a set of hosts of its own (names in core/run/hostset.py), which no other set's
-``up`` or ``down`` touches. Benchmarks and ``train`` run across them with ``--hosts N [--host-set S]``
-(rank r in host r mod N). ``up`` replaces what the same set's ``up`` made before (idempotent) and
-removes what it made if a step fails. Needs root.
-"""
+"""Emulated hosts on this machine (the library; the command is ``commbench hosts``,
+commands/hosts.py, whose help says what they are): network namespaces joined by veth pairs to
+bridges, shaped with tc; their state and topology; where the local launcher puts rank r."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -30,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from commbench.core.analysis.topology import Topology
-from commbench.core.config.argtypes import integer
 from commbench.core.errors import UsageError
 from commbench.core.run import hostset
 from commbench.core.run.hostset import host_name, link_name, root_netns, state_path
@@ -274,48 +255,3 @@ def placement_for(n: int, s: str = "") -> dict:
         raise UsageError(f"--hosts {n}: {len(have)} emulated hosts are up{' in set ' + s if s else ''}; run "
                          f"`commbench hosts up {n}{flag} --rate RATE` first (as root)")
     return st
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("hosts", help="emulated hosts: network namespaces joined by shaped links (root)",
-                       description=__doc__.split("\n\n")[0].replace("``", ""))
-    hs = p.add_subparsers(dest="action", required=True, metavar="up|down|status")
-    u = hs.add_parser("up", help="make N hosts joined at --rate")
-    u.add_argument("n", type=integer(1, MAX_HOSTS), help="number of hosts")
-    u.add_argument("--rate", default="none", help="link rate in tc notation (100mbit, 1gbit) or none (default)")
-    u.add_argument("--rate-of", action="append", default=[], metavar="I=RATE",
-                   help="host I's link at RATE instead (a slow node or cable; repeatable)")
-    u.add_argument("--racks", type=integer(1, MAX_HOSTS), default=1, metavar="K",
-                   help="K racks of N/K hosts each, under a spine (default 1: one bridge)")
-    u.add_argument("--uplink", metavar="RATE", help="each rack's link to the spine, in tc notation (with --racks)")
-    u.add_argument("--uplink-of", action="append", default=[], metavar="K=RATE",
-                   help="rack K's uplink at RATE instead (a degraded uplink; repeatable)")
-    u.add_argument("--cable", action="append", default=[], metavar="I-J=RATE",
-                   help="the pair of hosts I and J at RATE, their other pairs not (a bad cable; repeatable)")
-    for name, helptext in (("up", "a set of hosts of its own"), ("down", "remove this set's hosts"),
-                           ("status", "this set's hosts")):
-        target = u if name == "up" else hs.add_parser(name, help=helptext)
-        target.add_argument("--set", default=hostset.default_set(), metavar="S",
-                            help="the set of hosts (1-4 letters or digits; default $COMMBENCH_HOSTS_SET, "
-                                 "else the default set)")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    s = hostset.check_set(args.set)
-    if args.action == "up":
-        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s, args.uplink_of, args.cable)
-        odd = {k: v for k, v in st["rates"].items() if v != args.rate}
-        odd.update({f"rack{k}'s uplink": v for k, v in enumerate(st["uplinks"].values()) if v != args.uplink})
-        odd.update({f"cable {k}": v for k, v in st["cables"].items()})
-        racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
-        print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
-              + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "
-              + ", ".join(f"{k} {v}" for k, v in st["addresses"].items()) + f"; rendezvous side {st['root_address']}"
-              + f"; topology {st['topology']} (for cluster --topology)")
-    elif args.action == "down":
-        gone = down(s)
-        print(f"commbench hosts: removed {', '.join(gone) or 'nothing (none were up)'}")
-    else:
-        print(json.dumps({"namespaces": existing(s), "state": state(s)}, indent=2))
-    return 0

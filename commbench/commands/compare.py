@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from commbench import presentation
+from commbench.commands.report import metric_of
 from commbench.core.config.argtypes import MAX_ITERATIONS, SECONDS, integer
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
@@ -21,7 +22,6 @@ from commbench.core.output.results import results_files
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.core.run.placement import detect
 from commbench.launch.local import launch, launch_mpi, mpiexec_command
-from commbench.report import metric_of
 
 LATENCY, BANDWIDTH = "p2p-latency", "p2p-bandwidth"  # what compare runs, and summary reads
 LAT_SIZES = ["8", "1K", "64K", "1M"]
@@ -34,12 +34,12 @@ SUMMARY = [Column("config", "Transport (mode)", -20), Column("lat8", "Lat 8B(us)
 def configurations() -> list[tuple[str, str, list[str]]]:
     """(label, transport, flags) of every preset every transport declares, the baseline's first."""
     from commbench import transports
-    from commbench.cli import build_parser
+    from commbench.planning import parse_benchmark
 
-    parser, out = build_parser(), []
+    out = []
     for name, cls in sorted(transports.registry().items(), key=lambda kv: not kv[1].baseline):
         for flags in cls.presets:
-            args = parser.parse_args([LATENCY, "-t", name, *flags])
+            args = parse_benchmark([LATENCY, "-t", name, *flags])
             net = cls.Options.parse(args)
             out.append((cls.label(net, CommonOptions.parse(args).poll or cls.default_poll(net)), name, list(flags)))
     return out
@@ -99,9 +99,9 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     unusable: list[str] = []
     for label, transport, flags in configs:
         try:
-            from commbench.cli import build_parser, decide
+            from commbench.planning import decide, parse_benchmark
 
-            _, cls, config = decide(build_parser().parse_args([LATENCY, "-t", transport, *flags]))
+            _, cls, config = decide(parse_benchmark([LATENCY, "-t", transport, *flags]))
             if "own-launcher" in cls.able(config.net) and mpiexec_command(2) is None:  # the run's own checks, and
                 raise UsageError("no mpiexec found beside this Python or on PATH")  # its launcher's
         except CommbenchError as exc:

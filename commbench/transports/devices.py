@@ -1,4 +1,5 @@
-"""``commbench devices``: what this host has and which transports will work, with the reason when not.
+"""What this host has and which transports will work here, with the reason when not (the report
+``commbench devices`` prints; errors naming the transports usable here).
 
 RDMA devices and ports come from pyverbs (rdma-core); network interfaces from sysfs and psutil;
 library versions from package metadata (nothing heavy is imported; MPI is not initialised).
@@ -6,10 +7,7 @@ library versions from package metadata (nothing heavy is imported; MPI is not in
 
 from __future__ import annotations
 
-import argparse
-import json
 import socket
-from collections.abc import Sequence
 from importlib import metadata
 
 
@@ -117,36 +115,3 @@ def report() -> dict:
             for name, info in interfaces().items()}
     return {"host": socket.gethostname(), "rdma": devs, "rdma_reason": why, "interfaces": nets,
             "libraries": library_versions(), "transports": transports_status()}
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("devices", help="RDMA devices, network interfaces, libraries, and which transports work here")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=devices)
-
-
-def devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    r = report()
-    if args.json:
-        print(json.dumps(r, indent=2))
-        return 0
-    print(f"# commbench devices on {r['host']}")
-    print("RDMA devices:")
-    if not r["rdma"]:
-        print(f"  none: {r['rdma_reason']}")
-    for d in r["rdma"]:
-        print(f"  {d['name']}" + (f": {d['error']}" if d.get("error") else ""))
-        for p in d["ports"]:
-            print(f"    port {p['port']}: {p['state']}, {p['link_layer']}, {p['rate_gbps'] or '?'} Gb/s, "
-                  f"mtu {p['active_mtu']}, lid {p['lid']}; GIDs: "
-                  + (", ".join(f"[{i}] {g}" for i, g in p["gids"].items()) or "none"))
-    print("network interfaces:")
-    for name, i in r["interfaces"].items():
-        speed = f"{i['speed_mbps']} Mb/s" if i["speed_mbps"] else "speed unknown"
-        print(f"  {name:10s} {i['link'] or '?':11s} {i['state'] or '?':8s} mtu {i['mtu'] or '?':<6} {speed:14s} "
-              f"{', '.join(i['ipv4']) or '-'}")
-    print("libraries: " + ", ".join(f"{k} {v}" for k, v in r["libraries"].items() if v))
-    print("transports:")
-    for name, s in r["transports"].items():
-        print(f"  {name:8s} {s}")
-    return 0
