@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Predictions made out of sample, measured against real training (as root: emulated hosts):
-#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: about 2 h here (not timed whole since
-#                                                     both strategies calibrate over two slow links; mobilenet_v2 alone at two rates: 80-82 min, rounds 21-22)
-#   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: 6 rates, two passes over two calibration links: 23 min (round 22)
+#   bash launchers/predict.sh                       # small_cnn and mobilenet_v2, ps and mirrored: about 2 h here (mobilenet_v2 alone
+#                                                     at two rates: 80-82 min)
+#   MODELS=small-cnn bash launchers/predict.sh      # small_cnn only: 6 rates, two passes over two calibration links: 23 min
 # 1. calibration on unshaped links (the setup a user has): TF's runtime cost per closure and RPC (ps) or
 #    collective (mirrored) from train runs of every model and strategy at the batch trained below, 2 workers
 #    (CAL each: their spread is part of the uncertainty), over a sweep of those links (OUT/cal_sweep_none.jsonl).
@@ -10,13 +10,13 @@
 #    batch (the ranks share 2 cores). Spread over the recipe, one before the rates at evenly spaced places
 #    (CAL=3, 6 rates, 2 passes: before the 1st and 5th of the first pass, the 3rd of the second): this
 #    machine's phases move TF's runtime by 2-4 ms for minutes at a time, so runs made back to back measure one
-#    phase (docs/training.md, round 9). Each between two `train --compute-only` runs (OUT/cal_compute_*): a
+#    phase (docs/notes/predict-rounds.md has the rounds behind each choice). Each between two `train --compute-only` runs (OUT/cal_compute_*): a
 #    worker computes slower inside training than alone
-#    (the load, 1.02-1.08x here: docs/training.md, round 15), and 2. measures the compute alone. Every
+#    (the load, 1.02-1.08x here), and 2. measures the compute alone. Every
 #    strategy is calibrated over slow links too (CAL_RATES, default 300mbit 1500mbit: one on each side of
 #    where ps's transfers outlast about 4 ms): where they take that long, part of TF's runtime runs under
-#    them (round 16), and below 1 Gbit/s the emulation's per-frame kernel cost adds to a step (round 13);
-#    predict joins what each link's runs left into a curve over the wire's length (round 19)
+#    them, and below 1 Gbit/s the emulation's per-frame kernel cost adds to a step;
+#    predict joins what each link's runs left into a curve over the wire's length
 # 2. at every rate in RATES: a p2p sweep over the emulated links, then for every model and strategy a
 #    `train --compute-only` (the compute step, W workers at once), a real train run, and another compute-only
 #    run (predict pools them: a slow minute in one moves the time less far); REPEATS passes over the rates
@@ -68,8 +68,8 @@ SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo "$MOBILENET_STEPS"; fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 compute_only() {  # compute_only OUTFILE STRATEGY MODEL W: the compute step alone (mirrored's with its cluster
-  # up and idle: it slows the workers' compute, docs/training.md round 12), as many steps as trained, at most 60
-  # (half before, half after, at least 12 each; until round 17 it took 12 each whatever --steps said)
+  # up and idle: it slows the workers' compute), as many steps as trained, at most 60
+  # (half before, half after, at least 12 each)
   local n; n=$(model_steps "$3"); [ "$n" -le 60 ] || n=60
   $CB train --compute-only --strategy "$2" --hosts 5 --model "$3" --workers "$4" --batch "$(model_batch "$3")" \
     --steps "$n" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2
@@ -110,7 +110,7 @@ read -ra rates <<< "$RATES"
 n=${#rates[@]}
 step "2. measured at $RATES, $REPEATS passes over them, the calibration spread among them"
 # A rate's repeats are one per pass, not back to back: two runs a minute apart share the machine's phase
-# (their errors correlated 0.6-0.7 over rounds 14-20), so their mean measures one phase, not the rate
+# (their errors correlated 0.6-0.7), so their mean measures one phase, not the rate
 for p in $(seq 0 $(( REPEATS - 1 ))); do for i in "${!rates[@]}"; do
   rate=${rates[$i]}
   calibrate $(( p * n + i )) $(( REPEATS * n ))

@@ -20,7 +20,7 @@ gradients are ready; the PS's link takes them in order, and the reads end half a
 apart, the first to read the first to compute), and halfway (``TURN``) where no run of this W
 measured them (a packet trace at 280 Mbit/s: the gradients ended a median 8 ms apart, a worker's
 alone took 7.5; three rounds of held-out rates fitted b = 0.83-0.89 of the halfway wire term, and
-0.95-1.00 of this one, docs/training.md round 8); at the slow end a synchronous step waits for
+0.95-1.00 of this one: docs/notes/predict-rounds.md); at the slow end a synchronous step waits for
 its slowest worker's compute, where the train run measured it for this W (``slowest_p50_ms``, every
 worker computing at once).
 
@@ -51,7 +51,7 @@ transfers. ``--overhead-compute FILE`` gives compute-only runs made just before 
 runs; each calibration run's own compute (between its steps) over theirs is its load, and the prediction
 computes the compute given (--compute, --compute-ms) times the runs' median load, with a 95 % interval for
 one more run from their spread. The communication predicted (the step less that compute) is what it was;
-the images/s is not: the load was 1.02-1.14x on these emulated hosts (docs/training.md, round 15).
+the images/s is not: the load was 1.02-1.14x on these emulated hosts (docs/notes/predict-rounds.md).
 
 Uncertainty: Low / High are a 90 % interval (``COVERAGE``). The prediction is made again with one
 input at a time at the slow or the fast end of its 95 % interval (the compute time from
@@ -60,7 +60,7 @@ measurements before and after, since the predicted run computes minutes later; T
 calibration runs' steps' intervals, widened to each repeat's own fit; the link's fit to the ends of
 its points' intervals; the bounds the model leaves open: the slowest worker waited for, the ps
 gradients all at once or in turn), and the moves are added in quadrature as independent errors. Every input at its
-end at once (the corners, until issue 40) claimed no proportion and was wider than the errors are.
+end at once (the corners) would claim no proportion and be wider than the errors are.
 The verdicts ("pays off", the minimum bandwidth) still take the corners, and say "undecided" where
 they disagree. A ``--train`` file with repeats of the shape (runs appended to it) gives the compute
 time pooled over them and the measured images/s as their mean, with the ends of every repeat's 95 %
@@ -212,7 +212,7 @@ def turn_of(lags: Sequence[Sequence[float]], one_ms: float, workers: int, read_m
     (a packet trace at 280 Mbit/s: 3.8 ms, of 7.5), moves each worker's gradients by as much, in the
     lags' order: the first to read is the first to compute (the runs' own lags at shaped links grow
     to about this: small_cnn 10.4 ms at 190 Mbit/s against 5.4 unshaped and 5.5 half its reads;
-    averaged with the other order, rounds 6-8 fitted b = 0.87-0.93 of ps's wire term, with this
+    averaged with the other order, held-out rates fitted b = 0.87-0.93 of ps's wire term, with this
     order 0.95-1.00). Rounds of another W are left out; none left: TURN."""
     mine = [r for r in lags if len(r) == workers - 1]
     if workers < 2 or not mine or one_ms <= 0:
@@ -475,7 +475,7 @@ def fit_runtime(runs: Sequence[Calibrated], pace: float | None = None) -> Runtim
     calibration runs' steps less their compute and modelled communication. ``pace``: the compute time
     predicted with, for runs of the same model and batch: each run's cost is taken at that pace (times
     pace / the run's own compute time), for TF's runtime is CPU work on the cores the compute runs on, and
-    a machine that computes 20 % slower runs it 20 % slower too (docs/training.md, round 4). With one shape (or shapes
+    a machine that computes 20 % slower runs it 20 % slower too. With one shape (or shapes
     whose counts are proportional) only the last term is fitted: its cost per RPC or collective. Its
     ends: the fits to the ends of every run's intervals and of the model's that make it high (high
     steps, low compute, the fast link, the gradients in turn) and low (the slowest worker waited for),
@@ -709,7 +709,7 @@ def compute_load(cal: Sequence[tuple[Calibrated, str | None]], alone: Sequence[t
     start): its own compute time (between its training steps) over the compute-only runs (rows with their
     starts) of its W and batch made next to it, the last before it and the first after, pooled as
     ``--compute`` pools them. On cores shared with TF's runtime threads, the PS and the other ranks'
-    transfers, a step's compute is slower than the same compute alone (docs/training.md, round 15)."""
+    transfers, a step's compute is slower than the same compute alone (1.02-1.14x here)."""
     out = []
     for c, start in cal:
         same = sorted(((datetime.fromisoformat(s), r) for r, s in alone if s is not None
@@ -749,7 +749,7 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
     batch trained is the runtime of that step; else every run (other models and batches: the terms'
     cross-model fit). Runs of the model and batch are taken at the pace of the compute time predicted
     with (``compute_ms`` alone, times the load; ``fit_runtime``). On a shared machine TF's runtime moves by
-    2-4 ms for minutes at a time (docs/training.md, round 9), so runs made back to back sample one phase of
+    2-4 ms for minutes at a time, so runs made back to back sample one phase of
     it: ``minutes``. With --overhead-compute (compute-only runs made next to the calibration runs) and a
     compute time measured ``alone`` (not a run's own, inside training already), the compute load of those of
     the model and batch (``compute_load``)."""

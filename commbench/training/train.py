@@ -214,7 +214,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
         probe: list = []  # this worker's compute step, built before its first use (mirrored: once the strategy is)
 
         # built, then a barrier: every worker's first timed steps start together (built and timed at once,
-        # the first to finish tracing timed its steps alone on the cores: 11-13 ms against 18-27, round 16)
+        # the first to finish tracing timed its steps alone on the cores: 11-13 ms against 18-27)
         def build_probe() -> None:
             if job == "worker":
                 probe.append(tf_loops.ComputeProbe(o.model, o.batch, o.seed))
@@ -318,7 +318,7 @@ def compute_only(placement: Placement, o: TrainOptions) -> int:
             replicas = tf_loops.mirrored_strategy().num_replicas_in_sync
             tf_loops.sigterm_ends_the_process()
         # built and traced before the barrier: every worker's timed steps start together (built after it, the
-        # first worker to finish tracing timed steps alone on the cores: 11-13 ms bursts against 18-27, round 16)
+        # first worker to finish tracing timed steps alone on the cores: 11-13 ms bursts against 18-27)
         probe, measured, n = tf_loops.ComputeProbe(o.model, o.batch, o.seed), [], max(12, o.steps // 2)
         for part in ("before", "after"):
             world.barrier(f"compute-{part}", patient=True)
