@@ -1098,3 +1098,14 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
                       "--json")
     assert again.code == 0, again.err
     assert json.loads(again.out)["images_s"] == row["images_s"]
+
+
+@pytest.mark.parametrize("lo, hi, mid, says", [
+    (None, None, None, "no bandwidth makes 3 workers faster than one"),
+    (100.0, None, None, "undecided, 100.0 MB/s at the fast end (0.80 Gbit/s), none at the slow end"),
+    (100.0, 200.0, 150.0, "150.0 MB/s, between 100.0 and 200.0 (0.80-1.60 Gbit/s)"),
+    (100.0, 100.0, 100.0, "3 workers to beat one: 100.0 MB/s (0.80 Gbit/s)")])
+def test_the_minimum_bandwidth_is_said_as_the_ends_decide(lo, hi, mid, says):
+    """W workers beat one above a bandwidth the model finds at each end of the inputs: none, one end
+    only (undecided), a range, or one number where the ends agree."""
+    assert says in pr.min_bandwidth_line(3, lo, hi, mid)

@@ -54,10 +54,6 @@ class Profile:
         return tuple(t for t in self.variables if t.trainable)
 
     @property
-    def non_trainable(self) -> tuple[Tensor, ...]:
-        return tuple(t for t in self.variables if not t.trainable)
-
-    @property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.tensors)
 

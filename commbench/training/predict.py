@@ -809,6 +809,20 @@ def save(args: argparse.Namespace, out: dict) -> None:
     w.close()
 
 
+def min_bandwidth_line(workers: int, lo: float | None, hi: float | None, mid: float | None) -> str:
+    """What the bandwidth at which W workers beat one (MB/s: at the fast end, the slow end, the middle) says."""
+    if lo is None:
+        return (f"no bandwidth makes {workers} workers faster than one: latency and TF's cost alone exceed what "
+                "they save")
+    if hi is None:
+        return (f"minimum bandwidth for {workers} workers to beat one: undecided, {lo:.1f} MB/s at the fast end "
+                f"({lo * 8 / 1e3:.2f} Gbit/s), none at the slow end")
+    if hi / max(lo, 1e-12) > 1.0001:
+        return (f"minimum bandwidth for {workers} workers to beat one: {mid or lo:.1f} MB/s, between {lo:.1f} and "
+                f"{hi:.1f} ({lo * 8 / 1e3:.2f}-{hi * 8 / 1e3:.2f} Gbit/s)")
+    return f"minimum bandwidth for {workers} workers to beat one: {lo:.1f} MB/s ({lo * 8 / 1e3:.2f} Gbit/s)"
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """predict, with numpy's warnings about absurd inputs (a sweep of 1e308 B: overflow, an ill-conditioned
     fit) kept off the terminal: what such inputs give is refused or printed, in one place each."""
@@ -992,19 +1006,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"# {workers} workers: {pred.images_s:.1f} img/s against one worker's {pred.one_worker_images_s:.1f}: "
           f"data parallelism {verdict} at this bandwidth")
     lo, hi = out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"]
-    if measured:
-        pass
-    elif lo is None:
-        print(f"# no bandwidth makes {workers} workers faster than one: latency and TF's cost alone exceed "
-              "what they save")
-    elif hi is None:
-        print(f"# minimum bandwidth for {workers} workers to beat one: undecided, {lo:.1f} MB/s at the fast end "
-              f"({lo * 8 / 1e3:.2f} Gbit/s), none at the slow end")
-    elif hi / max(lo, 1e-12) > 1.0001:
-        print(f"# minimum bandwidth for {workers} workers to beat one: {out['min_beta_mb_s'] or lo:.1f} MB/s, "
-              f"between {lo:.1f} and {hi:.1f} ({lo * 8 / 1e3:.2f}-{hi * 8 / 1e3:.2f} Gbit/s)")
-    else:
-        print(f"# minimum bandwidth for {workers} workers to beat one: {lo:.1f} MB/s ({lo * 8 / 1e3:.2f} Gbit/s)")
+    if not measured:  # the minimum bandwidth is the model's: a measured communication has none
+        print(f"# {min_bandwidth_line(workers, lo, hi, out['min_beta_mb_s'])}")
     if row and not same:
         print(f"# the train run in {args.train} was {row.get('model')} W={row.get('workers')} P={row.get('ps')} "
               f"batch {row.get('batch')}: this is a prediction beyond what was measured")

@@ -33,6 +33,7 @@ unpack_hdr = HDR.unpack_from
 EAGER = 4096  # messages up to this size travel through one contiguous staging buffer (one syscall, tiny copy)
 OK = WELCOME  # the acceptor's answer to a dialer's hello
 SPIN_CHECK = 0xFFF  # look at the clock every 4096 empty polls
+Address = list | str  # a listener's address as peers are told it (JSON): tcp's [host, port], unix's name
 
 
 def _advance(iov: Sequence[memoryview], n: int) -> list[memoryview]:
@@ -297,18 +298,18 @@ class TcpTransport(Transport):
         self.links = links
         return links
 
-    def listen(self) -> tuple[socket.socket, list]:
+    def listen(self) -> tuple[socket.socket, Address]:
         """This rank's listening socket, and its address as peers are told it (JSON)."""
         host = local_endpoint(self.opts, self.world)
         listener = bind_listener(host, data_port(self.config.common.port, self.world),
                                  f"{self.name} transport of rank {self.world.rank}")
         return listener, [host, listener.getsockname()[1]]
 
-    def open(self, addr: list, timeout: float) -> socket.socket:
+    def open(self, addr: Address, timeout: float) -> socket.socket:
         """A connection to a peer's address as ``listen`` gave it."""
         return socket.create_connection((addr[0], addr[1]), timeout=timeout)
 
-    def _dial(self, addr: list, peer: int, deadline: float) -> socket.socket:
+    def _dial(self, addr: Address, peer: int, deadline: float) -> socket.socket:
         """Connect to a peer's data port, each side proving the run token; again while it is busy or not
         listening yet (core/run/gate.dial)."""
         return dial(lambda timeout: self.open(addr, timeout), addr, self.world.placement.token,

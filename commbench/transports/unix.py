@@ -14,7 +14,7 @@ import socket
 
 from commbench.core.config.options import NoOptions
 from commbench.core.errors import Unavailable, UsageError
-from commbench.transports.tcp import TcpTransport
+from commbench.transports.tcp import Address, TcpTransport
 
 
 class UnixTransport(TcpTransport):
@@ -29,7 +29,7 @@ class UnixTransport(TcpTransport):
         if not hasattr(socket, "AF_UNIX"):
             raise Unavailable("this system has no AF_UNIX sockets")
 
-    def listen(self) -> tuple[socket.socket, str]:
+    def listen(self) -> tuple[socket.socket, Address]:
         world = self.world
         hosts = sorted(set(world.hosts))
         if len(hosts) > 1:
@@ -41,11 +41,11 @@ class UnixTransport(TcpTransport):
         listener.listen(socket.SOMAXCONN)
         return listener, name
 
-    def open(self, addr: str, timeout: float) -> socket.socket:
+    def open(self, addr: Address, timeout: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
-            sock.connect(addr)
+            sock.connect(str(addr))  # the name listen gave
         except OSError:
             sock.close()
             raise

@@ -42,7 +42,6 @@ class Placement:
     listen_fd: int | None = None  # rank 0 under the local launcher inherits the listening socket
     node: str = ""  # this rank's node name as the launcher knows it (Slurm's node names)
     mpi_bootstrap: bool = False  # rank 0 sends root address and token to the others through MPI
-    local_rank: int = 0
     token_file: str = ""  # srun without COMMBENCH_TOKEN: rank 0 publishes a random token and its port here
 
     @property
@@ -77,13 +76,12 @@ def _detect(env: Mapping[str, str], port: int) -> Placement | None:
                          env.get(ENV_TOKEN, ""), "local", _int(env, ENV_FD) if fd else None, node=env.get(ENV_NODE, ""))
     if "OMPI_COMM_WORLD_RANK" in env:
         return Placement(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"), "", port,
-                         env.get(ENV_TOKEN, ""), "mpirun", mpi_bootstrap=True,
-                         local_rank=_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0))
+                         env.get(ENV_TOKEN, ""), "mpirun", mpi_bootstrap=True)
     if ("PMI_RANK" in env) != ("PMI_SIZE" in env) and "SLURM_PROCID" not in env:
         _int(env, "PMI_SIZE" if "PMI_RANK" in env else "PMI_RANK")  # names the missing one
     if "PMI_RANK" in env and "PMI_SIZE" in env and "SLURM_PROCID" not in env:
         return Placement(_int(env, "PMI_RANK"), _int(env, "PMI_SIZE"), "", port, env.get(ENV_TOKEN, ""), "mpirun",
-                         mpi_bootstrap=True, local_rank=_int(env, "MPI_LOCALRANKID", 0))
+                         mpi_bootstrap=True)
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
         return _slurm(env, port)
     if ENV_SIZE in env or ENV_ROOT in env:
@@ -135,9 +133,9 @@ def _slurm(env: Mapping[str, str], port: int) -> Placement:
         host, _, p = root.rpartition(":")
         return Placement(rank, _int(env, "SLURM_NTASKS"), host, _int({ENV_ROOT: p}, ENV_ROOT, hi=65535), token,
                          "srun", node=me,
-                         local_rank=_int(env, "SLURM_LOCALID", 0), token_file=token_file)
+                         token_file=token_file)
     return Placement(rank, _int(env, "SLURM_NTASKS"), node_address(nodes[0]), port, token, "srun", node=me,
-                     local_rank=_int(env, "SLURM_LOCALID", 0), token_file=token_file)
+                     token_file=token_file)
 
 
 def node_address(name: str) -> str:
