@@ -55,13 +55,13 @@ def results_page() -> str:
         groups.setdefault(tuple(c.key for c in bench_keys(cls)), []).append(name)
     registry = benchmarks.registry()
     for names in groups.values():
-        cls = registry[names[0]]
-        lines += [f"## {', '.join(names)}", "", f"Metric: `{cls.metric}` ({cls.better} is better). {cls.units}.", "",
-                  *key_table(bench_keys(cls)), ""]
-    for name, cls in transports.registry().items():
-        if cls.counter_keys:
+        bench = registry[names[0]]
+        lines += [f"## {', '.join(names)}", "", f"Metric: `{bench.metric}` ({bench.better} is better). {bench.units}.",
+                  "", *key_table(bench_keys(bench)), ""]
+    for name, transport in transports.registry().items():
+        if transport.counter_keys:
             lines += [f"## Transport counters: {name}", "", "Added to every row of a run over this transport.", "",
-                      *key_table(cls.counter_keys), ""]
+                      *key_table(transport.counter_keys), ""]
     lines += ["## --traffic rows (bench NAME-traffic)", "", "The runner's keys and these, per pair of roles.", "",
               *key_table(traffic.KEYS), ""]
     lines += ["## train", "", *key_table(train.schema(False).values()), ""]
@@ -98,11 +98,11 @@ def options_page() -> str:
             over = {"algorithm": {"choices": names, "default": names[0]}} if hasattr(cls, "algorithms") else None
             lines += [f"## {name}", "", *option_table(cls.Options, over), ""]
     seen: set[type[Options]] = set()
-    for cls in transports.registry().values():
-        if fields(cls.Options) and cls.Options not in seen:
-            seen.add(cls.Options)
-            users = [n for n, c in transports.registry().items() if c.Options is cls.Options]
-            lines += [f"## Transport {', '.join(users)}", "", *option_table(cls.Options), ""]
+    for transport in transports.registry().values():
+        if fields(transport.Options) and transport.Options not in seen:
+            seen.add(transport.Options)
+            users = [n for n, c in transports.registry().items() if c.Options is transport.Options]
+            lines += [f"## Transport {', '.join(users)}", "", *option_table(transport.Options), ""]
     lines += ["## train", "", *option_table(TrainOptions), ""]
     return "\n".join(lines)
 

@@ -32,6 +32,7 @@ class AllReduceBench(Collective):
     op, redop, algorithms = "allreduce", "sum", ALGORITHMS
 
     Options = AllReduceOptions
+    opts: AllReduceOptions  # its instance (self.opts)
 
     @staticmethod
     def bus_factor(n: int) -> float:

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from commbench.core.config import options
 from commbench.core.config.options import NoOptions, Options
 from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.measure import buffers, machine
@@ -103,22 +104,22 @@ class Benchmark(ABC):
         return declared(cls.columns, cls.keys, [WRONG], POINT_KEYS)
 
     @classmethod
-    def default_options(cls) -> Options:
+    def default_options(cls) -> options.Options:
         """Its options as a command line without its flags gives them."""
         return cls.Options()
 
     @classmethod
-    def ranks(cls, opts: Options, common: CommonOptions) -> int:
+    def ranks(cls, opts: options.Options, common: CommonOptions) -> int:
         """How many ranks the options ask for (``--np`` where the benchmark takes any number)."""
         return 2
 
     @classmethod
-    def needs(cls, opts: Options, common: CommonOptions) -> frozenset[str]:
+    def needs(cls, opts: options.Options, common: CommonOptions) -> frozenset[str]:
         """The transport capabilities these options use (transports/base.py CAPABILITIES, native:OP)."""
         return frozenset({"call"})
 
     @classmethod
-    def plan_points(cls, opts: Options, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
+    def plan_points(cls, opts: options.Options, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
         """The points to measure, if this benchmark plans its own (None: the common -m / --payload)."""
         return None
 
@@ -180,7 +181,7 @@ class Benchmark(ABC):
         check = {None: "off", False: "off", True: "every message (timings include checking)",
                  "every": "every message (timings include checking)",
                  "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}
-        versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+        versions: dict = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
         validate = o.get("validate")
         validate = check.get(validate, validate) if isinstance(validate, (str, bool, type(None))) else validate
         lines = [f"# commbench {cls.name} v{versions.get('commbench', '?')}: {cls.help}",

@@ -19,6 +19,7 @@ class Broadcast(Collective):
     help = "broadcast emulator (binomial tree) or native MPI_Bcast; nccl-tests' broadcast_perf"
     op, algorithms = "broadcast", ("binomial",)
     Options = RootedOptions
+    opts: RootedOptions  # its instance (self.opts)
 
     @staticmethod
     def bus_factor(n: int) -> float:

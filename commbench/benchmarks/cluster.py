@@ -363,6 +363,7 @@ class Cluster(Benchmark):
             key("ratio_hi", "ratio", "the effect's 95 % interval, high end (bootstrap)", optional=True)]
 
     Options = ClusterOptions
+    opts: ClusterOptions  # its instance (self.opts)
     figure = "pairs"
 
     @classmethod

@@ -73,7 +73,7 @@ class Evidence:
             self.failed.append(row)
             return
         if test == "pairwise":
-            a, b = self.index.get(row.get("a")), self.index.get(row.get("b"))
+            a, b = self.index.get(str(row.get("a"))), self.index.get(str(row.get("b")))
             if a is None or b is None:
                 return
             for m, key in ((self.lat, "lat_us"), (self.bw, "mb_s")):
@@ -85,7 +85,7 @@ class Evidence:
             if isinstance(value, (int, float)):
                 self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(value)
         elif test == "alone":
-            a, b = self.index.get(row.get("a")), self.index.get(row.get("b"))
+            a, b = self.index.get(str(row.get("a"))), self.index.get(str(row.get("b")))
             if a is not None and b is not None and isinstance(row.get("mb_s"), (int, float)):
                 self.alone[b] = float(row["mb_s"])  # b measured alone beside a, the best host
                 self.alone.setdefault(a, float(row["mb_s"]))

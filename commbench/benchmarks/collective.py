@@ -91,6 +91,7 @@ class Collective(Benchmark):
                Column("iterations", "Iters", 7, "{:d}", "count", "timed collectives"), WRONG]
 
     Options = CollectiveOptions
+    opts: CollectiveOptions  # its instance (self.opts)
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:

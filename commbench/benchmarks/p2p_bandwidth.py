@@ -52,6 +52,7 @@ class P2PBandwidth(Benchmark):
                Column("max_mb_s", "Max MB/s", 12, MBS, "MB/s", "fastest window of pair 0"), WRONG]
 
     Options = BandwidthOptions
+    opts: BandwidthOptions  # its instance (self.opts)
 
     @classmethod
     def ranks(cls, opts: BandwidthOptions, common: CommonOptions) -> int:
@@ -130,6 +131,7 @@ class P2PBandwidth(Benchmark):
         senders = reports[:self.pairs]
         slowest = max(r["wall_ns"] for r in senders) / 1e9
         n = timing.n
+        assert timing.samples is not None  # a timed point keeps its samples
         window_rates = moved / (timing.samples.astype(np.float64) / 1e9) / 1e6
         return {"iterations": n, "window": w, "pairs": self.pairs,
                 "mb_s": moved * n * self.pairs / slowest / 1e6,

@@ -60,5 +60,6 @@ class P2PLatency(Benchmark):
         return Side(run=lambda n: link.serve(n, inbox, respond), wrong=lambda: theirs.wrong)
 
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:
+        assert timing.samples is not None  # a timed point keeps its samples
         s = Summary.of(timing.samples, 0.5e-3 / timing.calls)  # ns round trip(s) -> us one way
         return {"iterations": s.n * timing.calls, **s.as_row()}

@@ -83,6 +83,7 @@ class PSThroughput(Benchmark):
             key("rpc", doc="--rpc: tf, packed or per-tensor")]
 
     Options = PSOptions
+    opts: PSOptions  # its instance (self.opts)
     x_axis, series_keys = "workers", ("transport", "mode", "poll", "payload", "ps", "placement", "rpc")
     common_defaults = {"payload": "skew"}
 

@@ -100,7 +100,7 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         if c.traffic:  # every rank names its sockets while the run's connections are open
             owned = traffic.owners(world)
             if capture is not None:
-                show_traffic(capture.stop(), owned, bench.roles(world), ctx.traffic, writer,
+                show_traffic(capture.stop(), owned or [], bench.roles(world), ctx.traffic or [], writer,
                              {"bench": f"{bench.name}-traffic", "run_id": meta["run_id"], "transport": transport.name,
                               "mode": transport.mode()})
         run.finish()

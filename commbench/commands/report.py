@@ -363,8 +363,8 @@ def _overlap(r, metric: str) -> bool:
         return float(v) if isinstance(v, (int, float)) and v == v else None
 
     for lo, hi in interval_keys(metric):
-        ends = [number(f"{k}_{side}") for side in ("a", "b") for k in (lo, hi)]
-        if None not in ends:
+        ends = [v for side in ("a", "b") for k in (lo, hi) if (v := number(f"{k}_{side}")) is not None]
+        if len(ends) == 4:
             a_lo, a_hi, b_lo, b_hi = ends
             return a_lo <= b_hi and b_lo <= a_hi
     return False

@@ -29,7 +29,8 @@ def looks_like(text: str) -> bool:
 def _table(lines: list[str], start: int, word: str, path: str) -> tuple[list[str], list[list[float]], int]:
     """The table whose header row starts with ``word`` at line ``start``: (column names, rows, next line)."""
     names = [c for c in lines[start].split("\t")[1:] if c.strip()]
-    rows, i = [], start + 1
+    rows: list[list[float]] = []
+    i = start + 1
     while i < len(lines) and len(rows) < len(names):
         cells = [c for c in lines[i].split("\t") if c.strip()]
         if not cells:

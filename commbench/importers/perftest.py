@@ -68,6 +68,6 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
     imp = Imported(bench, tool, "verbs", f"{op}, {device} (perftest)", rows, _field(text, "perftest version"),
                    poll="blocking" if events else "busy")
     for name in ("Device", "Link type", "Mtu", "Connection type", "TX depth", "GID index"):
-        if (v := _field(text, name)) is not None:
-            imp.notes.append(f"{name.lower()} {v}")
+        if (said := _field(text, name)) is not None:
+            imp.notes.append(f"{name.lower()} {said}")
     return imp

@@ -49,7 +49,8 @@ def existing(s: str = "") -> list[str]:
     """The namespaces of set s that exist, in host order."""
     pat = hostset.host_pattern(s)
     names = [line.split()[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines() if line]
-    return sorted((n for n in names if pat.match(n)), key=lambda n: int(pat.match(n).group(1)))
+    found = {int(m.group(1)): n for n in names if (m := pat.match(n))}
+    return [found[i] for i in sorted(found)]
 
 
 def _links_of(s: str) -> list[str]:

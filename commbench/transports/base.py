@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import ClassVar
 
+from commbench.core.config import options
 from commbench.core.config.options import NoOptions, Options
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, UsageError
@@ -168,7 +169,7 @@ class Transport(ABC):
         self.peer_faults: tuple[type[BaseException], ...] = ()
 
     @classmethod
-    def able(cls, opts: Options) -> frozenset[str]:
+    def able(cls, opts: options.Options) -> frozenset[str]:
         """What the transport can do with these options: ``capabilities``, ``poll:MODE`` per poll mode,
         and ``validate`` (it can check message contents); ``own-launcher``: it starts its ranks with its
         library's launcher (mpiexec); ``open-server``: its ranks run a server without authentication
@@ -176,24 +177,24 @@ class Transport(ABC):
         return cls.capabilities | {f"poll:{m}" for m in cls.poll_modes} | {"validate"}
 
     @classmethod
-    def default_poll(cls, opts: Options) -> str:
+    def default_poll(cls, opts: options.Options) -> str:
         return cls.poll_modes[0]
 
     @classmethod
-    def label(cls, opts: Options, poll: str) -> str:
+    def label(cls, opts: options.Options, poll: str) -> str:
         """A configuration's short name in comparisons, e.g. 'grpc raw/stream', 'tcp busy-poll'."""
         return cls.name
 
     @classmethod
-    def check_usable(cls, opts: Options) -> None:
+    def check_usable(cls, opts: options.Options) -> None:
         """Raise UsageError naming what is missing (a module, a device) and the fix."""
 
     @classmethod
-    def prepare_process(cls, opts: Options) -> None:
+    def prepare_process(cls, opts: options.Options) -> None:
         """Called once in every process of a run before it launches or joins one (may re-execute it)."""
 
     @classmethod
-    def before_rendezvous(cls, opts: Options) -> None:
+    def before_rendezvous(cls, opts: options.Options) -> None:
         """Called in every rank before the run's rendezvous starts: where a library's start-up is
         collective (MPI_Init), every rank starts it here, where no rank waits on another's store."""
 

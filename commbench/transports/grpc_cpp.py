@@ -124,6 +124,7 @@ class GrpcCppTransport(Transport):
     poll_modes = ("blocking",)
 
     Options = GrpcCallOptions
+    opts: GrpcCallOptions  # its instance (self.opts)
     presets = (("--grpc-call", "unary"), ("--grpc-call", "stream"))
 
     @classmethod

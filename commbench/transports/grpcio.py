@@ -296,6 +296,7 @@ class GrpcTransport(Transport):
     poll_modes = ("blocking",)
 
     Options = GrpcOptions
+    opts: GrpcOptions  # its instance (self.opts)
     presets = tuple(("--grpc-mode", m, "--grpc-call", c) for m in ("raw", "proto") for c in ("unary", "stream"))
 
     @classmethod

@@ -77,6 +77,7 @@ class IpoibTransport(Transport):
     name = "ipoib"
     help = "tcp or grpc over an IPoIB interface (--over tcp|grpc, --iface ib0)"
     Options = IpoibOptions
+    opts: IpoibOptions  # its instance (self.opts)
     presets = (("--over", "tcp"), ("--over", "grpc"))
 
     @classmethod

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from commbench.core.config import options
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError
@@ -150,6 +151,7 @@ class MpiTransport(Transport):
     capabilities = BASIC | {f"native:{op}" for op in ("allreduce", "allgather", "alltoall", "broadcast")}
 
     Options = MpiOptions
+    opts: MpiOptions  # its instance (self.opts)
     presets = (("--mpi-mode", "buffer"), ("--mpi-mode", "pickle"))
 
     @classmethod
@@ -157,11 +159,11 @@ class MpiTransport(Transport):
         return f"{cls.name} {opts.mpi_mode}"
 
     @classmethod
-    def able(cls, opts: Options) -> frozenset[str]:
+    def able(cls, opts: options.Options) -> frozenset[str]:
         return super().able(opts) | {"own-launcher"}
 
     @classmethod
-    def before_rendezvous(cls, opts: Options) -> None:
+    def before_rendezvous(cls, opts: options.Options) -> None:
         """MPI_Init now, in every rank at once. mpi4py runs it holding the GIL, so a rank 0 inside it
         serves nothing (its store's thread waits for the GIL) until every rank has called it; started
         later, under srun, rank 0 could enter it while rank 1 still waited for rank 0's store to answer:

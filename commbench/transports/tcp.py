@@ -254,6 +254,7 @@ class TcpTransport(Transport):
     help = "raw TCP sockets (vectored sendmsg / recvmsg_into)"
 
     Options = SocketOptions
+    opts: SocketOptions  # its instance (self.opts)
     presets = (("--poll", "blocking"), ("--poll", "busy"))
     baseline = True  # the sockperf-like floor every other configuration is compared with
 

@@ -708,6 +708,7 @@ class VerbsTransport(Transport):
     poll_modes = ("busy", "blocking")  # blocking = completion events
 
     Options = VerbsOptions
+    opts: VerbsOptions  # its instance (self.opts)
     presets = (("--verbs-op", "send"), ("--verbs-op", "write"))
     counter_keys = [key("received", "count", "messages the verbs transport received (all ranks, warm-up included)"),
                     key("received_direct", "count", "of those, placed straight into the receiver's buffers "

@@ -41,9 +41,9 @@ def configure(hugepages: bool) -> None:
     """Set this process's page backing for every buffer allocated from now on."""
     _policy["hugepages"] = hugepages
     try:  # numpy's own allocations (scratch arrays): its madvise(MADV_HUGEPAGE) switch
-        from numpy._core.multiarray import _set_madvise_hugepage
+        from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
     except ImportError:  # numpy < 2
-        from numpy.core.multiarray import _set_madvise_hugepage
+        from numpy.core.multiarray import _set_madvise_hugepage  # type: ignore[no-redef]
     _set_madvise_hugepage(hugepages)
 
 

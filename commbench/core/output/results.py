@@ -308,14 +308,15 @@ def _read_jsonl(p: Path, text: str) -> Iterator[Run]:
             raise UsageError(f"{p}:{lineno}: not a JSON row ({exc.msg}); was the file cut short or edited?") from None
         except RecursionError:
             raise UsageError(f"{p}:{lineno}: JSON nested too deeply to be a commbench row") from None
-        kind = obj.get("type") if isinstance(obj, dict) else None
+        row: dict = obj if isinstance(obj, dict) else {}
+        kind = row.get("type")
         if kind == "meta":
             if run:
                 yield run
-            run = Run(obj)
+            run = Run(row)
         elif kind == "row" and run is not None:
-            obj.pop("type")
-            run.rows.append(_finite(p, lineno, obj))
+            row.pop("type")
+            run.rows.append(_finite(p, lineno, row))
         else:
             raise UsageError(f"{p}:{lineno}: not a commbench row (expected a metadata row first)")
     if run:

@@ -7,7 +7,7 @@ is generated from them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -38,7 +38,7 @@ def key(name: str, unit: str = "", doc: str = "", optional: bool = False, many: 
     return Column(name, "", 0, unit=unit, doc=doc, optional=optional, many=many)
 
 
-def declared(*groups: Sequence[Column]) -> dict[str, Column]:
+def declared(*groups: Iterable[Column]) -> dict[str, Column]:
     """Keys by name, in order, the first declaration of a name winning."""
     out: dict[str, Column] = {}
     for group in groups:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import struct
 import time
+from typing import Any
 
 from commbench.core.errors import PeerError, PeerTimeout
 
@@ -57,8 +58,9 @@ class Collectives:
     members: tuple[int, ...]
     timeout: float
     tolerant: bool
-    store: object  # rendezvous.StoreClient
+    store: Any  # rendezvous.StoreClient, or a pair's link.LinkStore
     _tag = ""
+    _seq: int
 
     def _key(self, name: str) -> str:
         self._seq += 1
@@ -73,7 +75,7 @@ class Collectives:
 
     def departed(self) -> dict[int, str]:
         """Every world rank that has left the run (died, or stopped heartbeating) and why: one request."""
-        status = self.store.status(self.timeout + STALE_GRACE)  # type: ignore[attr-defined]
+        status = self.store.status(self.timeout + STALE_GRACE)
         out = {int(r): f"rank {r} on host {host} stopped responding (no heartbeat for {age:g} s)"
                for r, host, age in status.get("stale", [])}
         out.update({int(r): str(why) for r, why in status.get("dead", [])})  # a death says more than silence
@@ -89,11 +91,11 @@ class Collectives:
         if not self.tolerant or (self.members[rank] == 0 and type(self).failed is Collectives.failed):
             # rank 0 serves the store: its death or stop ends the connection itself, so a wait on it need
             # not ask the store (at 10,000 ranks, waiting ranks' polls would outnumber everything else)
-            return self._patient_get(key) if patient else self.store.get(key)  # type: ignore[attr-defined]
+            return self._patient_get(key) if patient else self.store.get(key)
         deadline = None if patient else time.monotonic() + self.timeout
         while True:
             try:
-                return self.store.get(key, POLL_S)  # type: ignore[attr-defined]
+                return self.store.get(key, POLL_S)
             except PeerTimeout:
                 pass
             why = self.gone(rank) or self.failed()
@@ -109,7 +111,7 @@ class Collectives:
         (the store says so), one that stops or hangs is caught by the watchdogs (stale heartbeats)."""
         while True:
             try:
-                return self.store.get(key)  # type: ignore[attr-defined]
+                return self.store.get(key)
             except PeerTimeout:
                 continue
 
@@ -118,39 +120,39 @@ class Collectives:
         gathers and publishes them as one value: 2(n - 1) store requests in all, not n^2."""
         key = self._key(name)
         if self.rank != 0:
-            self.store.set(f"{key}/{self.rank}", value)  # type: ignore[attr-defined]
-            return unpack(self.wait_key(f"{key}/all", 0, patient))  # type: ignore[arg-type]
+            self.store.set(f"{key}/{self.rank}", value)
+            return unpack(self.wait_key(f"{key}/all", 0, patient))
         values = [value, *(self.wait_key(f"{key}/{r}", r, patient, survivors) for r in range(1, self.size))]
-        self.store.set(f"{key}/all", pack(values))  # type: ignore[attr-defined]
+        self.store.set(f"{key}/all", pack(values))
         return values
 
     def exchange_json(self, name: str, obj: object, peers) -> dict[int, object]:
         """Every member publishes obj; each gets its ``peers``' only (a transport's addresses: O(peers)
         requests per rank, not O(ranks)). Every member calls it, with its own peers."""
         key = self._key(name)
-        self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())  # type: ignore[attr-defined]
-        return {p: json.loads(self.wait_key(f"{key}/{p}", p, False))  # type: ignore[arg-type]
+        self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())
+        return {p: json.loads(self.wait_key(f"{key}/{p}", p, False))
                 for p in sorted(set(peers)) if p != self.rank}
 
     def allgather_json(self, name: str, obj: object) -> list:
-        return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]  # type: ignore[arg-type]
+        return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
 
     def bcast_json(self, name: str, obj: object = None, root: int = 0, timeout: float | None = None) -> object:
         """Root's obj on every member; ``timeout`` (default the run's) bounds the wait for it."""
         key = self._key(name)
         if self.rank == root:
-            self.store.set(key, json.dumps(obj).encode())  # type: ignore[attr-defined]
+            self.store.set(key, json.dumps(obj).encode())
             return obj
         if self.tolerant and timeout is None:
-            return json.loads(self.wait_key(key, root, False))  # type: ignore[arg-type]
-        return json.loads(self.store.get(key, timeout))  # type: ignore[attr-defined]
+            return json.loads(self.wait_key(key, root, False))
+        return json.loads(self.store.get(key, timeout))
 
     def gather_json(self, name: str, obj: object, root: int = 0, patient: bool = False,
                     survivors: bool = False) -> list | None:
         """Every member's obj on root (None for a member gone, with ``survivors``), None elsewhere."""
         key = self._key(name)
         if self.rank != root:
-            self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())  # type: ignore[attr-defined]
+            self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())
             return None
         got = [None if r == root else self.wait_key(f"{key}/{r}", r, patient, survivors) for r in range(self.size)]
         return [obj if r == root else None if b is None else json.loads(b) for r, b in enumerate(got)]
@@ -161,16 +163,16 @@ class Collectives:
         (tolerant runs): every member still alive. Through the root: 2(n - 1) store requests, not n^2."""
         key = self._key(name)
         if self.rank != 0:
-            self.store.set(f"{key}/{self.rank}", b"")  # type: ignore[attr-defined]
+            self.store.set(f"{key}/{self.rank}", b"")
             self.wait_key(f"{key}/go", 0, patient)
             return
         for r in range(1, self.size):
             self.wait_key(f"{key}/{r}", r, patient, survivors)
-        self.store.set(f"{key}/go", b"")  # type: ignore[attr-defined]
+        self.store.set(f"{key}/go", b"")
 
     def check_alive(self) -> None:
         """Raise PeerError if a member has died, RunAborted if one aborted: for loops waiting on a peer."""
-        self.store.check()  # type: ignore[attr-defined]
+        self.store.check()
         if self.tolerant:
             for r in range(self.size):
                 why = r != self.rank and self.gone(r)

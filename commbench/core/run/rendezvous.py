@@ -336,11 +336,14 @@ class StoreServer:
         if not self._held:
             return
         now = time.monotonic()
-        news = {s: self._news(s) for s in {m.held[1] for m in self._held}}
-        for m in [m for m in self._held if m.held[0] <= now or news[m.held[1]]]:
+        news = {s: self._news(s) for s in {m.held[1] for m in self._held if m.held}}
+        for m in list(self._held):
+            held = m.held
+            if held is None or not (held[0] <= now or news[held[1]]):
+                continue
             self._held.discard(m)
-            stale_after, m.held = m.held[1], None
-            self._send(m, OK, self._status(stale_after))
+            m.held = None
+            self._send(m, OK, self._status(held[1]))
 
     def _send(self, m: _Member, kind: int, obj: dict, blob: bytes = b"") -> None:
         m.outbuf += encode(kind, obj, blob)
@@ -455,7 +458,7 @@ class StoreClient:
             else:
                 self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.sock.settimeout(timeout + 5)
-                kind, obj = None, {}
+                kind, obj = None, {}  # type: tuple[int | None, dict]
                 try:
                     auth.authenticate(self.sock, token, hello, min(deadline, time.monotonic() + HELLO_WAIT))
                     kind, obj, _ = read_frame(self.sock)

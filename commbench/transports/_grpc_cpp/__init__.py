@@ -62,7 +62,7 @@ def build(quiet: bool = False) -> Path:
         raise Unavailable(f"gRPC's C++ development files are not installed (pkg-config grpc++ fails): {INSTALL}")
     if not shutil.which("g++"):
         raise Unavailable(f"no C++ compiler (g++): {INSTALL}")
-    flags = _pkg_config("--cflags", "--libs").split()
+    flags = (_pkg_config("--cflags", "--libs") or "").split()
     errors = []
     for place in _places():
         try:
