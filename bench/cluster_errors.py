@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-RATE = "200mbit"  # 25 MB/s: the links, not 2 shared cores, limit a pair (see tests/test_cluster.py)
+RATE = "200mbit"  # 25 MB/s: the links, not 2 shared cores, limit a pair (see tests/system/test_cluster.py)
 FAULTS = {  # name: (hosts up flags, what a right verdict names: (kind, index or pair or rack))
     "healthy": ([], None),
     "healthy-1g": (["--rate", "1gbit"], None),

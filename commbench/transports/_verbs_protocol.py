@@ -14,7 +14,7 @@ verbs.py performs what these methods decide (posting, polling, copying), and not
   ``release()`` says how many credits to return now.
 
 Every rule that keeps a message from being lost, duplicated, misplaced or sent without a receive
-posted for it is here, and tests/test_verbs_protocol.py runs two of these over a simulated RC fabric
+posted for it is here, and tests/unit/test_verbs_protocol.py runs two of these over a simulated RC fabric
 in random interleavings of posts, deliveries and completions (hypothesis).
 """
 

