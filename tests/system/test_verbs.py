@@ -1,38 +1,11 @@
-"""The verbs transport up to the device, here (no RDMA hardware, no InfiniBand in this kernel):
-pyverbs' own no-device error as users see it, queue-pair info exchange and validation, pool sizing,
-buffer-list to SGE mapping, connection states, and the credit protocol run over an in-memory
-fabric (verbs_fake) with the transport's real code. Hardware tests: test_verbs_hw.py (-m rdma)."""
+"""The verbs transport as users see it where pyverbs is installed and no RDMA device exists (this
+machine, CI): one line, exit 2, naming the usable transports. The transport's code over an in-memory
+fabric: tests/unit/test_verbs.py; on hardware: test_verbs_hw.py (-m rdma)."""
 
 from __future__ import annotations
 
-import pytest
 from conftest import commbench
-
-try:  # the in-memory fabric borrows pyverbs' enums and error classes
-    import verbs_fake
-
-    PYVERBS = None
-except ImportError as exc:
-    verbs_fake = None
-    PYVERBS = f"pyverbs is not importable ({exc}): install python3-pyverbs (rdma-core) and re-run launchers/setup.sh"
-
-
-def _device_here() -> bool:
-    if PYVERBS:
-        return False
-    from pyverbs.device import get_device_list
-    from pyverbs.pyverbs_error import PyverbsError
-
-    try:
-        return bool(get_device_list())
-    except PyverbsError:
-        return False
-
-
-# what users see where pyverbs is installed and no RDMA device exists (this machine, CI)
-no_device = pytest.mark.skipif(PYVERBS is not None or _device_here(),
-                               reason=PYVERBS or "an RDMA device exists here: the hardware tests run instead")
-
+from unit.test_verbs import no_device
 
 
 # -- what a user sees here -------------------------------------------------------------------------
