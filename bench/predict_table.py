@@ -28,7 +28,7 @@ import numpy as np
 from common import BIN
 
 from commbench.core.output.results import read_runs
-from commbench.training.predict import comm_span, spans
+from commbench.training.evidence import comm_span, spans
 
 
 def predict(o: dict, in_sample: bool, calibration: Path | None = None) -> dict:

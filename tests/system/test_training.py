@@ -18,7 +18,8 @@ from commbench.core.imports import TF_NOISE
 from commbench.core.output.results import read_runs
 from commbench.emulators import tf_ps
 from commbench.profiles import store
-from commbench.training import predict as pr
+from commbench.training import evidence as pe
+from commbench.training import model as pm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,7 +53,7 @@ def test_ps_gradients_cross_in_turn_as_the_calibration_runs_lags_make_them(tmp_p
     # ready together, the gradients are apart only by the reads' ends: half a worker's reads (about its
     # gradients' bytes): half the way
     assert out["together"]["gradients_turn"] == pytest.approx(0.5, abs=0.01)
-    assert out["none"]["gradients_turn"] == pr.TURN and out["none"]["gradients_lag_rounds"] == 0
+    assert out["none"]["gradients_turn"] == pm.TURN and out["none"]["gradients_lag_rounds"] == 0
     assert out["w3"]["gradients_lag_rounds"] == 20  # the W = 3 run's rounds are another shape's
     assert out["apart"]["step_ms"] < out["together"]["step_ms"]
     for o in out.values():
@@ -79,8 +80,8 @@ def test_the_runtime_is_fitted_to_the_calibration_runs_of_the_predicted_model_an
     args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--strategy", "mirrored", "--workers", "2",
             "--compute-ms", "25", "--overhead", cal, "--json"]
     at64 = json.loads(commbench(*args, "--batch", "64").out)
-    wire = pr.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
-                           pr.LinkModel(100.08, 100.0)).comm_ms
+    wire = pm.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
+                           pm.LinkModel(100.08, 100.0)).comm_ms
     assert at64["overhead_ms"] == pytest.approx(10.0 - wire) and at64["runtime_pace"] == pytest.approx(1.0)
     slow = json.loads(commbench(*args[:9], "--compute-ms", "50", *args[11:], "--batch", "64").out)
     assert slow["overhead_ms"] == pytest.approx(2 * (10.0 - wire)) and slow["runtime_pace"] == pytest.approx(2.0)
@@ -114,8 +115,8 @@ def test_the_compute_inside_training_is_the_compute_alone_times_the_calibrations
     p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [{"size": s, "p50_us": 100 + s / 100}
                                                           for s in (8, 65536, 1 << 20)], transport="tcp")
     base = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 64}
-    wire = pr.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
-                           pr.LinkModel(100.08, 100.0)).comm_ms
+    wire = pm.predict_ring(sum(v.nbytes for v in tf_ps.variables_of(store.load("small_cnn"))), 2, 64, 25.0,
+                           pm.LinkModel(100.08, 100.0)).comm_ms
     step = {c: c + wire + 0.2 * c for c in (22.0, 33.0)}  # TF's runtime: CPU work at the run's pace
     cal = [{**base, "images_s": 2 * 64 / step[c] * 1e3, "step_p50_ms": step[c], "compute_ms": c / 1.1,
             "compute_during_p50_ms": c} for c in step]
@@ -183,7 +184,7 @@ def test_a_runs_own_compute_is_the_one_between_its_steps_where_it_has_one(tmp_pa
     row = {"strategy": "mirrored", "model": "small_cnn", "workers": 2, "ps": 0, "batch": 32, "images_s": 1000.0,
            "step_p50_ms": 64.0, "compute_ms": 40.0, "compute_ci_lo_ms": 38.0, "compute_ci_hi_ms": 45.0}
     during = {**row, "compute_during_p50_ms": 44.0, "compute_during_ci_lo_ms": 43.5, "compute_during_ci_hi_ms": 44.5}
-    assert pr.spans(row)[1] == pr.Span(40.0, 38.0, 45.0) and pr.spans(during)[1] == pr.Span(44.0, 43.5, 44.5)
+    assert pe.spans(row)[1] == pm.Span(40.0, 38.0, 45.0) and pe.spans(during)[1] == pm.Span(44.0, 43.5, 44.5)
     p2p = _results(tmp_path / "lat.jsonl", "p2p-latency", [
         {"size": s, "p50_us": 100 + s / 100, "p50_ci_lo_us": 99 + s / 100, "p50_ci_hi_us": 101 + s / 100}
         for s in (8, 65536, 1 << 20)], transport="tcp")
@@ -267,8 +268,8 @@ def test_ps_gradients_in_turn_and_the_slowest_worker(tmp_path):
                                                           for s in (8, 65536, 1 << 20)], transport="tcp")
     args = ["predict", "--p2p", p2p, "--model", "small_cnn", "--batch", "32", "--json", "--shared-host", "no"]
     ps = json.loads(commbench(*args, "--compute-ms", "40", "--strategy", "ps", "--workers", "2", "--ps", "1").out)
-    variables, link = tf_ps.variables_of(store.load("small_cnn")), pr.LinkModel(100.08, 100.0)  # alpha: 8 B
-    together, half, turn = (pr.predict_ps(variables, 2, 1, 32, 40.0, link, turn=t).step_ms for t in (0.0, 0.5, 1.0))
+    variables, link = tf_ps.variables_of(store.load("small_cnn")), pm.LinkModel(100.08, 100.0)  # alpha: 8 B
+    together, half, turn = (pm.predict_ps(variables, 2, 1, 32, 40.0, link, turn=t).step_ms for t in (0.0, 0.5, 1.0))
     share = 1.645 / 1.96
     assert ps["step_ms"] == pytest.approx(half) and together > half > turn
     assert 64e3 / ps["images_lo"] == pytest.approx(half + share * (together - half))
