@@ -1,6 +1,6 @@
 """The alpha-beta model of a training step: a link fitted to a p2p sweep, the PS's and the ring's
-communication, the bounds the model leaves open, TF's runtime added, and the interval (the command:
-``predict``, training/predict.py, whose help says how the parts fit together)."""
+communication, the bounds the model leaves open, TF's runtime added, and the interval (the command,
+training/predict.py, derives the whole in its docstring)."""
 
 from __future__ import annotations
 

@@ -78,8 +78,8 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from collections.abc import Sequence
-from dataclasses import asdict, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -108,6 +108,8 @@ from commbench.training.evidence import (
 )
 from commbench.training.model import (
     COVERAGE,
+    Curve,
+    Link,
     LinkModel,
     Prediction,
     Shape,
@@ -199,14 +201,51 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    inputs = gather(args)
+    f = forecast(inputs)
+    if args.output:
+        save(args, f.out)
+    if args.json:
+        print(json.dumps(f.out, indent=2))
+    else:
+        render(inputs, f)
+    return 0
+
+
+# -- inputs: what the command line and the files it names give ----------------------------------------
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a prediction is made from, read and checked once."""
+
+    args: argparse.Namespace
+    link: Link
+    row: dict  # the --train file's last run (empty without one)
+    rows: list[dict]  # its repeats of that shape
+    same: bool  # that run is of the predicted shape
+    prof: store.Profile
+    shape: Shape
+    compute: Span  # the compute time given, alone
+    compute_from: str  # --compute's file, "--compute-ms" or "in-sample"
+    measured: tuple[float, str] | None  # --measured: the emulators' communication (ms, source)
+    cal: Calibration
+    load: Span  # the compute inside training over alone (1 without a calibration of it)
+    slowest: Span | None  # the slowest worker's compute, inside training, where measured for this W
+
+    @property
+    def inrun(self) -> float:
+        """The compute time inside training (ms a step)."""
+        return self.compute.mid * self.load.mid
+
+
+def gather(args: argparse.Namespace) -> Inputs:
+    """The link, the shape, the compute time and the calibration from the options and the files."""
     link = p2p_link(args.p2p)
     runs = train_rows(args.train) if args.train else []
     row, meta = runs[-1] if runs else ({}, {})
     rows = repeats(runs) if runs else []
 
-    def pick(v, name: str, key: str | None = None):
-        if v is None:
-            v = row.get(key or name)
+    def pick(v, name: str):
+        v = row.get(name) if v is None else v
         if v is None:
             raise UsageError(f"predict needs --{name.replace('_', '-')} (or --train FILE with it)")
         return v
@@ -215,166 +254,225 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     workers, batch = int(pick(args.workers, "workers")), int(pick(args.batch, "batch"))
     ps = int(pick(args.ps, "ps")) if strategy == "ps" else 0
     prof = store.load(pick(args.model, "model"))
-    if args.compute and args.compute_ms is not None:
-        raise UsageError("predict: give --compute FILE or --compute-ms, not both")
-    if args.compute:
-        given = compute_rows(args.compute, prof.name, workers, batch, strategy)
-        compute, compute_from = pooled([drifting(r) for r in given]), args.compute
-    elif args.compute_ms is not None:
-        compute, compute_from, given = Span.of(args.compute_ms), "--compute-ms", []
-    else:
-        compute = pooled([own_compute(r) for r in rows if r.get("compute_ms") is not None] or
-                         [compute_span(row, pick(args.compute_ms, "compute_ms"))])
-        compute_from, given = "in-sample", rows
-    sizes, names = [t.nbytes for t in prof.tensors], [t.name for t in prof.tensors]
+    compute, compute_from, given = _compute_given(args, row, rows, prof.name, workers, batch, strategy, pick)
     shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
-    measured = measured_comm(args.measured, strategy, workers, ps, prof.name, sum(sizes)) if args.measured else None
+    total = sum(t.nbytes for t in prof.tensors)
+    measured = measured_comm(args.measured, strategy, workers, ps, prof.name, total) if args.measured else None
     # the compute inside training: the compute alone (given) times the calibration's load; a run's own
     # compute (in-sample) was measured inside it already
     cal = calibrate(args, strategy, prof.name, batch, compute.mid, workers, compute_from != "in-sample") \
         if args.overhead else Calibration(Runtime(()))
-    shape = replace(shape, lags=cal.lags)
     load = cal.load or Span.of(1.0)
-    inrun = compute.mid * load.mid
-    rt = cal.runtime.at(shape)  # TF's runtime at this shape (ms a step), with its ends
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
     slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
     slowest = Span.of(*(x * load.mid for x in (slowest.mid, slowest.lo, slowest.hi))) if slowest else None
-    wire_mid = measured[0] if measured else shape.at(inrun, link.mid, None).comm_ms
-    r_mid, r_lo, r_hi = cal.runtime.pairs(shape, wire_mid)  # (cost, curve): the fit, its low and high nets
+    return Inputs(args, link, row, rows, same, prof, replace(shape, lags=cal.lags), compute, compute_from,
+                  measured, cal, load, slowest)
 
-    def at(c: float, s: float | None, lm: LinkModel, r: tuple[float, float], turn: float | None = None) -> Prediction:
+
+def _compute_given(args: argparse.Namespace, row: dict, rows: list[dict], model: str, workers: int, batch: int,
+                   strategy: str, pick: Callable) -> tuple[Span, str, list[dict]]:
+    """The compute time alone (its span), where it came from, and the runs it was read from."""
+    if args.compute and args.compute_ms is not None:
+        raise UsageError("predict: give --compute FILE or --compute-ms, not both")
+    if args.compute:
+        given = compute_rows(args.compute, model, workers, batch, strategy)
+        return pooled([drifting(r) for r in given]), args.compute, given
+    if args.compute_ms is not None:
+        return Span.of(args.compute_ms), "--compute-ms", []
+    return pooled([own_compute(r) for r in rows if r.get("compute_ms") is not None] or
+                  [compute_span(row, pick(args.compute_ms, "compute_ms"))]), "in-sample", rows
+
+
+# -- the prediction: the middle, the corners, the interval ----------------------------------------------
+@dataclass(frozen=True)
+class Forecast:
+    """A prediction made: its row (``out``), the middle's step and what render says beside the row."""
+
+    out: dict
+    pred: Prediction
+    runtime: Span  # TF's runtime at this shape (ms a step)
+    curve: Curve  # how much of the runtime hides under the wire, per calibration link
+    meas: Span | None  # the measured images/s of the compared repeats
+    pays: bool | None
+
+
+@dataclass(frozen=True)
+class Corners:
+    """The step at any inputs (``at``), and the inputs of the middle and of the corners that make W
+    workers least (tight) and most (roomy) worth it against one."""
+
+    inputs: Inputs
+    r: tuple[tuple[float, Curve], ...]  # TF's runtime (cost, curve): the fit's low, middle and high nets
+
+    def at(self, c: float, s: float | None, lm: LinkModel, r: tuple[float, Curve],
+           turn: float | None = None) -> Prediction:
         """At compute c (the median worker's), the step waiting for s (the slowest's; None: not), the
         link, TF's runtime r (ms a step, and the curve of how much hides under the wire), the ps gradients
         ``turn`` of the way to in turn (None: as the calibration's lags make it, else TURN)."""
-        p = shape.at(c, lm, turn)
-        p = with_comm(p, *measured) if measured else p
+        i = self.inputs
+        p = i.shape.at(c, lm, turn)
+        p = with_comm(p, *i.measured) if i.measured else p
         p = with_wait(p, s) if s is not None else p
-        return with_runtime(p, *r) if args.overhead else p
+        return with_runtime(p, *r) if i.args.overhead else p
 
-    def end(which: str) -> tuple:
-        """at()'s inputs for the middle and the corners that make W workers least (tight) and most
-        (roomy) worth it against one."""
-        i = {"mid": 1, "tight": 0, "roomy": 2}[which]  # the compute time
+    def end(self, which: str) -> tuple:
+        i = self.inputs
+        c = {"mid": 1, "tight": 0, "roomy": 2}[which]  # the compute time
         j = {"mid": 1, "tight": 2, "roomy": 0}[which]  # the rest
-        s = slowest.hi if slowest and j == 2 else None  # the slow ends wait for the slowest worker
-        return ((compute.lo * load.lo, inrun, compute.hi * load.hi)[i], s, (link.fast, link.mid, link.slow)[j],
-                (r_lo, r_mid, r_hi)[j], (1.0, None, 0.0)[j])
+        s = i.slowest.hi if i.slowest and j == 2 else None  # the slow ends wait for the slowest worker
+        return ((i.compute.lo * i.load.lo, i.inrun, i.compute.hi * i.load.hi)[c], s,
+                (i.link.fast, i.link.mid, i.link.slow)[j], (self.r[0], self.r[1], self.r[2])[j], (1.0, None, 0.0)[j])
 
-    def min_beta(which: str) -> float | None:
-        c, s, lm, r, turn = end(which)
-        return None if measured else min_bandwidth(lambda beta: at(c, s, LinkModel(lm.alpha_us, beta), r, turn))
+    def min_beta(self, which: str) -> float | None:
+        c, s, lm, r, turn = self.end(which)
+        return None if self.inputs.measured else \
+            min_bandwidth(lambda beta: self.at(c, s, LinkModel(lm.alpha_us, beta), r, turn))
 
-    pred, tight, roomy = (at(*end(w)) for w in ("mid", "tight", "roomy"))
+    def interval(self, pred: Prediction) -> tuple[Prediction, Prediction]:
+        """The slow and fast ends: each input moved to an end of its interval alone, added in quadrature."""
+        i, mid = self.inputs, dict(zip(("c", "s", "lm", "r", "turn"), self.end("mid"), strict=True))
+
+        def moved(**change) -> float:
+            return self.at(**{**mid, **change}).step_ms
+
+        c, load = i.compute, i.load
+        slow = [moved(c=c.hi * load.mid), moved(c=c.mid * load.hi), moved(lm=i.link.slow), moved(r=self.r[2]),
+                moved(turn=0.0)] + ([moved(s=i.slowest.hi)] if i.slowest else [])
+        fast = [moved(c=c.lo * load.mid), moved(c=c.mid * load.lo), moved(lm=i.link.fast), moved(r=self.r[0]),
+                moved(turn=1.0)]
+        return (restepped(pred, interval_end(pred.step_ms, slow, slow=True)),
+                restepped(pred, max(1e-9, interval_end(pred.step_ms, fast, slow=False))))
+
+
+def forecast(i: Inputs) -> Forecast:
+    """The prediction at the middle, its 90 % interval, the verdicts, and the comparison with the runs."""
+    wire_mid = i.measured[0] if i.measured else i.shape.at(i.inrun, i.link.mid, None).comm_ms
+    r_mid, r_lo, r_hi = i.cal.runtime.pairs(i.shape, wire_mid)
+    corners = Corners(i, (r_lo, r_mid, r_hi))
+    pred, tight, roomy = (corners.at(*corners.end(w)) for w in ("mid", "tight", "roomy"))
     pays = True if tight.margin_ms > 0 else False if roomy.margin_ms < 0 else None
-    mid = dict(zip(("c", "s", "lm", "r", "turn"), end("mid"), strict=True))
+    slow, fast = corners.interval(pred)
+    rt = i.cal.runtime.at(i.shape)
+    meas = measured_span(i.rows) if i.same and i.row.get("images_s") else None
+    out = {**asdict(pred), "min_beta_mb_s": corners.min_beta("mid"), "min_beta_lo_mb_s": corners.min_beta("roomy"),
+           "min_beta_hi_mb_s": corners.min_beta("tight"), "images_lo": slow.images_s, "images_hi": fast.images_s,
+           "pays_off": pays, "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_ms": asdict(rt),
+           "model": i.prof.name, "link": asdict(i.link), "shared_host": i.shape.shared_host,
+           "beyond_compute_ms": pred.step_ms - i.inrun, "interval_coverage": COVERAGE, "label": i.args.label,
+           "compute_from": i.compute_from, "calibration": i.cal.described or None, "runtime_pace": i.cal.pace,
+           "compute_alone_ms": i.compute.mid, "runtime_hidden_limit_ms": max([0.0, *(h for _, h in r_mid[1])]),
+           "runtime_hidden_curve": " ".join(f"{w:.2f}:{h:.2f}" for w, h in r_mid[1]) or None,
+           "runtime_hidden_ms": -pred.terms.get("runtime_hidden_ms", 0.0), "compute_load": i.load.mid,
+           "compute_load_lo": i.load.lo, "compute_load_hi": i.load.hi,
+           "compute_load_runs": i.cal.load_runs if i.cal.load else None, "calibration_minutes": i.cal.minutes,
+           "gradients_lag_rounds": len(i.cal.lags) if i.shape.strategy == "ps" else None,
+           **compared(i, pred, slow, fast, meas)}
+    return Forecast(out, pred, rt, tuple(r_mid[1]), meas, pays)
 
-    def moved(**change) -> float:  # the step with one input moved
-        return at(**{**mid, **change}).step_ms
 
-    slow_moves = [moved(c=compute.hi * load.mid), moved(c=compute.mid * load.hi), moved(lm=link.slow),
-                  moved(r=r_hi), moved(turn=0.0)] + ([moved(s=slowest.hi)] if slowest else [])
-    fast_moves = [moved(c=compute.lo * load.mid), moved(c=compute.mid * load.lo), moved(lm=link.fast),
-                  moved(r=r_lo), moved(turn=1.0)]
-    slow = restepped(pred, interval_end(pred.step_ms, slow_moves, slow=True))
-    fast = restepped(pred, max(1e-9, interval_end(pred.step_ms, fast_moves, slow=False)))
-    meas = measured_span(rows) if same and row.get("images_s") else None
-    out = {**asdict(pred), "min_beta_mb_s": min_beta("mid"), "min_beta_lo_mb_s": min_beta("roomy"),
-           "min_beta_hi_mb_s": min_beta("tight"),
-           "images_lo": slow.images_s, "images_hi": fast.images_s, "pays_off": pays,
-           "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_ms": asdict(rt),
-           "model": prof.name, "link": asdict(link), "shared_host": shared,
-           "measured_images_s": meas.mid if meas else None, "measured_lo": meas.lo if meas else None,
-           "measured_hi": meas.hi if meas else None, "measured_runs": len(rows) if meas else None,
-           "measured_step_ms": float(np.median([r["step_p50_ms"] for r in rows])) if meas else None}
-    m = out["measured_images_s"]
-    out["error_pct"] = 100 * (pred.images_s / m - 1) if m else None
-    out["beyond_compute_ms"] = pred.step_ms - inrun
-    mean_step = workers * batch / m * 1e3 if m else None  # the mean step, as images/s is
-    meas_beyond = mean_step - inrun if mean_step is not None else None
-    out["measured_beyond_compute_ms"] = meas_beyond
-    out["beyond_compute_error_pct"] = pct_off(out["beyond_compute_ms"], meas_beyond)
-    own = [own_compute(r).mid for r in rows if r.get("compute_ms") is not None] if m else []
-    comm_meas = mean_step - float(np.median(own)) if own else None
-    out["measured_comm_ms"] = comm_meas
-    out["comm_error_pct"] = pct_off(out["beyond_compute_ms"], comm_meas)
-    each = [comm_span(r) for r in rows if r.get("compute_ms") is not None and r.get("images_s")] if own else []
+def compared(i: Inputs, pred: Prediction, slow: Prediction, fast: Prediction, meas: Span | None) -> dict:
+    """The prediction against the compared runs (--train of the predicted shape): images/s, the step
+    beyond compute, the communication less their own compute, and whether the intervals meet."""
+    m = meas.mid if meas else None
+    mean_step = i.shape.workers * i.shape.batch / m * 1e3 if m else None  # the mean step, as images/s is
+    meas_beyond = mean_step - i.inrun if mean_step is not None else None
+    own = [own_compute(r).mid for r in i.rows if r.get("compute_ms") is not None] if m else []
+    comm_meas = mean_step - float(np.median(own)) if own and mean_step is not None else None
+    each = [comm_span(r) for r in i.rows if r.get("compute_ms") is not None and r.get("images_s")] if own else []
     each = [] if None in each else each  # a repeat without an interval: how finely they measured it is unknown
-    out["measured_comm_lo_ms"] = min(c.lo for c in each) if each else None
-    out["measured_comm_hi_ms"] = max(c.hi for c in each) if each else None
-    out["within"] = (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None
-    out["inside"] = (slow.images_s <= meas.mid <= fast.images_s) if meas else None
-    out["interval_coverage"] = COVERAGE
-    out["label"], out["compute_from"], out["calibration"] = args.label, compute_from, cal.described or None
-    out["runtime_pace"] = cal.pace
-    out["compute_alone_ms"] = compute.mid
-    out["runtime_hidden_limit_ms"] = max([0.0, *(h for _, h in r_mid[1])])
-    out["runtime_hidden_curve"] = " ".join(f"{w:.2f}:{h:.2f}" for w, h in r_mid[1]) or None
-    out["runtime_hidden_ms"] = -pred.terms.get("runtime_hidden_ms", 0.0)
-    out["compute_load"], out["compute_load_lo"], out["compute_load_hi"] = load.mid, load.lo, load.hi
-    out["compute_load_runs"] = cal.load_runs if cal.load else None
-    out["calibration_minutes"] = cal.minutes
-    out["gradients_lag_rounds"] = len(cal.lags) if strategy == "ps" else None
-    if args.output:
-        save(args, out)
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    print(f"# commbench predict: {strategy}, {prof.name} ({sum(sizes) / 1e6:.2f} MB in {len(sizes)} tensors), "
-          f"batch {batch}; a model, not a measurement")
+    beyond = pred.step_ms - i.inrun
+    return {"measured_images_s": m, "measured_lo": meas.lo if meas else None,
+            "measured_hi": meas.hi if meas else None, "measured_runs": len(i.rows) if meas else None,
+            "measured_step_ms": float(np.median([r["step_p50_ms"] for r in i.rows])) if meas else None,
+            "error_pct": 100 * (pred.images_s / m - 1) if m else None,
+            "measured_beyond_compute_ms": meas_beyond, "beyond_compute_error_pct": pct_off(beyond, meas_beyond),
+            "measured_comm_ms": comm_meas, "comm_error_pct": pct_off(beyond, comm_meas),
+            "measured_comm_lo_ms": min(c.lo for c in each if c) if each else None,
+            "measured_comm_hi_ms": max(c.hi for c in each if c) if each else None,
+            "within": (meas.lo <= fast.images_s and slow.images_s <= meas.hi) if meas else None,
+            "inside": (slow.images_s <= meas.mid <= fast.images_s) if meas else None}
+
+
+# -- rendering: the row as a table, and what it rests on ----------------------------------------------
+def render(i: Inputs, f: Forecast) -> None:
+    out, sizes = f.out, [t.nbytes for t in i.prof.tensors]
+    link, shape = i.link, i.shape
+    print(f"# commbench predict: {shape.strategy}, {i.prof.name} ({sum(sizes) / 1e6:.2f} MB in {len(sizes)} "
+          f"tensors), batch {shape.batch}; a model, not a measurement")
     print(f"# link: alpha {link.mid.alpha_us:.1f} us ({link.fast.alpha_us:.1f}-{link.slow.alpha_us:.1f}), beta "
           f"{link.mid.beta_mb_s:.0f} MB/s ({link.slow.beta_mb_s:.0f}-{link.fast.beta_mb_s:.0f}), fitted to "
-          f"{link.mid.source}; {'all ranks share one host' if shared else 'one rank per host'}")
+          f"{link.mid.source}; {'all ranks share one host' if shape.shared_host else 'one rank per host'}")
     print(header_line(COLUMNS))
     print(row_line(COLUMNS, out))
+    for line in [*_terms(i, f), *_verdicts(i, f)]:
+        print(f"# {line}")
+
+
+def _terms(i: Inputs, f: Forecast) -> list[str]:
+    """What the step is made of: the gradients' turn, the terms, the step beyond compute, TF's runtime."""
+    out, pred, cal, compute, load = f.out, f.pred, i.cal, i.compute, i.load
+    lines = []
     if pred.gradients_turn is not None:
-        print(f"# the workers' gradients cross the PS's link {pred.gradients_turn:.2f} of the way from all at once "
-              "to in turn: " + (f"as {len(cal.lags)} calibration rounds' gradients-ready lags make it at this "
-                                "link" if cal.lags else "TURN (no calibration run of this W measured the lags)"))
-    print("# terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
-          f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
-          ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give --compute)"
-           if compute_from == "in-sample" else compute_from) +
-          (f", x {load.mid:.3f} ({load.lo:.3f}-{load.hi:.3f}) inside training (the load of {cal.load_runs} "
-           "calibration runs: --overhead-compute)" if out["compute_load_runs"] else ""))
-    print(f"# beyond compute (the network, TF's runtime, the slowest worker): predicted "
-          f"{out['beyond_compute_ms']:.2f} ms a step" + (
-              f", measured {meas_beyond:.2f} ms (the mean step less the same compute time)"
-              + (f": {out['beyond_compute_error_pct']:+.1f} %" if out["beyond_compute_error_pct"] is not None else "")
-              if meas_beyond is not None else "")
-          + (f"; less its own compute (measured in it) {comm_meas:.2f} ms"
-             + (f" ({out['measured_comm_lo_ms']:.2f}-{out['measured_comm_hi_ms']:.2f})"
-                if out["measured_comm_lo_ms"] is not None else "")
-             + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
-             if comm_meas is not None else ""))
-    if args.overhead:
+        lines.append(f"the workers' gradients cross the PS's link {pred.gradients_turn:.2f} of the way from all at "
+                     "once to in turn: " + (f"as {len(cal.lags)} calibration rounds' gradients-ready lags make it "
+                                            "at this link" if cal.lags else
+                                            "TURN (no calibration run of this W measured the lags)"))
+    lines.append("terms: " + ", ".join(f"{k} {v:.2f}" for k, v in pred.terms.items()) +
+                 f", compute {compute.mid:.2f} ms ({compute.lo:.2f}-{compute.hi:.2f}) from " +
+                 ("the compared run itself (in-sample: measure it apart with `train --compute-only` and give "
+                  "--compute)" if i.compute_from == "in-sample" else i.compute_from) +
+                 (f", x {load.mid:.3f} ({load.lo:.3f}-{load.hi:.3f}) inside training (the load of "
+                  f"{cal.load_runs} calibration runs: --overhead-compute)" if out["compute_load_runs"] else ""))
+    beyond, comm = out["measured_beyond_compute_ms"], out["measured_comm_ms"]
+    lines.append(f"beyond compute (the network, TF's runtime, the slowest worker): predicted "
+                 f"{out['beyond_compute_ms']:.2f} ms a step" + (
+                     f", measured {beyond:.2f} ms (the mean step less the same compute time)"
+                     + (f": {out['beyond_compute_error_pct']:+.1f} %" if out["beyond_compute_error_pct"] is not None
+                        else "") if beyond is not None else "")
+                 + (f"; less its own compute (measured in it) {comm:.2f} ms"
+                    + (f" ({out['measured_comm_lo_ms']:.2f}-{out['measured_comm_hi_ms']:.2f})"
+                       if out["measured_comm_lo_ms"] is not None else "")
+                    + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
+                    if comm is not None else ""))
+    if i.args.overhead:
+        rt = f.runtime
         made = "" if cal.minutes is None else f"; made over {cal.minutes:.0f} min" + (
             " (back to back: one phase of a shared machine; spread them over the time you measure in)"
             if cal.minutes < 5 else "")
-        print(f"# TF's runtime: {cal.runtime.describe(strategy)}, x {' and '.join(map(str, shape.counts()))} = "
-              f"{rt.mid:.2f} ms per step ({rt.lo:.2f}-{rt.hi:.2f}); fitted to {cal.described}"
-              + (f", at the pace of the compute time given ({cal.pace:.2f}x theirs)" if cal.pace else "") + made
-              + ("; of it under the wire (at each calibration link's): "
-                 + ", ".join(f"{h:.2f} ms under {w:.2f}" for w, h in r_mid[1])
-                 + f" ({out['runtime_hidden_ms']:.2f} here)" if r_mid[1] else ""))
-    print(f"# Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
-          "added in quadrature)"
-          + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-{meas.hi:.1f}: "
-             f"the 95 % intervals of {len(rows)} run{'s' if len(rows) > 1 else ''}, which "
-             f"{'overlap' if out['within'] else 'miss'} Low-High; the point estimates differ by "
-             f"{out['error_pct']:+.1f} %)" if meas else ""))
-    for line in dominant(sizes, names, ps, args.placement):
-        print(f"# {line}")
+        lines.append(f"TF's runtime: {cal.runtime.describe(i.shape.strategy)}, x "
+                     f"{' and '.join(map(str, i.shape.counts()))} = {rt.mid:.2f} ms per step ({rt.lo:.2f}-"
+                     f"{rt.hi:.2f}); fitted to {cal.described}"
+                     + (f", at the pace of the compute time given ({cal.pace:.2f}x theirs)" if cal.pace else "") + made
+                     + ("; of it under the wire (at each calibration link's): "
+                        + ", ".join(f"{h:.2f} ms under {w:.2f}" for w, h in f.curve)
+                        + f" ({out['runtime_hidden_ms']:.2f} here)" if f.curve else ""))
+    return lines
+
+
+def _verdicts(i: Inputs, f: Forecast) -> list[str]:
+    """The interval against the measurement, the dominant shards, whether W workers pay off, and from
+    which bandwidth."""
+    out, pred, meas, shape, m = f.out, f.pred, f.meas, i.shape, f.out["measured_images_s"]
+    lines = [f"Low / High: the prediction's {COVERAGE:.0%} interval (every input's 95 % interval, one at a time, "
+             "added in quadrature)"
+             + (f"; measured {m:.1f} img/s ({'inside' if out['inside'] else 'outside'} it; {meas.lo:.1f}-"
+                f"{meas.hi:.1f}: the 95 % intervals of {len(i.rows)} run{'s' if len(i.rows) > 1 else ''}, which "
+                f"{'overlap' if out['within'] else 'miss'} Low-High; the point estimates differ by "
+                f"{out['error_pct']:+.1f} %)" if meas else "")]
+    lines += dominant([t.nbytes for t in i.prof.tensors], [t.name for t in i.prof.tensors], shape.ps,
+                      i.args.placement)
     verdict = {True: "pays off", False: "does not pay off",
-               None: "undecided: the uncertainty spans one worker's rate"}[pays]
-    print(f"# {workers} workers: {pred.images_s:.1f} img/s against one worker's {pred.one_worker_images_s:.1f}: "
-          f"data parallelism {verdict} at this bandwidth")
-    lo, hi = out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"]
-    if not measured:  # the minimum bandwidth is the model's: a measured communication has none
-        print(f"# {min_bandwidth_line(workers, lo, hi, out['min_beta_mb_s'])}")
-    if row and not same:
-        print(f"# the train run in {args.train} was {row.get('model')} W={row.get('workers')} P={row.get('ps')} "
-              f"batch {row.get('batch')}: this is a prediction beyond what was measured")
-    return 0
+               None: "undecided: the uncertainty spans one worker's rate"}[f.pays]
+    lines.append(f"{shape.workers} workers: {pred.images_s:.1f} img/s against one worker's "
+                 f"{pred.one_worker_images_s:.1f}: data parallelism {verdict} at this bandwidth")
+    if not i.measured:  # the minimum bandwidth is the model's: a measured communication has none
+        lines.append(min_bandwidth_line(shape.workers, out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"],
+                                        out["min_beta_mb_s"]))
+    if i.row and not i.same:
+        r = i.row
+        lines.append(f"the train run in {i.args.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "
+                     f"batch {r.get('batch')}: this is a prediction beyond what was measured")
+    return lines
