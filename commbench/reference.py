@@ -86,10 +86,11 @@ def option_table(cls: type[Options], overrides: dict | None = None) -> list[str]
 
 
 def options_page() -> str:
+    from commbench.training.predict_options import PredictOptions
     from commbench.training.train import TrainOptions
 
     lines = [GENERATED.format(what="options"), "", "# Options reference", "",
-             "Every option of every benchmark and transport, as declared (`commbench COMMAND --help` prints the "
+             "Every option of every benchmark and transport, train and predict, as declared (`commbench COMMAND --help` prints the "
              "same). A transport's options are refused with another transport.", "",
              "## Every benchmark", "", *option_table(CommonOptions), ""]
     for name, cls in benchmarks.registry().items():
@@ -103,7 +104,7 @@ def options_page() -> str:
             seen.add(transport.Options)
             users = [n for n, c in transports.registry().items() if c.Options is transport.Options]
             lines += [f"## Transport {', '.join(users)}", "", *option_table(transport.Options), ""]
-    lines += ["## train", "", *option_table(TrainOptions), ""]
+    lines += ["## train", "", *option_table(TrainOptions), "", "## predict", "", *option_table(PredictOptions), ""]
     return "\n".join(lines)
 
 

@@ -4,7 +4,6 @@ the compute load inside training from compute-only runs made next to them."""
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from commbench.emulators import tf_ps
 from commbench.profiles import store
 from commbench.training.evidence import drifting, one_host, p2p_link, pooled, runs_of, slowest_span, spans, train_rows
 from commbench.training.model import Z_INPUT, Curve, Link, Shape, Span, hidden_at, with_wait
+from commbench.training.predict_options import PredictOptions
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def aligned(files: Sequence[str], to: Sequence[str], flag: str) -> list[str]:
     return list(files) * len(to) if len(files) == 1 else list(files)
 
 
-def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, compute_ms: float,
+def calibrate(o: PredictOptions, strategy: str, model: str, batch: int, compute_ms: float,
               workers: int, alone: bool = True) -> Calibration:
     """TF's runtime fitted to the --overhead runs, each over its --overhead-p2p link. Where some of them
     are of the predicted model and batch, those alone: on a machine whose ranks share cores, what a step
@@ -197,11 +197,11 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
     it: ``minutes``. With --overhead-compute (compute-only runs made next to the calibration runs) and a
     compute time measured ``alone`` (not a run's own, inside training already), the compute load of those of
     the model and batch (``compute_load``)."""
-    sweeps = aligned(args.overhead_p2p or [args.p2p], args.overhead, "overhead-p2p")
-    alone_files = aligned(args.overhead_compute, args.overhead, "overhead-compute") if args.overhead_compute \
-        else [None] * len(args.overhead)
+    sweeps = aligned(o.overhead_p2p or [o.p2p], o.overhead, "overhead-p2p")
+    alone_files = aligned(o.overhead_compute, o.overhead, "overhead-compute") if o.overhead_compute \
+        else [None] * len(o.overhead)
     runs: list[tuple[Calibrated, str, str, str | None, str | None]] = []  # (run, model, what, start, compute file)
-    for path, sweep, alone_file in zip(args.overhead, sweeps, alone_files, strict=True):
+    for path, sweep, alone_file in zip(o.overhead, sweeps, alone_files, strict=True):
         link = p2p_link(sweep)
         for row, meta in train_rows(path):
             if row.get("strategy") != strategy:
@@ -209,15 +209,15 @@ def calibrate(args: argparse.Namespace, strategy: str, model: str, batch: int, c
                                  f"not {row.get('strategy')}")
             prof = store.load(row["model"])
             shape = Shape(strategy, int(row["workers"]), int(row.get("ps") or 0), int(row["batch"]),
-                          tuple(tf_ps.variables_of(prof)), args.placement,
-                          args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta)),
+                          tuple(tf_ps.variables_of(prof)), o.placement,
+                          o.shared_host == "yes" or (o.shared_host == "auto" and one_host(meta)),
                           tuple(tuple(r) for r in row.get("grads_lag_ms") or ()))
             runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "
                          f"batch {shape.batch} over {sweep}", meta.get("start"), alone_file))
     mine = [r for r in runs if (r[0].shape.batch, r[1]) == (batch, model)]
     load, ratios = None, []
-    if args.overhead_compute and alone:
+    if o.overhead_compute and alone:
         for f in dict.fromkeys(alone_files):
             rows = [(row, r.meta.get("start")) for r in runs_of(f, "train-compute", "predict --overhead-compute needs "
                                                                                      "`train --compute-only` results")

@@ -83,11 +83,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from commbench.core.config.argtypes import RANKS, integer, number
 from commbench.core.errors import UsageError
 from commbench.core.output.table import header_line, row_line
 from commbench.emulators import tf_ps
-from commbench.emulators.placement import POLICIES
 from commbench.profiles import store
 from commbench.training.calibration import Calibration, Runtime, calibrate
 from commbench.training.evidence import (
@@ -123,6 +121,7 @@ from commbench.training.model import (
     with_runtime,
     with_wait,
 )
+from commbench.training.predict_options import PredictOptions
 from commbench.training.predict_rows import COLUMNS, schema
 
 
@@ -130,49 +129,19 @@ def add_parser(sub) -> None:
     p = sub.add_parser("predict", help="predict training images/s from p2p results, a model profile and "
                                        "a compute time; compare with a train run",
                        description=__doc__.split("\n\n")[0].replace("``", ""))
-    p.add_argument("--p2p", required=True, metavar="FILE", help="p2p-latency results of a size sweep (jsonl/csv)")
-    p.add_argument("--train", metavar="FILE", help="train results: model, strategy, W, P, batch, compute time and "
-                                                   "the measured images/s to compare with")
-    p.add_argument("--model", help="gradient profile (commbench payloads list); default: the train run's")
-    p.add_argument("--strategy", choices=("ps", "mirrored"), help="default: the train run's")
-    p.add_argument("--workers", type=RANKS, help="default: the train run's")
-    p.add_argument("--ps", type=RANKS, help="default: the train run's")
-    p.add_argument("--batch", type=integer(1, 1 << 20), help="images per worker per step; default: the train run's")
-    p.add_argument("--compute", metavar="FILE",
-                   help="`train --compute-only` results (or another train run) of this model, W and batch: the "
-                        "compute step, measured apart from the run compared with (default: --train's own, "
-                        "in-sample)")
-    p.add_argument("--compute-ms", type=number(above=0, hi=1e7, what=" (ms)"),
-                   help="one worker's step without communication (instead of --compute)")
-    p.add_argument("--placement", choices=POLICIES, default="round-robin", help="PS variable placement")
-    p.add_argument("--shared-host", choices=("auto", "yes", "no"), default="auto",
-                   help="all ranks on one host share one path (auto: yes if the train run had one host)")
-    p.add_argument("--overhead", metavar="FILE", action="append",
-                   help="train runs of the same strategy that calibrate TF's runtime cost once (--batch 1 runs; any "
-                        "model, W and link; repeats give the spread); repeatable")
-    p.add_argument("--overhead-p2p", metavar="FILE", action="append",
-                   help="the p2p-latency sweep of the link each --overhead file was run over, in the same order "
-                        "(one for all: that one; default: --p2p)")
-    p.add_argument("--overhead-compute", metavar="FILE", action="append",
-                   help="`train --compute-only` runs made just before and after the --overhead runs (one file for "
-                        "all, or one for each, in the same order): how much slower a worker computes inside "
-                        "training than alone (the compute load), applied to --compute / --compute-ms")
-    p.add_argument("--measured", metavar="FILE", help="ps-throughput or allreduce results: use their measured "
-                                                      "communication time instead of the alpha-beta terms")
-    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
-    p.add_argument("--label", default="", help="a name for this prediction in results files and reports (e.g. 1gbit)")
-    p.add_argument("-o", "--output", metavar="FILE", help="append the prediction as a row: FILE.jsonl or FILE.csv")
+    PredictOptions.add_to(p)
     p.set_defaults(func=run)
 
 
-def save(args: argparse.Namespace, out: dict) -> None:
+def save(o: PredictOptions, out: dict) -> None:
     from commbench.core.output.results import ResultsWriter, check_output_path, run_metadata
 
-    check_output_path(args.output)
-    options = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
+    assert o.output is not None
+    check_output_path(o.output)
     keys = list(schema())
-    meta = {**run_metadata("predict", options, [], ("numpy",)), "metric": {"key": "images_s", "better": "higher"}}
-    w = ResultsWriter(args.output, meta, keys)
+    meta = {**run_metadata("predict", {"command": "predict", **o.plain()}, [], ("numpy",)),
+            "metric": {"key": "images_s", "better": "higher"}}
+    w = ResultsWriter(o.output, meta, keys)
     w.row({"bench": "predict", **{k: out[k] for k in keys[1:]}})
     w.close()
 
@@ -197,15 +166,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", np.exceptions.RankWarning)
-        return _run(args, argv)
+        return _run(PredictOptions.parse(args))
 
 
-def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    inputs = gather(args)
+def _run(o: PredictOptions) -> int:
+    inputs = gather(o)
     f = forecast(inputs)
-    if args.output:
-        save(args, f.out)
-    if args.json:
+    if o.output:
+        save(o, f.out)
+    if o.json:
         print(json.dumps(f.out, indent=2))
     else:
         render(inputs, f)
@@ -217,7 +186,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 class Inputs:
     """Everything a prediction is made from, read and checked once."""
 
-    args: argparse.Namespace
+    opts: PredictOptions
     link: Link
     row: dict  # the --train file's last run (empty without one)
     rows: list[dict]  # its repeats of that shape
@@ -237,10 +206,12 @@ class Inputs:
         return self.compute.mid * self.load.mid
 
 
-def gather(args: argparse.Namespace) -> Inputs:
+def gather(o: PredictOptions) -> Inputs:
     """The link, the shape, the compute time and the calibration from the options and the files."""
-    link = p2p_link(args.p2p)
-    runs = train_rows(args.train) if args.train else []
+    if not o.p2p:
+        raise UsageError("predict needs --p2p FILE: a p2p-latency sweep of the link (see 'commbench predict --help')")
+    link = p2p_link(o.p2p)
+    runs = train_rows(o.train) if o.train else []
     row, meta = runs[-1] if runs else ({}, {})
     rows = repeats(runs) if runs else []
 
@@ -250,40 +221,40 @@ def gather(args: argparse.Namespace) -> Inputs:
             raise UsageError(f"predict needs --{name.replace('_', '-')} (or --train FILE with it)")
         return v
 
-    strategy = pick(args.strategy, "strategy")
-    workers, batch = int(pick(args.workers, "workers")), int(pick(args.batch, "batch"))
-    ps = int(pick(args.ps, "ps")) if strategy == "ps" else 0
-    prof = store.load(pick(args.model, "model"))
-    compute, compute_from, given = _compute_given(args, row, rows, prof.name, workers, batch, strategy, pick)
-    shared = args.shared_host == "yes" or (args.shared_host == "auto" and one_host(meta))
-    shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), args.placement, shared)
+    strategy = pick(o.strategy, "strategy")
+    workers, batch = int(pick(o.workers, "workers")), int(pick(o.batch, "batch"))
+    ps = int(pick(o.ps, "ps")) if strategy == "ps" else 0
+    prof = store.load(pick(o.model, "model"))
+    compute, compute_from, given = _compute_given(o, row, rows, prof.name, workers, batch, strategy, pick)
+    shared = o.shared_host == "yes" or (o.shared_host == "auto" and one_host(meta))
+    shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), o.placement, shared)
     total = sum(t.nbytes for t in prof.tensors)
-    measured = measured_comm(args.measured, strategy, workers, ps, prof.name, total) if args.measured else None
+    measured = measured_comm(o.measured, strategy, workers, ps, prof.name, total) if o.measured else None
     # the compute inside training: the compute alone (given) times the calibration's load; a run's own
     # compute (in-sample) was measured inside it already
-    cal = calibrate(args, strategy, prof.name, batch, compute.mid, workers, compute_from != "in-sample") \
-        if args.overhead else Calibration(Runtime(()))
+    cal = calibrate(o, strategy, prof.name, batch, compute.mid, workers, compute_from != "in-sample") \
+        if o.overhead else Calibration(Runtime(()))
     load = cal.load or Span.of(1.0)
     same = bool(row) and shape_of(row) == (strategy, workers, ps, batch, prof.name)
-    slowest_ = [s for s in map(slowest_span, given) if s] if same or args.compute else []
+    slowest_ = [s for s in map(slowest_span, given) if s] if same or o.compute else []
     slowest = pooled(slowest_) if slowest_ else None  # measured for this W: what its steps wait for
     slowest = Span.of(*(x * load.mid for x in (slowest.mid, slowest.lo, slowest.hi))) if slowest else None
-    return Inputs(args, link, row, rows, same, prof, replace(shape, lags=cal.lags), compute, compute_from,
+    return Inputs(o, link, row, rows, same, prof, replace(shape, lags=cal.lags), compute, compute_from,
                   measured, cal, load, slowest)
 
 
-def _compute_given(args: argparse.Namespace, row: dict, rows: list[dict], model: str, workers: int, batch: int,
+def _compute_given(o: PredictOptions, row: dict, rows: list[dict], model: str, workers: int, batch: int,
                    strategy: str, pick: Callable) -> tuple[Span, str, list[dict]]:
     """The compute time alone (its span), where it came from, and the runs it was read from."""
-    if args.compute and args.compute_ms is not None:
+    if o.compute and o.compute_ms is not None:
         raise UsageError("predict: give --compute FILE or --compute-ms, not both")
-    if args.compute:
-        given = compute_rows(args.compute, model, workers, batch, strategy)
-        return pooled([drifting(r) for r in given]), args.compute, given
-    if args.compute_ms is not None:
-        return Span.of(args.compute_ms), "--compute-ms", []
+    if o.compute:
+        given = compute_rows(o.compute, model, workers, batch, strategy)
+        return pooled([drifting(r) for r in given]), o.compute, given
+    if o.compute_ms is not None:
+        return Span.of(o.compute_ms), "--compute-ms", []
     return pooled([own_compute(r) for r in rows if r.get("compute_ms") is not None] or
-                  [compute_span(row, pick(args.compute_ms, "compute_ms"))]), "in-sample", rows
+                  [compute_span(row, pick(o.compute_ms, "compute_ms"))]), "in-sample", rows
 
 
 # -- the prediction: the middle, the corners, the interval ----------------------------------------------
@@ -316,7 +287,7 @@ class Corners:
         p = i.shape.at(c, lm, turn)
         p = with_comm(p, *i.measured) if i.measured else p
         p = with_wait(p, s) if s is not None else p
-        return with_runtime(p, *r) if i.args.overhead else p
+        return with_runtime(p, *r) if i.opts.overhead else p
 
     def end(self, which: str) -> tuple:
         i = self.inputs
@@ -361,7 +332,7 @@ def forecast(i: Inputs) -> Forecast:
            "min_beta_hi_mb_s": corners.min_beta("tight"), "images_lo": slow.images_s, "images_hi": fast.images_s,
            "pays_off": pays, "overhead_ms": pred.terms.get("tf_runtime_ms"), "runtime_ms": asdict(rt),
            "model": i.prof.name, "link": asdict(i.link), "shared_host": i.shape.shared_host,
-           "beyond_compute_ms": pred.step_ms - i.inrun, "interval_coverage": COVERAGE, "label": i.args.label,
+           "beyond_compute_ms": pred.step_ms - i.inrun, "interval_coverage": COVERAGE, "label": i.opts.label,
            "compute_from": i.compute_from, "calibration": i.cal.described or None, "runtime_pace": i.cal.pace,
            "compute_alone_ms": i.compute.mid, "runtime_hidden_limit_ms": max([0.0, *(h for _, h in r_mid[1])]),
            "runtime_hidden_curve": " ".join(f"{w:.2f}:{h:.2f}" for w, h in r_mid[1]) or None,
@@ -437,7 +408,7 @@ def _terms(i: Inputs, f: Forecast) -> list[str]:
                        if out["measured_comm_lo_ms"] is not None else "")
                     + (f": {out['comm_error_pct']:+.1f} %" if out["comm_error_pct"] is not None else "")
                     if comm is not None else ""))
-    if i.args.overhead:
+    if i.opts.overhead:
         rt = f.runtime
         made = "" if cal.minutes is None else f"; made over {cal.minutes:.0f} min" + (
             " (back to back: one phase of a shared machine; spread them over the time you measure in)"
@@ -463,7 +434,7 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
                 f"{'overlap' if out['within'] else 'miss'} Low-High; the point estimates differ by "
                 f"{out['error_pct']:+.1f} %)" if meas else "")]
     lines += dominant([t.nbytes for t in i.prof.tensors], [t.name for t in i.prof.tensors], shape.ps,
-                      i.args.placement)
+                      i.opts.placement)
     verdict = {True: "pays off", False: "does not pay off",
                None: "undecided: the uncertainty spans one worker's rate"}[f.pays]
     lines.append(f"{shape.workers} workers: {pred.images_s:.1f} img/s against one worker's "
@@ -473,6 +444,6 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
                                         out["min_beta_mb_s"]))
     if i.row and not i.same:
         r = i.row
-        lines.append(f"the train run in {i.args.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "
+        lines.append(f"the train run in {i.opts.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "
                      f"batch {r.get('batch')}: this is a prediction beyond what was measured")
     return lines
