@@ -30,7 +30,7 @@ def build_parser() -> Parser:
     from commbench.commands import compare, devices, findings, hosts, importing, payloads, report, show
     from commbench.training import predict, train
 
-    compare.add_parser(sub, tr)
+    compare.add_parser(sub)
     show.add_parser(sub)
     importing.add_parser(sub)
     payloads.add_parser(sub)

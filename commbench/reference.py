@@ -90,8 +90,8 @@ def options_page() -> str:
     from commbench.training.train import TrainOptions
 
     lines = [GENERATED.format(what="options"), "", "# Options reference", "",
-             "Every option of every benchmark and transport, train and predict, as declared (`commbench COMMAND --help` prints the "
-             "same). A transport's options are refused with another transport.", "",
+             "Every option of every command, as declared (`commbench COMMAND --help` prints the same). A "
+             "transport's options are refused with another transport.", "",
              "## Every benchmark", "", *option_table(CommonOptions), ""]
     for name, cls in benchmarks.registry().items():
         if fields(cls.Options):
@@ -105,6 +105,12 @@ def options_page() -> str:
             users = [n for n, c in transports.registry().items() if c.Options is transport.Options]
             lines += [f"## Transport {', '.join(users)}", "", *option_table(transport.Options), ""]
     lines += ["## train", "", *option_table(TrainOptions), "", "## predict", "", *option_table(PredictOptions), ""]
+    from commbench.commands import compare, devices, findings, hosts, importing, payloads, report, show
+
+    for module in (compare, show, report, importing, findings, hosts, payloads, devices):
+        for name, cls in module.OPTIONS.items():
+            if fields(cls):
+                lines += [f"## {name}", "", *option_table(cls), ""]
     return "\n".join(lines)
 
 

@@ -1,1 +1,24 @@
-"""Commands that read results files rather than run benchmarks (each module: ``add_parser``, its run)."""
+"""Every command but the benchmarks' own (cli.py adds those from their declarations): each module
+declares its commands' options once (an Options class per command, in ``OPTIONS``) and runs on the
+libraries below it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from commbench.core.config.options import Options
+
+
+def command(sub: Any, name: str, options: type[Options], run: Callable[[Any], int], **parser_kw: Any) -> Any:
+    """A command whose options are ``options`` (declared once: its parser and its reference page) and
+    whose ``run`` takes them typed."""
+    p = sub.add_parser(name, **parser_kw)
+    options.add_to(p)
+
+    def typed(args: argparse.Namespace, argv: Sequence[str]) -> int:
+        return run(options.parse(args))
+
+    p.set_defaults(func=typed)
+    return p

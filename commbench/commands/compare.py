@@ -6,16 +6,17 @@ sockperf-like floor). The configurations are what each transport declares (`pres
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from commbench import presentation
+from commbench.commands import command
 from commbench.commands.report import metric_of
 from commbench.core.config.argtypes import MAX_ITERATIONS, SECONDS, integer
+from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.output.results import results_files
@@ -67,29 +68,41 @@ def launch_config(transport: str, argv: list[str], timeout: float) -> int:
     return launch_mpi(2, argv) if "own-launcher" in cls.able(cls.Options()) else launch(2, argv, timeout)
 
 
-def add_parser(sub, transports: dict) -> None:
-    p = sub.add_parser("compare", help="short latency + bandwidth comparison of every transport usable here")
-    p.add_argument("--output-dir", metavar="DIR", help="keep the per-run results files here (default: a temp dir)")
-    p.add_argument("-i", "--iterations", type=integer(1, MAX_ITERATIONS), default=1000,
-                   help="latency iterations per size (default 1000)")
-    p.add_argument("--timeout", type=SECONDS, default=60.0, help="seconds to wait for a peer (default 60)")
-    p.add_argument("--only", metavar="NAME", action="append",
-                   help="run only configurations whose label contains NAME (repeatable), e.g. --only grpc")
-    p.set_defaults(func=compare, transports=transports)
-    s = sub.add_parser("summary", help="the compare summary table from saved p2p-latency / p2p-bandwidth files")
-    s.add_argument("files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
-    s.set_defaults(func=summary)
+@dataclass(frozen=True)
+class CompareOptions(Options):
+    output_dir: str | None = opt(None, metavar="DIR", help="keep the per-run results files here (default: a temp dir)")
+    iterations: int = opt(1000, "-i", "--iterations", type=integer(1, MAX_ITERATIONS),
+                          help="latency iterations per size (default 1000)")
+    timeout: float = opt(60.0, type=SECONDS, help="seconds to wait for a peer (default 60)")
+    only: list[str] | None = opt(None, metavar="NAME", action="append",
+                                 help="run only configurations whose label contains NAME (repeatable), e.g. "
+                                      "--only grpc")
 
 
-def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
+@dataclass(frozen=True)
+class SummaryOptions(Options):
+    files: list[str] = opt((), "files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
+
+
+OPTIONS = {"compare": CompareOptions, "summary": SummaryOptions}
+
+
+def add_parser(sub) -> None:
+    command(sub, "compare", CompareOptions, compare,
+            help="short latency + bandwidth comparison of every transport usable here")
+    command(sub, "summary", SummaryOptions, summary,
+            help="the compare summary table from saved p2p-latency / p2p-bandwidth files")
+
+
+def compare(o: CompareOptions) -> int:
     if detect() is not None:
         raise UsageError("compare starts its own ranks on this machine; under mpirun or srun run the benchmarks "
                          "themselves (see slurm/)")
     every = configurations()
-    configs = [c for c in every if not args.only or any(o in c[0] for o in args.only)]
+    configs = [c for c in every if not o.only or any(o in c[0] for o in o.only)]
     if not configs:
-        raise UsageError(f"--only {' '.join(args.only)} matches none of: {', '.join(c[0] for c in every)}")
-    outdir = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
+        raise UsageError(f"--only {' '.join(o.only or [])} matches none of: {', '.join(c[0] for c in every)}")
+    outdir = Path(o.output_dir) if o.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -112,19 +125,19 @@ def compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         lat, bw = outdir / f"latency_{stem}.jsonl", outdir / f"bandwidth_{stem}.jsonl"
         for f in (lat, bw):
             f.unlink(missing_ok=True)
-        common = ["-t", transport, *flags, "--timeout", str(args.timeout)]
-        rc = launch_config(transport, [LATENCY, *common, "-m", ",".join(LAT_SIZES), "-i", str(args.iterations),
-                                       "-x", str(max(1, args.iterations // 10)), "-o", str(lat)], args.timeout)
+        common = ["-t", transport, *flags, "--timeout", str(o.timeout)]
+        rc = launch_config(transport, [LATENCY, *common, "-m", ",".join(LAT_SIZES), "-i", str(o.iterations),
+                                       "-x", str(max(1, o.iterations // 10)), "-o", str(lat)], o.timeout)
         print(flush=True)
         rc = rc or launch_config(transport, [BANDWIDTH, *common, "-m", ",".join(BW_SIZES), "-o", str(bw)],
-                                 args.timeout)
+                                 o.timeout)
         print(flush=True)
         if rc:
             failed.append(label)
             continue
         done.extend((lat, bw))
     if not done and not failed:
-        if not args.output_dir:  # nothing was written: leave no empty temporary directory behind
+        if not o.output_dir:  # nothing was written: leave no empty temporary directory behind
             shutil.rmtree(outdir, ignore_errors=True)
         raise UsageError(f"none of the configurations asked for is usable here ({unusable[0]}); "
                          "see commbench devices")
@@ -167,6 +180,6 @@ def print_summary(paths: Sequence[Path | str]) -> None:
         print(row_line(SUMMARY, row))
 
 
-def summary(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    print_summary(results_files(args.files))
+def summary(o: SummaryOptions) -> int:
+    print_summary(results_files(o.files))
     return 0

@@ -3,22 +3,30 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Sequence
+from dataclasses import dataclass
 
+from commbench.commands import command
+from commbench.core.config.options import Options, opt
 from commbench.transports.devices import report
 
 
+@dataclass(frozen=True)
+class DevicesOptions(Options):
+    json: bool = opt(False, action="store_true", help="print the report as JSON")
+
+
+OPTIONS = {"devices": DevicesOptions}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("devices", help="RDMA devices, network interfaces, libraries, and which transports work here")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=devices)
+    command(sub, "devices", DevicesOptions, devices,
+            help="RDMA devices, network interfaces, libraries, and which transports work here")
 
 
-def devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def devices(o: DevicesOptions) -> int:
     r = report()
-    if args.json:
+    if o.json:
         print(json.dumps(r, indent=2))
         return 0
     print(f"# commbench devices on {r['host']}")

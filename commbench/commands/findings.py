@@ -10,39 +10,50 @@ Exit status 0: nothing wrong (warnings allowed); 1: a finding, a regression or a
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 from commbench.benchmarks.cluster import findings_lines
 from commbench.benchmarks.cluster_findings import REGRESSIONS, load_reference, read_evidence, verdict
+from commbench.commands import command
 from commbench.core.config.argtypes import number
+from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 
 
+@dataclass(frozen=True)
+class Judging(Options):
+    """How a cluster run is judged again: the threshold, the topology, expected values."""
+
+    slow_pct: float | None = opt(None, type=number(above=0, hi=99, what=" (percent)"),
+                                 help="the threshold (default: the run's own --slow-pct)")
+    topology: str | None = opt(None, metavar="FILE", help="Slurm's topology.conf or a host,switch CSV (default: the "
+                                                          "run's own, if it had one)")
+    reference: str | None = opt(None, metavar="REF",
+                                help="expected values: CSV link,metric,expected,warn_pct,fail_pct")
+
+
+@dataclass(frozen=True)
+class FindingsOptions(Judging):
+    file: str = opt("", "file", metavar="FILE", help="a results file of commbench cluster (.jsonl or .csv)")
+    baseline: str | None = opt(None, metavar="OLD", help="an earlier run's results file: what changed since")
+
+
+@dataclass(frozen=True)
+class DiffOptions(Judging):
+    baseline: str = opt("", "baseline", metavar="OLD", help="the earlier run's results file")
+    file: str = opt("", "file", metavar="NEW", help="the later run's results file")
+
+
+OPTIONS = {"findings": FindingsOptions, "diff": DiffOptions}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("findings", help="a cluster run's findings, derived again from its results file (exit 1: "
-                                        "a finding or a regression)", description=__doc__.split("\n\n")[0]
-                       .replace("``", ""))
-    p.add_argument("file", metavar="FILE", help="a results file of commbench cluster (.jsonl or .csv)")
-    _judging(p)
-    p.set_defaults(func=run)
-    d = sub.add_parser("diff", help="what changed between two cluster runs beyond the noise of both (exit 1: a "
-                                    "regression)", description="commbench diff OLD NEW: commbench findings NEW "
-                                                               "--baseline OLD.")
-    d.add_argument("baseline", metavar="OLD", help="the earlier run's results file")
-    d.add_argument("file", metavar="NEW", help="the later run's results file")
-    _judging(d, baseline=False)
-    d.set_defaults(func=run)
-
-
-def _judging(p, baseline: bool = True) -> None:
-    p.add_argument("--slow-pct", type=number(above=0, hi=99, what=" (percent)"),
-                   help="the threshold (default: the run's own --slow-pct)")
-    p.add_argument("--topology", metavar="FILE", help="Slurm's topology.conf or a host,switch CSV (default: the "
-                                                      "run's own, if it had one)")
-    if baseline:
-        p.add_argument("--baseline", metavar="OLD", help="an earlier run's results file: what changed since")
-    p.add_argument("--reference", metavar="REF", help="expected values: CSV link,metric,expected,warn_pct,fail_pct")
+    command(sub, "findings", FindingsOptions, run, help="a cluster run's findings, derived again from its results "
+                                                        "file (exit 1: a finding or a regression)",
+            description=__doc__.split("\n\n")[0].replace("``", ""))
+    command(sub, "diff", DiffOptions, run, help="what changed between two cluster runs beyond the noise of both (exit "
+                                                "1: a regression)",
+            description="commbench diff OLD NEW: commbench findings NEW --baseline OLD.")
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
@@ -61,7 +72,7 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     return findings_lines(len(ev.names), float(pct), summary, found), len(bad)
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    lines, count = derive(args.file, args.slow_pct, args.topology, getattr(args, "baseline", None), args.reference)
+def run(o: FindingsOptions | DiffOptions) -> int:
+    lines, count = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference)
     print("\n".join(lines))
     return 1 if count else 0

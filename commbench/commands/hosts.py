@@ -21,55 +21,74 @@ removes what it made if a step fails. Needs root.
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Sequence
+from dataclasses import dataclass
 
+from commbench.commands import command
 from commbench.core.config.argtypes import integer
+from commbench.core.config.options import Options, opt
 from commbench.core.run import hostset
 from commbench.launch.hosts import MAX_HOSTS, down, existing, state, up
+
+
+@dataclass(frozen=True)
+class HostSet(Options):
+    set: str | None = opt(None, metavar="S", help="the set of hosts (1-4 letters or digits; default "
+                                                  "$COMMBENCH_HOSTS_SET, else the default set)")
+
+    def chosen(self) -> str:
+        return hostset.check_set(hostset.default_set() if self.set is None else self.set)
+
+
+@dataclass(frozen=True)
+class HostsUpOptions(HostSet):
+    n: int = opt(0, "n", type=integer(1, MAX_HOSTS), help="number of hosts")
+    rate: str = opt("none", help="link rate in tc notation (100mbit, 1gbit) or none (default)")
+    rate_of: list[str] | None = opt(None, action="append", metavar="I=RATE",
+                                    help="host I's link at RATE instead (a slow node or cable; repeatable)")
+    racks: int = opt(1, type=integer(1, MAX_HOSTS), metavar="K",
+                     help="K racks of N/K hosts each, under a spine (default 1: one bridge)")
+    uplink: str | None = opt(None, metavar="RATE", help="each rack's link to the spine, in tc notation (with --racks)")
+    uplink_of: list[str] | None = opt(None, action="append", metavar="K=RATE",
+                                      help="rack K's uplink at RATE instead (a degraded uplink; repeatable)")
+    cable: list[str] | None = opt(None, action="append", metavar="I-J=RATE",
+                                  help="the pair of hosts I and J at RATE, their other pairs not (a bad cable; "
+                                       "repeatable)")
+
+
+OPTIONS = {"hosts up": HostsUpOptions, "hosts down": HostSet, "hosts status": HostSet}
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("hosts", help="emulated hosts: network namespaces joined by shaped links (root)",
                        description=__doc__.split("\n\n")[0].replace("``", ""))
     hs = p.add_subparsers(dest="action", required=True, metavar="up|down|status")
-    u = hs.add_parser("up", help="make N hosts joined at --rate")
-    u.add_argument("n", type=integer(1, MAX_HOSTS), help="number of hosts")
-    u.add_argument("--rate", default="none", help="link rate in tc notation (100mbit, 1gbit) or none (default)")
-    u.add_argument("--rate-of", action="append", default=[], metavar="I=RATE",
-                   help="host I's link at RATE instead (a slow node or cable; repeatable)")
-    u.add_argument("--racks", type=integer(1, MAX_HOSTS), default=1, metavar="K",
-                   help="K racks of N/K hosts each, under a spine (default 1: one bridge)")
-    u.add_argument("--uplink", metavar="RATE", help="each rack's link to the spine, in tc notation (with --racks)")
-    u.add_argument("--uplink-of", action="append", default=[], metavar="K=RATE",
-                   help="rack K's uplink at RATE instead (a degraded uplink; repeatable)")
-    u.add_argument("--cable", action="append", default=[], metavar="I-J=RATE",
-                   help="the pair of hosts I and J at RATE, their other pairs not (a bad cable; repeatable)")
-    for name, helptext in (("up", "a set of hosts of its own"), ("down", "remove this set's hosts"),
-                           ("status", "this set's hosts")):
-        target = u if name == "up" else hs.add_parser(name, help=helptext)
-        target.add_argument("--set", default=hostset.default_set(), metavar="S",
-                            help="the set of hosts (1-4 letters or digits; default $COMMBENCH_HOSTS_SET, "
-                                 "else the default set)")
-    p.set_defaults(func=run)
+    command(hs, "up", HostsUpOptions, hosts_up, help="make N hosts joined at --rate")
+    command(hs, "down", HostSet, hosts_down, help="remove this set's hosts")
+    command(hs, "status", HostSet, hosts_status, help="this set's hosts")
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    s = hostset.check_set(args.set)
-    if args.action == "up":
-        st = up(args.n, args.rate, args.rate_of, args.racks, args.uplink, s, args.uplink_of, args.cable)
-        odd = {k: v for k, v in st["rates"].items() if v != args.rate}
-        odd.update({f"rack{k}'s uplink": v for k, v in enumerate(st["uplinks"].values()) if v != args.uplink})
-        odd.update({f"cable {k}": v for k, v in st["cables"].items()})
-        racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
-        print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
-              + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "
-              + ", ".join(f"{k} {v}" for k, v in st["addresses"].items()) + f"; rendezvous side {st['root_address']}"
-              + f"; topology {st['topology']} (for cluster --topology)")
-    elif args.action == "down":
-        gone = down(s)
-        print(f"commbench hosts: removed {', '.join(gone) or 'nothing (none were up)'}")
-    else:
-        print(json.dumps({"namespaces": existing(s), "state": state(s)}, indent=2))
+def hosts_up(o: HostsUpOptions) -> int:
+    st = up(o.n, o.rate, o.rate_of or [], o.racks, o.uplink, o.chosen(), o.uplink_of or [],
+            o.cable or [])
+    odd = {k: v for k, v in st["rates"].items() if v != o.rate}
+    odd.update({f"rack{k}'s uplink": v for k, v in enumerate(st["uplinks"].values()) if v != o.uplink})
+    odd.update({f"cable {k}": v for k, v in st["cables"].items()})
+    racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
+    print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
+          + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "
+          + ", ".join(f"{k} {v}" for k, v in st["addresses"].items()) + f"; rendezvous side {st['root_address']}"
+          + f"; topology {st['topology']} (for cluster --topology)")
+    return 0
+
+
+def hosts_down(o: HostSet) -> int:
+    gone = down(o.chosen())
+    print(f"commbench hosts: removed {', '.join(gone) or 'nothing (none were up)'}")
+    return 0
+
+
+def hosts_status(o: HostSet) -> int:
+    s = o.chosen()
+    print(json.dumps({"namespaces": existing(s), "state": state(s)}, indent=2))
     return 0

@@ -7,49 +7,56 @@ rows are (-o), or printed as ``show`` prints a file.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from commbench.commands import command
+from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 from commbench.importers import TOOLS, detect, meta_of, parser_of, rows_of
 from commbench.importers.base import ANSI
 
 
+@dataclass(frozen=True)
+class ImportOptions(Options):
+    files: list[str] = opt((), "files", nargs="+", metavar="FILE", help="a tool's output, as it printed it")
+    tool: str | None = opt(None, "--from", choices=TOOLS, help="the tool (default: detected from the text)")
+    output: str | None = opt(None, "-o", "--output", metavar="FILE",
+                             help="write results here (.jsonl appends, .csv replaces); default: print them as `show` "
+                                  "does")
+    ranks: int = opt(0, type=int, metavar="N",
+                     help="ranks of a collective run (osu_allreduce does not print them; needed for busbw)")
+    size: int = opt(0, type=int, metavar="B", help="message size of a tool that does not print it (sockperf: its -m)")
+
+
+OPTIONS = {"import": ImportOptions}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("import", help="other tools' output (OSU, perftest, nccl-tests and its -J JSON, sockperf, "
-                                      "iperf3 -J, mpiGraph) as commbench results",
-                       description=__doc__.split("\n\n")[0].replace("``", ""))
-    p.add_argument("files", nargs="+", metavar="FILE", help="a tool's output, as it printed it")
-    p.add_argument("--from", dest="tool", choices=TOOLS, help="the tool (default: detected from the text)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write results here (.jsonl appends, .csv replaces); "
-                                                          "default: print them as `show` does")
-    p.add_argument("--ranks", type=int, default=0, metavar="N",
-                   help="ranks of a collective run (osu_allreduce does not print them; needed for busbw)")
-    p.add_argument("--size", type=int, default=0, metavar="B",
-                   help="message size of a tool that does not print it (sockperf: its -m)")
-    p.set_defaults(func=run)
+    command(sub, "import", ImportOptions, run, help="other tools' output (OSU, perftest, nccl-tests and its -J JSON, "
+                                                    "sockperf, iperf3 -J, mpiGraph) as commbench results",
+            description=__doc__.split("\n\n")[0].replace("``", ""))
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def run(o: ImportOptions) -> int:
     from commbench.commands.show import render
     from commbench.core.output.results import check_output_path, read_text_file
 
-    if args.ranks < 0 or args.size < 0:
-        raise UsageError(f"--ranks {args.ranks} --size {args.size}: give the ranks the collective ran on and the "
+    if o.ranks < 0 or o.size < 0:
+        raise UsageError(f"--ranks {o.ranks} --size {o.size}: give the ranks the collective ran on and the "
                          "message size in bytes (positive numbers)")
-    out = check_output_path(args.output) if args.output else None
-    if out is not None and out.suffix == ".csv" and len(args.files) > 1:
+    out = check_output_path(o.output) if o.output else None
+    if out is not None and out.suffix == ".csv" and len(o.files) > 1:
         raise UsageError("a .csv holds one run: import one file into it, or write .jsonl")
     runs = []
-    for path in args.files:
-        text = ANSI.sub("", read_text_file(path, f"{args.tool or 'tool'} output file"))
-        tool = args.tool or detect(text)
+    for path in o.files:
+        text = ANSI.sub("", read_text_file(path, f"{o.tool or 'tool'} output file"))
+        tool = o.tool or detect(text)
         if tool is None:
             raise UsageError(f"{path}: not the output of a tool commbench imports ({', '.join(TOOLS)}); "
                              "give --from TOOL if it is")
         try:
-            imp = parser_of(tool).parse(text, path, ranks=args.ranks, size=args.size)
+            imp = parser_of(tool).parse(text, path, ranks=o.ranks, size=o.size)
         except (ValueError, IndexError, KeyError, TypeError) as exc:  # a line that looked like a result, was not
             raise UsageError(f"{path}: not {tool} output as commbench reads it ({str(exc)[:80]}); "
                              "was it cut short or edited?") from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from commbench.commands import command
+from commbench.core.config.options import NoOptions, Options, opt
+from commbench.core.errors import UsageError
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.profiles import store
 
@@ -14,20 +16,30 @@ LIST = [Column("name", "Profile", -20), Column("tensors", "Tensors", 8, "{:d}"),
         Column("L", "L", 5, "{:d}"), Column("large_share", "L bytes", 8, "{:.1%}")]
 
 
+@dataclass(frozen=True)
+class ShowProfileOptions(Options):
+    name: str = opt("", "name", help="the profile (commbench payloads list)")
+
+
+@dataclass(frozen=True)
+class ProfileOptions(Options):
+    model: str | None = opt(None, help="resnet50, resnet152, inception_v3, inception_resnet_v2, vgg16, mobilenet_v2, "
+                                       "bert_base, small_cnn; or module.path:function returning a Keras model; or a "
+                                       "SavedModel directory (required)")
+    output: str | None = opt(None, "-o", "--output", help="CSV to write (default: payloads/MODEL.csv)")
+
+
+OPTIONS = {"payloads list": NoOptions, "payloads show": ShowProfileOptions, "payloads profile": ProfileOptions}
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("payloads", help="gradient-tensor profiles of real DNNs: list, show, profile")
     ps = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     ps.required = True
-    ps.add_parser("list", help="the profiles found (payloads/ and $COMMBENCH_PAYLOADS)").set_defaults(func=list_)
-    s = ps.add_parser("show", help="one profile: Small / Medium / Large histogram, largest tensors")
-    s.add_argument("name")
-    s.set_defaults(func=show)
-    m = ps.add_parser("profile", help="build a model with TensorFlow and record its trainable variables")
-    m.add_argument("--model", required=True,
-                   help="resnet50, resnet152, inception_v3, inception_resnet_v2, vgg16, mobilenet_v2, bert_base, "
-                        "small_cnn; or module.path:function returning a Keras model; or a SavedModel directory")
-    m.add_argument("-o", "--output", help="CSV to write (default: payloads/MODEL.csv)")
-    m.set_defaults(func=profile)
+    command(ps, "list", NoOptions, list_, help="the profiles found (payloads/ and $COMMBENCH_PAYLOADS)")
+    command(ps, "show", ShowProfileOptions, show, help="one profile: Small / Medium / Large histogram, largest tensors")
+    command(ps, "profile", ProfileOptions, profile,
+            help="build a model with TensorFlow and record its trainable variables")
 
 
 def row(prof: store.Profile) -> dict:
@@ -36,7 +48,7 @@ def row(prof: store.Profile) -> dict:
             "S": h["S"][0], "M": h["M"][0], "L": h["L"][0], "large_share": h["L"][1] / prof.nbytes}
 
 
-def list_(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def list_(o: NoOptions) -> int:
     print("# gradient-tensor profiles (trainable variables); MB = 10^6 B; S < 1 KiB <= M < 1 MiB <= L")
     print(header_line(LIST))
     for name in store.known():
@@ -44,8 +56,8 @@ def list_(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def show(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    prof = store.load(args.name)
+def show(o: ShowProfileOptions) -> int:
+    prof = store.load(o.name)
     for k, v in prof.meta.items():
         print(f"# {k}: {v}")
     h = prof.histogram()
@@ -59,10 +71,12 @@ def show(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def profile(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def profile(o: ProfileOptions) -> int:
     from commbench.profiles.models import profile as make
 
-    out = Path(args.output) if args.output else store.search_path()[-1] / f"{args.model}.csv"
-    n, params = make(args.model, out)
+    if not o.model:
+        raise UsageError("payloads profile needs --model MODEL (see 'commbench payloads profile --help')")
+    out = Path(o.output) if o.output else store.search_path()[-1] / f"{o.model}.csv"
+    n, params = make(o.model, out)
     print(f"{out}: {n} trainable tensors, {params:,} parameters")
     return 0

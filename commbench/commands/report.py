@@ -15,15 +15,17 @@ as pyperf's compare does, "better"/"worse" read the way the benchmark declared (
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import re
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from commbench import presentation
+from commbench.commands import command as declare_command
+from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 from commbench.core.output.results import Run, results_files
 
@@ -463,30 +465,38 @@ def number(v) -> str:
     return str(v)
 
 
+@dataclass(frozen=True)
+class ReportOptions(Options):
+    files: list[str] = opt((), "files", nargs="*", metavar="FILE", help="results files (.jsonl or .csv)")
+    output: str = opt("commbench-report", "-o", "--output", metavar="DIR",
+                      help="directory for the PNGs and the page (default commbench-report)")
+    format: str = opt("html", choices=("html", "md"), help="the page: html (self-contained) or md")
+    compare: list[str] | None = opt(None, nargs=2, metavar=("A", "B"),
+                                    help="ratio B / A of every point the two files share")
+
+
+OPTIONS = {"report": ReportOptions}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="plots and one HTML/Markdown page from results files; --compare A B",
-                       description=__doc__.split("\n\n")[0].replace("``", ""))
-    p.add_argument("files", nargs="*", metavar="FILE", help="results files (.jsonl or .csv)")
-    p.add_argument("-o", "--output", default="commbench-report", metavar="DIR",
-                   help="directory for the PNGs and the page (default commbench-report)")
-    p.add_argument("--format", choices=("html", "md"), default="html", help="the page: html (self-contained) or md")
-    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="ratio B / A of every point the two files share")
-    p.set_defaults(func=run)
+    declare_command(sub, "report", ReportOptions, run,
+                    help="plots and one HTML/Markdown page from results files; --compare A B",
+                    description=__doc__.split("\n\n")[0].replace("``", ""))
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    files = results_files(args.files)
-    if not files and not args.compare:
+def run(o: ReportOptions) -> int:
+    files = results_files(o.files)
+    if not files and not o.compare:
         raise UsageError("report needs results files (commbench report RUN.jsonl ...) or --compare A B")
     cmp = None
-    if args.compare:
-        cmp = compare(*args.compare)
+    if o.compare:
+        cmp = compare(*o.compare)
         pd = pandas()
         with pd.option_context("display.width", 160, "display.max_rows", 500):
             print(cmp.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        files = files or list(args.compare)
+        files = files or list(o.compare)
     runs = read_all(files)  # every file read before anything is made
-    out = Path(args.output)
+    out = Path(o.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -498,6 +508,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if ours:  # its figures this report does not make again would sit beside the new page, looking current
         for old in set(out.glob("*.png")) - {png for _, png, _ in made}:
             old.unlink(missing_ok=True)
-    page = write_page(out, args.format, runs, made, cmp)
+    page = write_page(out, o.format, runs, made, cmp)
     print(f"commbench report: {len(made)} figure(s) and {page}")
     return 0

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 from commbench import presentation
+from commbench.commands import command
+from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 from commbench.core.output.results import results_files
 from commbench.core.output.table import header_line, row_line
 
 
+@dataclass(frozen=True)
+class ShowOptions(Options):
+    files: list[str] = opt((), "files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
+
+
+OPTIONS = {"show": ShowOptions}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("show", help="print a results file (.jsonl or .csv) as the run's table")
-    p.add_argument("files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
-    p.set_defaults(func=show)
+    command(sub, "show", ShowOptions, show, help="print a results file (.jsonl or .csv) as the run's table")
 
 
 def render(path: str) -> list[str]:
@@ -41,7 +48,7 @@ def render(path: str) -> list[str]:
     return lines
 
 
-def show(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    for path in results_files(args.files):
+def show(o: ShowOptions) -> int:
+    for path in results_files(o.files):
         print("\n".join(render(path)))
     return 0

@@ -20,7 +20,8 @@ _ARGPARSE = ("type", "choices", "metavar", "action", "nargs", "const", "help")
 
 
 def opt(default: Any = None, *flags: str, group: str | None = None, **argparse_kw: Any) -> Any:
-    """A declared option: its default, its flags (default ``--field-name``) and argparse's keywords."""
+    """A declared option: its default, its flags (default ``--field-name``; a name without dashes: a
+    positional argument, named by the field) and argparse's keywords."""
     unknown = set(argparse_kw) - set(_ARGPARSE)
     if unknown:
         raise TypeError(f"opt() got unknown keywords {sorted(unknown)}")
@@ -59,7 +60,11 @@ class Options:
                     or parser.add_argument_group(title)
                 groups[title] = target
             flags = f.metadata.get("flags") or ("--" + f.name.replace("_", "-"),)
-            target.add_argument(*flags, dest=f.name, default=kw.pop("default", cls.default_of(f)), **kw)
+            default = kw.pop("default", cls.default_of(f))
+            if not flags[0].startswith("-"):  # a positional argument: named by its field
+                target.add_argument(f.name, default=default, **kw)
+            else:
+                target.add_argument(*flags, dest=f.name, default=default, **kw)
 
     @staticmethod
     def default_of(f: Field) -> Any:
