@@ -21,7 +21,7 @@ from commbench.core.config.options import Options, opt
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError
 from commbench.core.measure.message import Message
-from commbench.core.run.mpi_env import base_comm, check_world_size, mpi
+from commbench.core.run.mpi_env import base_comm, bounded, check_world_size, mpi
 from commbench.transports.base import BASIC, Link, Transport
 
 TAG = 77
@@ -191,7 +191,8 @@ class MpiTransport(Transport):
             # a group of the run's ranks (a pair, a ring in some order): its own communicator, by its members
             ranks = MPI.Group.Translate_ranks(MPI.COMM_WORLD.Get_group(), list(world.members), comm.Get_group())
             group = comm.Get_group().Incl(ranks)
-            self.own_comm = comm = comm.Create_group(group)
+            with bounded(f"MPI_Comm_create_group of ranks {', '.join(map(str, world.members))}"):
+                self.own_comm = comm = comm.Create_group(group)
             group.Free()
         self.comm = comm
         self.objects = self.opts.mpi_mode == "pickle"

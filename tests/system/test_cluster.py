@@ -173,7 +173,7 @@ def test_an_mpi_rank_killed_mid_run_under_ulfm_is_a_finding_and_the_run_goes_on(
     for child in psutil.Process(proc.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
             rank = child.environ().get("OMPI_COMM_WORLD_RANK")
-            if rank is not None:
+            if rank is not None and child.cmdline()[1:2] == [str(BIN / "commbench")]:  # not a rank's guard (sh)
                 ranks[int(rank)] = child
     ranks[4].kill()
     try:
@@ -191,10 +191,14 @@ def test_an_mpi_rank_killed_mid_run_under_ulfm_is_a_finding_and_the_run_goes_on(
     pairs = [x for x in rows if x["test"] == "pairwise"]
     assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(8) for b in range(a + 1, 8)]
     failed = [x for x in pairs if x.get("error")]
-    assert failed and all(4 in (x["a_rank"], x["b_rank"]) for x in failed), failed
-    assert all(x["mb_s"] > 0 for x in pairs if 4 not in (x["a_rank"], x["b_rank"]))
+    # rank 4's pairs fail; the rank whose pair with 4 was making its MPI communicator as 4 died can be lost
+    # too (Open MPI's MPI_Comm_create_group then crashed, or waited until its guard ended it): named so
+    lost = {int(r) for r in re.findall(r"failed: vm/r(\d+):", stdout)}
+    assert 4 in lost and len(lost) <= 2 and any(4 in (x["a_rank"], x["b_rank"]) for x in failed), (lost, failed)
+    assert all(lost & {x["a_rank"], x["b_rank"]} for x in failed), failed
+    assert all(x["mb_s"] > 0 for x in pairs if not lost & {x["a_rank"], x["b_rank"]})
     ring = [x for x in rows if x["test"] == "ring-ordered"]
-    assert len(ring) == 7 and all(x["mb_s"] > 0 for x in ring), ring  # over the shrunk world
+    assert len(ring) == 8 - len(lost) and all(x["mb_s"] > 0 for x in ring), ring  # over the shrunk world
     assert "MPI's world shrunk around it (ULFM)" in stdout, stdout
 
 

@@ -2,10 +2,12 @@
 launch gets, and a peer's wire-up record checked before use. The launches themselves: test_mpi.py
 (mpiexec) and test_slurm.py (srun --mpi=pmix)."""
 
+import contextlib
 import ctypes
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import given
@@ -113,3 +115,40 @@ def test_mpi_finalize_is_skipped_once_a_rank_died(monkeypatch):
     monkeypatch.setattr(mpi_env, "_base", ["the shrunk world"])
     monkeypatch.setattr(mpi_env, "mpi", lambda: pytest.fail("MPI_Finalize called after a shrink"))
     assert mpi_env.finalize() is False
+
+
+def test_an_mpi_call_that_waits_for_every_member_is_bounded_under_ulfm_only(monkeypatch):
+    """Under ULFM a communicator's creation or shrink may wait for ever for a member that died; it runs
+    under a guard of the run's timeout plus the detector's (+10 s). Without ULFM a death ends the job,
+    and no guard is started."""
+    from commbench.core.run import mpi_env
+
+    limits = []
+    monkeypatch.setattr(mpi_env, "guarded", lambda message, limit: limits.append((message, limit)) or
+                        contextlib.nullcontext())
+    monkeypatch.setattr(mpi_env, "_exit", {"who": "rank 3 on host n1", "within": 10.0})
+    for k in ("OMPI_MCA_mpi_ft_enable", "OMPI_MCA_mpi_ft_detector", "OMPI_MCA_mpi_ft_detector_timeout"):
+        monkeypatch.delenv(k, raising=False)
+    with mpi_env.bounded("MPI_Comm_shrink"):
+        pass
+    assert limits == []
+    monkeypatch.setenv("OMPI_MCA_mpi_ft_enable", "1")
+    monkeypatch.setenv("OMPI_MCA_mpi_ft_detector", "true")
+    monkeypatch.setenv("OMPI_MCA_mpi_ft_detector_timeout", "60")
+    with mpi_env.bounded("MPI_Comm_shrink"):
+        pass
+    (message, limit), = limits
+    assert limit == 80 and "rank 3 on host n1: MPI_Comm_shrink had not returned after 80 s" in message
+    assert mpi_env.detector_timeout({"OMPI_MCA_mpi_ft_detector_timeout": "x"}) == 10.0
+
+
+def test_a_guard_ends_with_the_rank_it_guards():
+    """A rank killed inside a guarded call (a peer's SIGKILL, the launcher's) leaves no guard behind to
+    speak for it later, nor holding the launcher's stderr open until its bound."""
+    code = ("import time\nfrom commbench.core.run.guard import guarded\n"
+            "with guarded('commbench: rank 3 on host n1: stuck', 30):\n    time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    p.kill()
+    _, err = p.communicate(timeout=10)  # EOF at once: no guard holds the pipe
+    assert err == "", err

@@ -7,6 +7,7 @@ count, the sizes, then the bytes. Anything else is refused on both ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -15,6 +16,7 @@ import secrets
 import struct
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,5 +209,30 @@ def base_comm(MPI) -> Any:  # noqa: N803 (the mpi4py module)
 def shrink(MPI) -> None:  # noqa: N803
     """Every rank still alive, at once: the world without its dead ranks (MPI_Comm_shrink), which
     the communicators of later groups are made from."""
-    _base.append(base_comm(MPI).Shrink())
+    with bounded("MPI_Comm_shrink"):
+        _base.append(base_comm(MPI).Shrink())
+
+
+def detector_timeout(env: dict | None = None) -> float:
+    """MPI's failure detector's timeout (mpi_ft_detector_timeout; Open MPI's default 10 s)."""
+    env = os.environ if env is None else env
+    try:
+        return max(0.0, float(env.get("OMPI_MCA_mpi_ft_detector_timeout", "10")))
+    except ValueError:
+        return 10.0
+
+
+@contextlib.contextmanager
+def bounded(what: str) -> Iterator[None]:
+    """Under ULFM, a call that waits for every member of a communicator may never return when one died
+    (seen: MPI_Comm_create_group with a peer killed while the pair was set up, still waiting 80 min
+    later, and every rank's shrink waiting for that one). A guard ends this rank after the run's
+    timeout and the detector's, saying so: the run loses it too, and goes on."""
+    if not ulfm():
+        yield
+        return
+    limit = float(_exit["within"]) + detector_timeout() + 10
+    with guarded(f"commbench: {_exit['who']}: {what} had not returned after {limit:g} s (a member died and MPI "
+                 "did not report it); this rank leaves the run", limit):
+        yield
 
