@@ -26,6 +26,8 @@ try:
 except ImportError as exc:
     WHY = f"selenium is not importable ({exc}): launchers/setup.sh --dev"
 
+pytestmark = [pytest.mark.skipif(WHY is not None, reason=WHY or ""), pytest.mark.slow]
+
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from commbench.core.output.results import read_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="starts munged, slurmctld and slurmd: needs root")]
 
 
 SCRIPT = ["bash", str(ROOT / "launchers" / "slurm-cluster.sh")]

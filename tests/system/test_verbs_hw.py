@@ -23,6 +23,22 @@ from conftest import ENV, commbench, spawn, table_rows
 
 from commbench.core.output.results import read_runs
 
+
+def _no_device_reason() -> str | None:
+    try:
+        from pyverbs.device import get_device_list
+        from pyverbs.pyverbs_error import PyverbsError
+    except ImportError as exc:
+        return f"pyverbs is not importable: {exc}"
+    try:
+        return None if get_device_list() else "no RDMA device (empty device list)"
+    except PyverbsError as exc:
+        return f"no RDMA device: pyverbs says {exc}"
+
+
+REASON = _no_device_reason()
+REQUIRED = os.environ.get("COMMBENCH_REQUIRE_RDMA") == "1"
+pytestmark = [pytest.mark.rdma, pytest.mark.skipif(REASON is not None and not REQUIRED, reason=REASON or "")]
 DEV = [*(["--ib-dev", os.environ["COMMBENCH_IB_DEV"]] if "COMMBENCH_IB_DEV" in os.environ else []),
        *(["--gid-index", os.environ["COMMBENCH_GID_INDEX"]] if "COMMBENCH_GID_INDEX" in os.environ else [])]
 
@@ -100,7 +116,7 @@ def test_ps_and_allreduce():
 
 
 def test_killed_peer_is_named_within_the_timeout(tmp_path):
-    from test_faults import HOST, rank_pids, wait_rows
+    from system.test_faults import HOST, rank_pids, wait_rows
 
     out, timeout = tmp_path / "r.jsonl", 20
     launcher = spawn("p2p-latency", "-t", "verbs", *DEV, "-m", "0:64K", "-i", "300", "-x", "10",
@@ -122,7 +138,7 @@ def test_srun_verbs_on_a_slurm_cluster(tmp_path_factory, tmp_path):
     """`srun -n 2 commbench p2p-latency -t verbs` as on a cluster: a one-node Slurm cluster from
     launchers/slurm-cluster.sh (in the rxe guest: on the guest's own cgroups), two ranks of one step,
     rank and size from Slurm's variables, a validated run."""
-    from test_slurm import BIN, cluster, down, srun
+    from system.test_slurm import BIN, cluster, down, srun
 
     d = cluster(tmp_path_factory, 1)
     try:
