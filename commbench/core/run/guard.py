@@ -1,7 +1,8 @@
 """A guard process: the bound on a C call that no thread of this process can interrupt.
 
 MPI_Init, a launcher's fence and MPI_Finalize hold the GIL (mpi4py calls them without releasing it)
-and wait for other ranks without a timeout, so a watchdog thread cannot run while they hang. A
+and wait for other ranks without a timeout, so a watchdog thread cannot run while they hang; under
+ULFM a communicator's creation or shrink may wait for ever for a member that died. A
 ``sleep`` in a process of its own can: unless the block ends first, it prints the message on this
 rank's stderr and kills the rank (SIGKILL: a signal handler would need the GIL too).
 """

@@ -180,7 +180,7 @@ def ulfm() -> bool:
 
 
 _base: list = []  # the communicator groups are made from, once a death has shrunk COMM_WORLD
-_exit = {"who": "this rank", "within": 60.0}  # who says MPI_Finalize hung, and after how long (the run's timeout)
+_exit = {"who": "this rank", "within": 60.0}  # who says a bounded MPI call hung, and the run's timeout
 
 
 def bound_finalize(who: str, timeout: float) -> None:
