@@ -26,9 +26,10 @@ go inline. A sent message's buffers are in use until the next receive, call or p
 link returns (MPI_Isend completed by the next wait); that is when send completions are reaped.
 
 What goes where (credits, adverts, direct placement) is decided by ``_verbs_protocol.Protocol``, a
-state machine with no I/O tested in random interleavings; this module posts, polls and copies as it
-says. The closures timed loops run (``_poster``, ``_receiver``, ``_window_poster``) make the same
-decisions on the same state, unrolled so that a step costs a few comparisons.
+state machine with no I/O whose fields nothing else touches, tested in random interleavings; this
+module posts, polls and copies as it says. The closures timed loops run (``_poster``, ``_receiver``,
+``_window_poster``) ask it too, in its smaller steps (a call or two per message), with what does not
+change between messages worked out once.
 
 Completions: busy polling (default, as perftest) or completion events (``--poll blocking``: the CQ
 is armed and the process sleeps in ibv_get_cq_event; an interval timer interrupts that wait so
@@ -65,6 +66,8 @@ from commbench.transports._verbs_protocol import (
     DIRECT_FROM,
     MAILBOX,
     Protocol,
+    advert_of,
+    expected_advert,
     imm_credit,
     imm_data,
     pack_advert,
@@ -257,9 +260,8 @@ class VerbsLink(Link):
 
     def _recv_wc(self, block: bool) -> tuple[int, int, bool] | None:
         """The next data message (receive index, length, placed directly): one kept earlier, else from the CQ."""
-        if self.proto.kept:
-            return self.proto.kept.popleft()
-        return self._poll_rcq(block)
+        got = self.proto.kept()
+        return got if got is not None else self._poll_rcq(block)
 
     def _poll_rcq(self, block: bool, for_credit: bool = False) -> tuple[int, int, bool] | None:
         """The next data completion from the receive CQ, taking credit returns on the way (and
@@ -312,10 +314,10 @@ class VerbsLink(Link):
         self.qp.post_send(lead)
 
     def _wait_credit(self) -> None:
-        while self.proto.credits.available <= 0:
+        while not self.proto.has_credit():
             got = self._poll_rcq(True, for_credit=True)  # data arriving meanwhile is kept for recv_into
             if got is not None:
-                self.proto.kept.append(got)
+                self.proto.keep(got)
 
     # -- data path ------------------------------------------------------------------------------
     def _send_wr(self, msg: Message) -> tuple[object, bool]:
@@ -371,7 +373,7 @@ class VerbsLink(Link):
         is paid per message)."""
         if self.state.state is not Conn.READY:
             self.state.require_ready()
-        if self.proto.credits.available <= 0:
+        if not self.proto.has_credit():
             self._wait_credit()
         span = self._direct_span(msg)
         route = self.proto.send(msg.nbytes, span)
@@ -441,7 +443,7 @@ class VerbsLink(Link):
         recv, key, goes_direct = self._receiver(request, post), id(request), self._direct_span(request) is not None
         p = self.proto
         for i in range(n):
-            if not goes_direct or p.advertised == (p.received, key):  # its advert went with the last reply
+            if not goes_direct or p.advertised_for(key):  # its advert went with the last reply
                 recv()
             else:
                 self.recv_into(request)
@@ -456,7 +458,7 @@ class VerbsLink(Link):
         reaping waits for the last send's acknowledgement, and an advert posted after that wait reaches
         a caller answering at once too late (its message then goes by a slot)."""
         if self.advert_inline:
-            if self.proto.advertised != (self.proto.received, id(msg)):  # serve() may have sent it with its reply
+            if not self.proto.advertised_for(id(msg)):  # serve() may have sent it with its reply
                 self._advertise(msg)
             self._reap(True)  # every earlier send done: its buffers are the caller's again
         else:
@@ -488,26 +490,27 @@ class VerbsLink(Link):
 
     # -- the same, with what every call repeats worked out once ---------------------------------
     def _poster(self, msg: Message, ahead: Message) -> Callable[[], bool]:
-        """A closure posting msg as _post(msg, more=True) does (Protocol.send's and Protocol.advert's rules,
-        unrolled on the protocol's own state): a call's request or a served reply
-        (the peer's next message says it arrived), behind the advert for the buffers of ``ahead`` (the
-        reply, the next request) where that may go direct, as _advertise does. It returns False, having
-        posted nothing, where the general path must: a link not ready, data kept while waiting for
-        credits, no credit, selective signaling's turn, a packed message.
+        """A closure posting msg as _post(msg, more=True) does, by the protocol's own steps (``next_out``,
+        ``advert_for``, ``sent``): a call's request or a served reply (the peer's next message says it
+        arrived), behind the advert for the buffers of ``ahead`` (the reply, the next request) where that
+        may go direct, as _advertise does. It returns False, having posted nothing, where the general
+        path must: a link not ready, data kept while waiting for credits, no credit, selective
+        signaling's turn, a packed message.
 
         Where both go direct (a ping-pong of 32 KiB and more), the closure has an advert and a direct
         write of its own, chained, and makes the next post ready right after this one's doorbell: the
         advert it will send, and the advert it expects from the peer (the same buffers, the next
-        message number). Its checks are made before the wait (``arm``, by the paired ``_receiver``), so
-        between the completion that lets it go and its doorbell there is one comparison of the mailbox's
-        bytes."""
+        message number: ``expected_advert``). Its checks are made before the wait (``arm``, by the
+        paired ``_receiver``), so between the completion that lets it go and its doorbell there is one
+        comparison of the mailbox's bytes."""
         wr, inline = msg.cache.get(self.wr_key) or self._send_wr(msg)
         if not self.advert_inline:
             return lambda: False
+        p = self.proto
         mine = self._direct_span(msg)
         theirs = self._direct_span(ahead)
-        want = (mine[1], mine[4]) if mine is not None else None  # the span and layout an advert must name
-        a = (theirs[0], theirs[3], theirs[4], theirs[1]) if theirs is not None else None  # address, rkey, layout, span
+        want = (mine[1], mine[4]) if mine is not None else (0, 0)  # the span and layout an advert must name
+        a = advert_of(theirs) if theirs is not None else None  # the advert for ahead's buffers
         dwr = self._direct_write(msg, mine) if mine is not None else None  # its own: nobody else aims it
         adv = None
         if a is not None and dwr is not None:  # its own advert, inline (copied at the doorbell), chained to dwr
@@ -517,15 +520,14 @@ class VerbsLink(Link):
                                      sg=[self.api.wr.SGE(out.ctypes.data, ADVERT.size, 0)], send_flags=self.f_inline)
             adv.set_wr_rdma(self.remote.rkey, self.remote.mailbox)
             adv.next_wr = dwr
-        p = self.proto
-        credits, stash, frees, state, reap = p.credits, p.kept, self.frees, self.state, self._reap
-        unpack, pack, lead, lead_mem = ADVERT.unpack_from, ADVERT.pack_into, self.advert_lead, self.advert_mem
+        next_out, advert_for, sent = p.next_out, p.advert_for, p.sent
+        frees, state, reap, lead, lead_mem = self.frees, self.state, self._reap, self.advert_lead, self.advert_mem
         post_send, flags, f_inline = self.qp.post_send, self.f_inline if inline else 0, self.f_inline
         limit, key, ready = self.quiet_every - (1 if a is None else 2), id(ahead), Conn.READY  # posts unsignaled
-        remote, depth, slot_ = self.remote, self.remote.depth, self.remote.slot
-        write_op, incoming = self.write_op, self.mailbox
+        ad_key = None if a is None else key  # what sent() records as advertised with each post
+        remote, write_op, incoming = self.remote, self.write_op, self.mailbox
         expect, seen = bytearray(ADVERT.size), incoming[:ADVERT.size]  # the peer's advert the prepared post is aimed at
-        aim: tuple[int, int] | None = None  # (rkey, address) dwr is set to
+        aim: tuple[int, int] | None = None  # (address, rkey) dwr is set to
         ready_for = (-1, -1)  # (message sent, message received) the prepared post is for
         armed = False  # the link's checks passed for the prepared post, before the wait (arm)
 
@@ -534,19 +536,19 @@ class VerbsLink(Link):
             go once the message waited for arrives by that receive's own path (which changes nothing checked
             here but the received count); ``arm(False)`` when it went another way."""
             nonlocal armed
-            armed = waits and ready_for == (credits.sent, p.received + 1) and not stash and not frees \
-                and credits.available > 0 and self.quiet < limit and state.state is ready
+            armed = waits and ready_for == (next_out(), p.received + 1) and not frees \
+                and self.quiet < limit and state.state is ready
 
         def post_general(seq: int, r: int) -> bool:
             """Post by the advert the peer left (direct) or by a slot; False where the general path must."""
             nonlocal aim
             w = None
             if dwr is not None:
-                head, addr, rkey, layout, nb, tail = unpack(incoming)
-                if head == seq == tail and addr and (nb, layout) == want:
-                    if aim != (rkey, addr):
-                        aim = (rkey, addr)
-                        dwr.set_wr_rdma(rkey, addr)
+                got = advert_for(seq, *want)
+                if got is not None:
+                    if aim != got:
+                        aim = got
+                        dwr.set_wr_rdma(got[1], got[0])
                     w = dwr
             if w is None:
                 if wr is None:
@@ -554,14 +556,14 @@ class VerbsLink(Link):
                 w = wr
                 w.send_flags = flags
                 if write_op:
-                    w.set_wr_rdma(remote.rkey, remote.addr + seq % depth * slot_)
+                    w.set_wr_rdma(remote.rkey, remote.addr + p.slot_of(seq) * remote.slot)
             if a is None:
                 post_send(w)
             elif w is dwr:
-                pack(out_mem, 0, r, *a, r)
+                pack_advert(out_mem, r, *a)
                 post_send(adv)
             else:  # a slot's message: behind the link's own advert work request
-                pack(lead_mem, 0, r, *a, r)
+                pack_advert(lead_mem, r, *a)
                 lead.send_flags = f_inline
                 lead.next_wr = w
                 post_send(lead)
@@ -570,15 +572,17 @@ class VerbsLink(Link):
             return True
 
         def post() -> bool:
-            nonlocal aim, ready_for, armed
+            nonlocal ready_for, armed
             if armed and seen == expect:
                 armed = False
                 post_send(adv)
                 seq, r = ready_for
             else:
                 armed = False
-                seq = credits.sent
-                if state.state is not ready or stash or credits.available <= 0 or self.quiet >= limit:
+                if state.state is not ready or self.quiet >= limit:
+                    return False
+                seq = next_out()
+                if seq < 0:
                     return False
                 if frees:
                     reap(True)
@@ -587,21 +591,16 @@ class VerbsLink(Link):
                     post_send(adv)
                 elif not post_general(seq, r):
                     return False
-            credits.available -= 1
-            credits.sent = seq + 1
+            sent(seq, aim is not None, ad_key)
             if a is None:
                 self.in_sq += 1
                 self.quiet += 1
             else:
                 self.in_sq += 2
                 self.quiet += 2
-                p.advertised = (r, key)
-            if aim is not None:
-                p.direct_out += 1
-                if a is not None:  # the next post: the peer's next advert names the same buffers
-                    rkey, addr = aim
-                    pack(expect, 0, seq + 1, addr, rkey, want[1], want[0], seq + 1)
-                    pack(out_mem, 0, r + 1, *a, r + 1)
+                if aim is not None:  # the next post: the peer's next advert names the same buffers
+                    expected_advert(expect, seq + 1, *aim, *want)
+                    pack_advert(out_mem, r + 1, *a)
                     ready_for = (seq + 1, r + 1)
             return True
         if adv is not None:
@@ -610,34 +609,33 @@ class VerbsLink(Link):
 
     def _direct_span(self, msg: Message) -> tuple[int, int, int, int, int] | None:
         """msg's registered span (Registry.span) if it may be placed directly (see _advertise), else None."""
-        return self.t.registry.span(msg) if self.direct and msg.nbytes >= DIRECT_FROM else None
+        return self.t.registry.span(msg) if self.proto.may_go_direct(msg.nbytes) else None
 
     def _window_poster(self, msg: Message) -> Callable[[], bool]:
         """msg's post for a window's sends but the last (``progress``), made once per message and link: as
-        _post(msg, more=True) by a slot, with a work request of its own (unsignaled, its flags set once).
-        It reads no advert: a window's receiver posts none, a streaming sender outruns them (``complete``).
-        False, having posted nothing, where the general path must (as ``_poster``)."""
+        _post(msg, more=True) by a slot (``Protocol.take``), with a work request of its own (unsignaled,
+        its flags set once). It reads no advert: a window's receiver posts none, a streaming sender
+        outruns them (``complete``). False, having posted nothing, where the general path must (as ``_poster``)."""
         wr, inline = self._new_send_wr(msg)
         if wr is None:  # packed: the general path
             post = msg.cache[self.poster_key] = lambda: False
             return post
         wr.send_flags = self.f_inline if inline else 0
-        credits, stash, frees, state, ready = self.proto.credits, self.proto.kept, self.frees, self.state, Conn.READY
+        take, frees, state, ready = self.proto.take, self.frees, self.state, Conn.READY
         post_send, limit, full, reap = self.qp.post_send, self.quiet_every - 1, self.sq_size - 2, self._reap
-        write_op, rkey, base, depth, size = self.write_op, self.remote.rkey, self.remote.addr, \
-            self.remote.depth, self.remote.slot
+        write_op, rkey, base, size = self.write_op, self.remote.rkey, self.remote.addr, self.remote.slot
 
         def post() -> bool:
-            seq = credits.sent
-            if stash or credits.available <= 0 or self.quiet >= limit or state.state is not ready:
+            if self.quiet >= limit or state.state is not ready:
+                return False
+            slot = take()
+            if slot < 0:
                 return False
             if frees and self.in_sq > full:
                 reap(False)
             if write_op:
-                wr.set_wr_rdma(rkey, base + seq % depth * size)
+                wr.set_wr_rdma(rkey, base + slot * size)
             post_send(wr)
-            credits.available -= 1
-            credits.sent = seq + 1
             self.in_sq += 1
             self.quiet += 1
             return True
@@ -646,40 +644,43 @@ class VerbsLink(Link):
 
     def _receiver(self, msg: Message, then: Callable[[], bool] | None = None) -> Callable[[], None]:
         """A closure doing recv_into(msg) but the advert (sent already, by _poster): reap, then take
-        the message; anything but msg's own data message (credits, a wrong length) goes the general way.
-        ``then``: the _poster whose post follows this receive (the next request, the reply); its checks are
-        made before the wait (``arm``), leaving only the peer's advert to compare after it."""
+        the message (``Protocol.deliver``); anything but msg's own data message (credits, a wrong length)
+        goes the general way. ``then``: the _poster whose post follows this receive (the next request,
+        the reply); its checks are made before the wait (``arm``), leaving only the peer's advert to
+        compare after it."""
         p = self.proto
-        frees, stash, reap, poll, rcq, view = self.frees, p.kept, self._reap, self._poll, self.rcq, self.recv_view
+        frees, reap, poll, rcq, view = self.frees, self._reap, self._poll, self.rcq, self.recv_view
+        kept, deliver, fail = p.kept, p.deliver, self.state.fail
         arm = getattr(then, "arm", None)
-        direct = self._direct_span(msg) is not None
-        by_slot, by_advert = imm_data(msg.nbytes), imm_data(msg.nbytes, direct=True) if direct else -1
-        size, depth, write_op, key = self.plan.slot, self.plan.depth, self.write_op, id(msg)
+        n, key = msg.nbytes, id(msg)
+        by_slot = imm_data(n)
+        by_advert = imm_data(n, direct=True) if self._direct_span(msg) is not None else -1
 
         def recv() -> None:
             if frees:
                 reap(True)
-            if stash:
-                self._deliver(stash.popleft(), msg)
+            got = kept()
+            if got is not None:
+                self._deliver(got, msg)
                 return
             if arm is not None:
                 if self.unsettled >= 0:
                     self._settle()
                 arm()
             c = poll(rcq, True)
-            imm, idx, r = c[2], c[1], p.received
-            if imm == by_advert and p.advertised == (r, key):
-                p.direct_in += 1
-            elif imm == by_slot:
-                msg.copy_from(view, (r % depth if write_op else idx) * size)
-            else:
+            imm = c[2]
+            if imm != by_slot and imm != by_advert:  # a credit return, a wrong length: the general way
                 if arm is not None:
                     arm(False)
                 self._complete(c, msg)
                 return
-            p.advertised = None
-            p.received = r + 1
-            self.unsettled = idx  # re-posted, and its credit counted, by this link's next poll (_settle)
+            try:
+                where = deliver(c[1], n, imm == by_advert, n, key)
+            except PeerError as exc:
+                raise fail(str(exc)) from None
+            if where is not None:
+                msg.copy_from(view, where)
+            self.unsettled = c[1]  # re-posted, and its credit counted, by this link's next poll (_settle)
         return recv
 
     def close(self) -> None:
@@ -816,7 +817,7 @@ class VerbsTransport(Transport):
         while any(todo_s.values()) or any(todo_r.values()):
             moved = False
             for link, q in todo_s.items():
-                while q and link.proto.credits.available > 0:
+                while q and link.proto.has_credit():
                     m = q.popleft()
                     if not q or not (m.cache.get(link.poster_key) or link._window_poster(m))():
                         link._post(m, more=bool(q))
@@ -824,7 +825,7 @@ class VerbsTransport(Transport):
                 if q:  # out of credits: look for returns (and keep data that arrives)
                     got = link._poll_rcq(False)
                     if got is not None:
-                        link.proto.kept.append(got)
+                        link.proto.keep(got)
             for link, q in todo_r.items():
                 while q:
                     got = link._recv_wc(False)
@@ -837,7 +838,7 @@ class VerbsTransport(Transport):
             elif sleeper is not None:  # waits (and times out) in _poll; data that arrives is kept
                 got = sleeper._poll_rcq(True, for_credit=True)
                 if got is not None:
-                    sleeper.proto.kept.append(got)
+                    sleeper.proto.keep(got)
             else:
                 spins += 1
                 if self.yield_idle:

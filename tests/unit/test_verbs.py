@@ -12,6 +12,8 @@ from functools import partial
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from commbench.core.config.run import CommonOptions, RunConfig
 from commbench.core.errors import PeerError, UsageError
@@ -233,27 +235,6 @@ def ranks(*fns, **kw):
     return out
 
 
-class StrictCredits(vq.Credits):
-    """Credits that fail the rank's thread the moment a data message is sent with none left."""
-
-    @property
-    def available(self) -> int:
-        return self._available
-
-    @available.setter
-    def available(self, v: int) -> None:
-        assert v >= 0, "a data message went with no credit"
-        self._available = v
-
-
-def strict_credits(link) -> None:
-    """Swap the link's credits for StrictCredits with the same state (before its closures are made)."""
-    old, new = link.proto.credits, StrictCredits.__new__(StrictCredits)
-    new.__dict__.update({k: v for k, v in vars(old).items() if k != "available"})
-    new.available = old.available
-    link.proto.credits = new
-
-
 def pair(fn0, fn1, **kw):
     """Run fn(rank's transport, link to the other) for two ranks (see ranks)."""
     return ranks(lambda t, links: fn0(t, links[1]), lambda t, links: fn1(t, links[0]), **kw)
@@ -276,7 +257,6 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes, way):
     def client(t, link):
         req, rep = Message(sizes), Message(sizes)
         req.fill(pat)
-        strict_credits(link)
         wrong, do = 0, calling(link, req, rep, way)
         for _ in range(n):
             do()
@@ -286,7 +266,6 @@ def test_ping_pong_moves_the_bytes(fake, op, sizes, way):
 
     def server(t, link):
         req, general, real = Message(sizes), [], link.recv_into
-        strict_credits(link)
         link.recv_into = lambda m: (general.append(1), real(m))
         link.serve(n, req, req)  # echo what arrived
         return t.mode(), len(general)
@@ -478,8 +457,8 @@ def test_a_window_of_sends_is_signaled_at_its_end(fake, op, way):
         adverts, real = [], link._advertise
 
         def advertise(msg, post=True):
-            before, got = link.proto.advertised, real(msg, post)
-            if link.proto.advertised not in (None, before):  # this call advertised msg's buffers
+            before, got = link.proto.advertised_for(id(msg)), real(msg, post)
+            if not before and link.proto.advertised_for(id(msg)):  # this call advertised msg's buffers
                 adverts.append(msg)
             return got
         link._advertise = advertise
@@ -777,3 +756,100 @@ def test_mismatched_ops_fail_at_connect(fake):
     for th in threads:
         th.join(10)
     assert len(errors) == 2 and all("start every rank with the same command" in e for e in errors)
+
+
+# -- random programs over every path of two real VerbsLinks --------------------------------------------
+# Messages as buffer sizes: inline, one or several entries, packed (more buffers than max_sge, 4 here),
+# and large ones that may go straight into the receiver's buffers (one span or two buffers).
+SHAPES = [(8,), (100, 28), (3000,), (1000, 24, 3000), (512,) * 5, (40 << 10,), (40 << 10, 24 << 10), (33 << 10,) * 5]
+KINDS = ("call", "caller", "serve-fn", "reverse", "send", "window", "exchange")
+step_st = st.tuples(st.sampled_from(KINDS), st.sampled_from(SHAPES), st.sampled_from(SHAPES), st.integers(1, 12))
+
+
+def run_program(t, link, me: int, program) -> tuple[int, set[str]]:
+    """Rank ``me``'s half of ``program``: for each step (kind, shape a, shape b, n) it makes or answers
+    calls, sends or receives, or exchanges, checking every byte it receives. Returns the messages that
+    arrived wrong, and which paths messages took."""
+    wrong, keep, paths = 0, [], set()
+    general, post = [0], link._post
+    link._post = lambda *a, **k: (general.__setitem__(0, general[0] + 1), post(*a, **k))[1]
+    msgs = 0
+
+    def filled(shape, seed, i=0):
+        m = Message(shape)
+        m.fill(Pattern(shape, seed), i)
+        keep.append(m)
+        return m
+
+    def check(m, shape, seed, i=0):
+        nonlocal wrong
+        wrong += not m.matches(Pattern(shape, seed), i)
+        m.clear()
+
+    for s, (kind, a, b, n) in enumerate(program):
+        caller = (me == 0) != (kind == "reverse")
+        if kind in ("call", "caller", "serve-fn", "reverse"):
+            if caller:
+                req, rep = filled(a, 2 * s), Message(b)
+                do = link.caller(req, rep) if kind in ("caller", "reverse") else partial(link.call, req, rep)
+                for _ in range(n):
+                    do()
+                    check(rep, b, 2 * s + 1)
+            else:
+                req, reply = Message(a), filled(b, 2 * s + 1)
+
+                def answer(req=req, reply=reply, a=a, s=s):
+                    check(req, a, 2 * s)
+                    return reply
+                link.serve(n, req, reply if kind == "call" or kind == "caller" else answer)
+            msgs += n
+        elif kind in ("send", "window"):
+            if me == 0:
+                out = [filled(a, 2 * s, i) for i in range(n)]
+                if kind == "send":
+                    for m in out:
+                        link.send(m)
+                else:
+                    t.complete([link.post_send(m) for m in out])
+                msgs += n
+            else:
+                inbox = [Message(a) for _ in range(n)]
+                keep.extend(inbox)
+                if kind == "send":
+                    for m in inbox:
+                        link.recv_into(m)
+                else:
+                    t.complete([link.post_recv(m) for m in inbox])
+                for i, m in enumerate(inbox):
+                    check(m, a, 2 * s, i)
+        else:  # both ways at once, beyond the pool's depth
+            mine, theirs = (a, b) if me == 0 else (b, a)
+            out = [filled(mine, 2 * s + me, i) for i in range(n)]
+            inbox = [Message(theirs) for _ in range(n)]
+            keep.extend(inbox)
+            t.progress([(link, m) for m in out], [(link, m) for m in inbox])
+            for i, m in enumerate(inbox):
+                check(m, theirs, 2 * s + 1 - me, i)
+            msgs += n
+    p = link.proto
+    paths.update(what for what, hit in (("placed directly", p.direct_in), ("sent directly", p.direct_out),
+                                        ("by a closure", msgs > general[0]), ("by the general path", general[0]))
+                 if hit)
+    return wrong, paths
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(op=st.sampled_from(["send", "write"]), direct=st.sampled_from(["on", "off"]),
+       pool=st.sampled_from([0.2, 0.5, 2]), program=st.lists(step_st, min_size=1, max_size=6))
+def test_random_programs_over_the_real_links_move_every_byte(fake, op, direct, pool, program):
+    """Two real VerbsLinks over the in-memory fabric, which fails a send with no receive posted (RNR),
+    a write outside a registered region or a post beyond the send queue: every path (call, caller,
+    serve with a fixed reply or a function, send, a window through complete, both ways at once through
+    progress) in random order, shapes and counts, over pools of 2 to 12 slots, the protocol deciding
+    throughout (_verbs_protocol). Every byte arrives where it should."""
+    out = pair(lambda t, link: run_program(t, link, 0, program), lambda t, link: run_program(t, link, 1, program),
+               verbs_op=op, verbs_direct=direct, verbs_pool_mb=pool, largest=max(sum(s) for s in SHAPES))
+    assert [w for w, _ in out] == [0, 0]
+    for what in sorted(out[0][1] | out[1][1]):
+        event(what)
