@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from commbench import __version__
 from commbench.core.errors import CommbenchError, RunAborted, UsageError, say
+from commbench.launch import plan
 from commbench.planning import Parser, add_benchmark
 
 
@@ -60,9 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def run_plan(job: str, body: dict) -> int:
+    """Run this rank of the job the local launcher decided (launch/plan.py)."""
+    if job == "benchmark":
+        from commbench import planning
+
+        return planning.launch_or_run(*planning.planned(body), [])
+    if job == "train":
+        from commbench.training import train
+
+        return train.launch_or_run(train.planned(body), [])
+    raise UsageError(f"the launcher handed this rank a plan for {job!r}, which this commbench does not run")
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        handed = plan.received()
+        if handed is not None:  # a rank the local launcher started: it runs the plan, not argv
+            return run_plan(*handed)
         args, extra = build_parser().parse_known_args(argv)
         if extra:  # named with the command whose options they are not
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see 'commbench {args.command} --help')")

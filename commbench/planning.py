@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from commbench.core.capture import traffic
 from commbench.core.config.options import Options, flag_of
 from commbench.core.config.run import DEFAULT_SIZES, PAYLOAD, CommonOptions, RunConfig
 from commbench.core.errors import Unavailable, UsageError
+from commbench.core.measure.harness import Loops
 from commbench.core.measure.payload import CATEGORIES, SCHEMES, Payload, SchemeSpec, sweep_payloads
 from commbench.core.measure.sizes import parse_range, parse_size
 from commbench.core.output.results import FORMATS
@@ -179,19 +180,53 @@ def check_memory(config: RunConfig, bench: str) -> None:
 def run_benchmark(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Decide the run's configuration (frozen from here on), then launch the ranks or, inside a
     launcher, run this one."""
-    bench_cls, transport_cls, config = decide(args)
+    return launch_or_run(*decide(args), argv)
+
+
+def launch_or_run(bench_cls: type[Benchmark], transport_cls: type[Transport], config: RunConfig,
+                  argv: Sequence[str]) -> int:
+    """Start the ranks of a decided run here, handing them the plan, or run this rank of it."""
     transport_cls.prepare_process(config.net)
     from commbench.launch.local import How, here_or_launch
 
-    c = config.common
-    how = How(c.timeout, c.port, c.hosts, c.host_set, c.output, "own-launcher" in transport_cls.able(config.net),
-              bench_cls.tolerant, c.traffic or "open-server" in transport_cls.able(config.net))
-    placement = here_or_launch(config.ranks, argv, how, bench_cls.name)
+    c, able = config.common, transport_cls.able(config.net)
+    how = How.of(c, mpiexec="own-launcher" in able, tolerant=bench_cls.tolerant,
+                 private_net=c.traffic or "open-server" in able)
+    placement = here_or_launch(config.ranks, argv, how, bench_cls.name, plan_of(bench_cls, config))
     if isinstance(placement, int):
         return placement
     from commbench.benchmarks.runner import run_rank
 
     return run_rank(placement, bench_cls, transport_cls, config)
+
+
+def plan_of(bench_cls: type[Benchmark], config: RunConfig) -> bytes:
+    """The decided run as the local launcher hands it to its ranks (launch/plan.py)."""
+    from commbench.launch import plan
+
+    return plan.encode("benchmark", {
+        "bench": bench_cls.name, "common": config.common.plain(), "ranks": config.ranks, "poll": config.poll,
+        "points": [[p.label, list(p.sizes), p.scheme] for p in config.points], "payload_spec": config.payload_spec,
+        "loops": asdict(config.loops), "own": config.bench.plain(), "net": config.net.plain(),
+        "digest": config.plan()})
+
+
+def planned(body: dict) -> tuple[type[Benchmark], type[Transport], RunConfig]:
+    """The run the launcher decided (``plan_of``), rebuilt; its digest (``RunConfig.plan``) must come out
+    the same, so that nothing was lost on the way."""
+    from commbench import benchmarks, transports
+
+    bench_cls = benchmarks.registry()[body["bench"]]
+    common = CommonOptions(**body["common"])
+    transport_cls = transports.get(common.transport)
+    config = RunConfig(common, body["ranks"], body["poll"],
+                       tuple(Payload(label, tuple(sizes), scheme) for label, sizes, scheme in body["points"]),
+                       body["payload_spec"], Loops(**body["loops"]), bench_cls.Options(**body["own"]),
+                       transport_cls.Options(**body["net"]))
+    if config.plan() != body["digest"]:
+        raise UsageError("the run the launcher decided did not come out the same in this rank (a different "
+                         "commbench version?): run the same installation everywhere")
+    return bench_cls, transport_cls, config
 
 
 def launched_ranks(bench_cls: type[Benchmark], own: Options, common: CommonOptions) -> tuple[CommonOptions, int]:

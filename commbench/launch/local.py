@@ -20,11 +20,16 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from commbench.core.errors import say
 from commbench.core.run.placement import ENV_FD, ENV_NETNS, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.run.sockets import bind_listener
+from commbench.launch.plan import ENV_PLAN_FD, memfd
 from commbench.launch.private_net import entered, private_loopback
+
+if TYPE_CHECKING:
+    from commbench.core.config.run import RunOptions
 
 GRACE = 2.0
 POLL = 0.25  # s between the launcher's looks at its ranks
@@ -35,11 +40,13 @@ ENV_LAUNCHER = "COMMBENCH_LAUNCHER_PID"
 
 
 def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1",
-           hosts: int = 0, tolerant: bool = False, host_set: str = "", netns: str = "") -> int:
+           hosts: int = 0, tolerant: bool = False, host_set: str = "", netns: str = "",
+           plan: bytes | None = None) -> int:
     """Start n ranks; with ``hosts`` rank r runs in emulated host r mod hosts of set ``host_set``
     (``commbench hosts up``); ``tolerant``: a rank that fails leaves the others running (cluster
     evaluations report it); ``netns``: every rank, and the rendezvous, in that network namespace
-    (private_net.py)."""
+    (private_net.py); ``plan``: the job as decided here (launch/plan.py), which the ranks run instead
+    of parsing ``argv`` again."""
     prefix: list[list[str]] = [["ip", "netns", "exec", netns] if netns else [] for _ in range(n)]
     nodes = [""] * n
     if hosts:
@@ -56,17 +63,22 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     procs: list[subprocess.Popen] = []
     base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token, ENV_LAUNCHER: str(os.getpid()),
             **({ENV_NETNS: netns} if netns else {})}
+    plan_fd = memfd(plan) if plan is not None else -1
+    if plan_fd >= 0:
+        base[ENV_PLAN_FD] = str(plan_fd)
     try:
         for r in range(n):
             env = {**base, ENV_RANK: str(r), **({ENV_NODE: nodes[r]} if nodes[r] else {})}
-            fds: tuple[int, ...] = ()
+            fds: tuple[int, ...] = (plan_fd,) if plan_fd >= 0 else ()
             if r == 0:
                 env[ENV_FD] = str(listener.fileno())
-                fds = (listener.fileno(),)
+                fds = (*fds, listener.fileno())
             procs.append(subprocess.Popen([*prefix[r], sys.executable, "-m", "commbench", *argv], env=env,
                                           pass_fds=fds))
     finally:
         listener.close()
+        if plan_fd >= 0:
+            os.close(plan_fd)
     return supervise(procs, timeout, tolerant)
 
 
@@ -251,10 +263,16 @@ class How:
     private_net: bool = False  # the run in a network namespace of its own, as root (private_net.py): --traffic,
     # and TensorFlow's servers (no authentication: only the run's processes can reach them there)
 
+    @classmethod
+    def of(cls, o: RunOptions, **flags: bool) -> How:
+        """How to start the ranks of a job with these options (``flags``: the job's own: mpiexec, ...)."""
+        return cls(o.timeout, o.port, o.hosts, o.host_set, o.output, **flags)
 
-def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
+
+def here_or_launch(n: int, argv: Sequence[str], how: How, what: str, plan: bytes | None = None):
     """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
-    ranks here and return their exit status. ``what`` names the job in the wrong-size error."""
+    ranks here, handing them ``plan`` (launch/plan.py) where it is the local launcher that starts
+    them, and return their exit status. ``what`` names the job in the wrong-size error."""
     from commbench.core.errors import UsageError
     from commbench.core.output.results import check_output_path
     from commbench.core.run.placement import detect
@@ -278,7 +296,7 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str):
             if how.mpiexec:
                 return launch_mpi(n, argv, how.hosts, how.host_set, netns)
             return launch(n, argv, how.timeout, how.port, hosts=how.hosts, tolerant=how.tolerant,
-                          host_set=how.host_set, netns=netns)
+                          host_set=how.host_set, netns=netns, plan=plan)
     if how.hosts and placement.launcher != "local" and os.environ.get(ENV_MPI_HOSTS) != str(how.hosts):
         raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
                          "under mpirun or srun the launcher places them")

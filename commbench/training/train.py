@@ -21,15 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.core.capture import traffic
-from commbench.core.config.argtypes import PORT, SECONDS, SEED, integer, number
-from commbench.core.config.options import Options, opt
+from commbench.core.config.argtypes import SEED, integer, number
+from commbench.core.config.options import opt, restate
+from commbench.core.config.run import RunOptions
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
 from commbench.core.measure.harness import median_ci
 from commbench.core.output.presentation import Presentation
 from commbench.core.output.progress import Progress
 from commbench.core.output.table import Column, declared, header_line, key, row_line
-from commbench.core.run.hostset import check_set, default_set, root_netns
+from commbench.core.run.hostset import default_set, root_netns
 from commbench.core.run.placement import Placement
 from commbench.core.run.session import Session
 from commbench.transports import _tf_bind as tf_bind
@@ -94,7 +95,7 @@ PACKAGES = ("tensorflow-cpu", "tensorflow", "numpy", "grpcio")
 
 
 @dataclass(frozen=True)
-class TrainOptions(Options):
+class TrainOptions(RunOptions):
     strategy: str = opt("ps", choices=("ps", "mirrored"),
                         help="ps: ParameterServerStrategy + ClusterCoordinator; mirrored: MultiWorkerMirroredStrategy "
                              "with RING collectives (default ps)")
@@ -107,22 +108,14 @@ class TrainOptions(Options):
                                                           "half before, half after, at least 12 each) (default 60)")
     warmup_steps: int = opt(10, type=integer(0, 1_000_000), help="steps before measuring (default 10)")
     lr: float = opt(0.01, type=number(above=0, hi=100), help="SGD learning rate, momentum 0.9 (default 0.01)")
-    seed: int = opt(1, type=SEED)
-    timeout: float = opt(120.0, type=SECONDS, help="seconds to wait for a peer at set-up and for each step "
-                                                   "(default 120)")
-    port: int = opt(0, type=PORT, help="rendezvous port P (rank r's TF port P + 1 + r)")
-    hosts: int = opt(0, type=integer(0, 64), metavar="N",
-                     help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
-    host_set: str = opt("", type=check_set, metavar="S",
-                        help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET)")
-    traffic: bool = opt(False, action="store_true", help=traffic.HELP + "; a step as the row counts them")
+    seed: int = opt(1, type=SEED, help="seed of the synthetic images and the model's first weights (default 1)")
+    timeout: float = restate(RunOptions, "timeout", 120.0, help="seconds to wait for a peer at set-up and for "
+                                                                   "each step (default 120)")
     compute_only: bool = opt(False, action="store_true",
                              help="measure the compute step alone (W workers computing at once, no training; "
                                   "with --strategy mirrored its TF cluster up and idle, as in a mirrored run, "
                                   "else none): what `predict --compute` takes, measured apart from the run it "
                                   "predicts")
-    output: str | None = opt(None, "-o", "--output", metavar="FILE",
-                             help="write the result row: FILE.jsonl or FILE.csv (an existing file is replaced)")
 
 
 def add_parser(sub) -> None:
@@ -170,16 +163,23 @@ def cluster_spec(addresses: Sequence[str], rs: Sequence[tuple[str, int]]) -> dic
 
 
 def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    o = check_options(args)
-    n = ranks(o)
+    return launch_or_run(check_options(args), argv)
+
+
+def planned(body: dict) -> TrainOptions:
+    """The options the launcher decided (``launch_or_run``'s plan)."""
+    return TrainOptions(**body)
+
+
+def launch_or_run(o: TrainOptions, argv: Sequence[str]) -> int:
+    """Start the job's ranks here, handing them the decided options, or run this rank of it."""
+    from commbench.launch import plan
     from commbench.launch.local import How, here_or_launch
 
     tf_bind.preload()  # every task runs a TF server: on the run's address only (see _tf_bind)
-
     what = f"train --compute-only with {o.workers} workers" if o.compute_only else \
         f"train --strategy {o.strategy} with {o.workers} workers" + (f" and {o.ps} PS" if o.strategy == "ps" else "")
-    placement = here_or_launch(n, argv, How(o.timeout, o.port, o.hosts, o.host_set, o.output,
-                                                     private_net=True), what)
+    placement = here_or_launch(ranks(o), argv, How.of(o, private_net=True), what, plan.encode("train", o.plain()))
     if isinstance(placement, int):
         return placement
     return (compute_only if o.compute_only else run_rank)(placement, o)

@@ -4,6 +4,8 @@ a corrupted payload is counted, and the results file reads back as the printed t
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -169,3 +171,17 @@ def test_full_disk_is_one_line_and_keeps_whole_rows(tmp_path, suffix):
         assert len(run.rows) == kept >= 1  # a CSV is written a row at a time too (its header known at open)
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_ranks_run_the_plan_their_launcher_decided_not_their_command_line(tmp_path):
+    """The local launcher hands its ranks the decided run (launch/plan.py): ranks whose command line
+    would not even parse run what was decided, and write its rows."""
+    out = tmp_path / "planned.jsonl"
+    code = ("import sys\nfrom commbench import planning\nfrom commbench.launch.local import launch\n"
+            f"b, t, c = planning.decide(planning.parse_benchmark(['p2p-latency', '-m', '8:16', '-i', '40', '-o', "
+            f"{str(out)!r}]))\n"
+            "sys.exit(launch(c.ranks, ['p2p-latency', '--no-such-flag'], 60, plan=planning.plan_of(b, c)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    (run,) = read_runs(out)
+    assert [(row["size"], row["iterations"]) for row in run.rows] == [(8, 40), (16, 40)]

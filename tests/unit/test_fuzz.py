@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commbench import cli
-from commbench.launch import local
+from commbench import cli, planning
+from commbench.launch import local, plan
 
 FIX = Path(__file__).parent.parent / "fixtures"
 # The same examples every run (CI stays a regression test); COMMBENCH_FUZZ_EXPLORE=1 draws new ones each
@@ -76,11 +76,26 @@ def run(argv: list[str]) -> tuple[int, str]:
     return rc, err.getvalue() + "".join(f"{x.category.__name__}: {x.message}\n" for x in w)
 
 
+def handed(n, argv, how, what, handed_plan=None) -> int:
+    """The launch of ranks, stood in for: the plan a rank would receive comes out of its side as it went
+    in (planning.planned, then encoded again byte for byte), and the run ends as if its ranks had finished."""
+    if handed_plan is not None:
+        job, body = plan.decode(handed_plan)
+        if job == "benchmark":
+            bench_cls, _, config = planning.planned(body)
+            assert planning.plan_of(bench_cls, config) == handed_plan, (argv, body)
+            HANDED.append(body["bench"])
+    return 0
+
+
+HANDED: list[str] = []  # the benchmarks whose plans went through ``handed``
+
+
 @pytest.fixture(scope="module")
 def no_launch():
-    """Ranks are never started: a decided run ends as if its ranks had finished."""
+    """Ranks are never started (``handed`` stands in)."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(local, "here_or_launch", lambda *a, **k: 0)
+    mp.setattr(local, "here_or_launch", handed)
     yield
     mp.undo()
 

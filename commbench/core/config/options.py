@@ -33,6 +33,7 @@ class Options:
     """Base of every options class (a frozen dataclass of ``opt`` fields)."""
 
     title: ClassVar[str | None] = None  # the help section of fields without their own group
+    groups: ClassVar[tuple[str, ...]] = ()  # help sections in this order first (else: as fields come)
 
     @classmethod
     def declared(cls) -> Iterator[tuple[Field, type[Options]]]:
@@ -47,18 +48,21 @@ class Options:
         """Add every field's flag to ``parser`` (those named in ``skip`` are there already; they are
         added to it). ``overrides`` changes a field's argparse keywords for this parser (e.g. choices)."""
         groups: dict[str, argparse._ArgumentGroup] = {}
+        for title in cls.groups:
+            groups[title] = next((g for g in parser._action_groups if g.title == title), None) \
+                or parser.add_argument_group(title)
         for f, owner in cls.declared():
             if skip is not None:
                 if f.name in skip:
                     continue
                 skip.add(f.name)
             kw = {**f.metadata.get("argparse", {}), **(overrides or {}).get(f.name, {})}
-            title = f.metadata.get("group") or owner.title
+            section = f.metadata.get("group") or owner.title
             target: Any = parser
-            if title:
-                target = groups.get(title) or next((g for g in parser._action_groups if g.title == title), None) \
-                    or parser.add_argument_group(title)
-                groups[title] = target
+            if section:
+                target = groups.get(section) or next((g for g in parser._action_groups if g.title == section),
+                                                     None) or parser.add_argument_group(section)
+                groups[section] = target
             flags = f.metadata.get("flags") or ("--" + f.name.replace("_", "-"),)
             default = kw.pop("default", cls.default_of(f))
             if not flags[0].startswith("-"):  # a positional argument: named by its field
@@ -88,6 +92,13 @@ class Options:
 @dataclass(frozen=True)
 class NoOptions(Options):
     """For what has no options of its own."""
+
+
+def restate(cls: type[Options], name: str, default: Any, help: str) -> Any:
+    """Field ``name`` of ``cls`` declared again in a subclass with another default (and the help saying
+    so); its flags, type and group stay as ``cls`` declares them."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return field(default=default, metadata={**f.metadata, "argparse": {**f.metadata["argparse"], "help": help}})
 
 
 def flag_of(cls: type[Options], name: str) -> str:

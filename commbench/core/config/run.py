@@ -7,6 +7,7 @@ Every rank checks that the others decided the same (``plan``: options and points
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -21,15 +22,38 @@ from commbench.core.run.hostset import check_set
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_POINT_CAP = 1.0  # s: the longest a default-count point runs (grpc at 8 B: 10,000 round trips would take 4 s)
 DEFAULT_SIZES = "0:4M"
-SEND, LONG, HOW = "what to send", "how long", "how"
+SEND, LONG, HOW, LAUNCH = "what to send", "how long", "how", "ranks and results"
 # the options of --payload: a benchmark that plans its own sizes from options of its own (cluster) has none of them
 PAYLOAD = ("payload", "buffers", "tensors_per_message", "categories", "small_size", "medium_size", "large_size",
            "skew_bias")
 
 
 @dataclass(frozen=True)
-class CommonOptions(Options):
+class RunOptions(Options):
+    """What every job that starts ranks takes (every benchmark, ``train``): how long to wait for a peer,
+    where the ranks meet and run, where the results go, and whether to capture the traffic."""
+
+    timeout: float = opt(DEFAULT_TIMEOUT, group=LAUNCH, type=SECONDS,
+                         help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
+    port: int = opt(0, group=LAUNCH, type=PORT,
+                    help="rendezvous port P (rank r's own port is P + 1 + r); default: free ports")
+    hosts: int = opt(0, group=LAUNCH, type=integer(0, 64), metavar="N",
+                     help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
+    host_set: str = opt("", group=LAUNCH, type=check_set, metavar="S",
+                        help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET, else "
+                             "the default set)")
+    output: str | None = opt(None, "-o", "--output", group=LAUNCH, metavar="FILE",
+                             help="write results as measured, a row at a time: FILE.jsonl or FILE.csv (an existing "
+                                  "file is replaced)")
+    traffic: bool = opt(False, group=LAUNCH, action="store_true",
+                        help=traffic.HELP + "; rows after the run's last point (train: per step, in its row)")
+
+
+@dataclass(frozen=True)
+class CommonOptions(RunOptions):
     """The options every benchmark takes (``PAYLOAD``'s only where it takes --payload)."""
+
+    groups = (SEND, LONG, HOW, LAUNCH)
 
     message_size: str | None = opt(
         None, "-m", "--message-size", group=SEND, metavar="MIN:MAX",
@@ -82,21 +106,8 @@ class CommonOptions(Options):
     hugepages: str = opt("off", group=HOW, choices=("off", "on"),
                          help="back buffers with transparent huge pages (on) or not (off, the default, as OSU's "
                               "malloc); recorded with the results")
-    timeout: float = opt(DEFAULT_TIMEOUT, group=HOW, type=SECONDS,
-                         help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
-    port: int = opt(0, group=HOW, type=PORT,
-                    help="rendezvous port P (rank r's data port is P + 1 + r); default: free ports")
-    np: int | None = opt(None, group=HOW, type=RANKS, help="number of ranks the local launcher starts")
-    hosts: int = opt(0, group=HOW, type=integer(0, 64), metavar="N",
-                     help="run rank r in emulated host r mod N (made by `commbench hosts up N`, root)")
-    host_set: str = opt("", group=HOW, type=check_set, metavar="S",
-                        help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET, else "
-                             "the default set)")
-    output: str | None = opt(None, "-o", "--output", group=HOW, metavar="FILE",
-                             help="write results as measured, a row at a time: FILE.jsonl or FILE.csv (an existing "
-                                  "file is replaced)")
-    traffic: bool = opt(False, group=HOW, action="store_true", help=traffic.HELP + "; rows after the run's last point")
-    inject_corruption: int = opt(0, group=HOW, type=integer(0), help="==SUPPRESS==")
+    np: int | None = opt(None, group=LAUNCH, type=RANKS, help="number of ranks the local launcher starts")
+    inject_corruption: int = opt(0, group=HOW, type=integer(0), help=argparse.SUPPRESS)
 
     def loops(self) -> Loops:
         return Loops(self.iterations, self.warmup, self.time, self.warmup_time, self.precision, self.max_time,

@@ -274,8 +274,9 @@ class StoreServer:
         waits up to ``timeout`` s for one (or for a member to leave). Its cost is what arrived, not
         what is still awaited."""
         with self.cond:
-            if not self._fresh:
-                self.cond.wait(timeout)
+            left = (len(self.members), len(self.dead), self.failed)
+            self.cond.wait_for(lambda: self._fresh or (len(self.members), len(self.dead), self.failed) != left,
+                               timeout)
             out = [(k, self.data.pop(k)) for k in self._fresh if k in self.data]
             self._fresh.clear()
             return out
