@@ -189,6 +189,7 @@ def test_no_bytes_before_the_token_get_a_stranger_in(frames):
         got += s.recv(4096)  # the challenge
         for f in frames:
             s.sendall(f)
+        s.shutdown(socket.SHUT_WR)  # nothing more comes: the gate answers what came, then drops it
         while chunk := s.recv(4096):
             got += chunk
     s.close()
