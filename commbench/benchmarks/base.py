@@ -181,7 +181,8 @@ class Benchmark(ABC):
         check = {None: "off", False: "off", True: "every message (timings include checking)",
                  "every": "every message (timings include checking)",
                  "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}
-        versions: dict = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+        got = meta.get("versions")
+        versions: dict = got if isinstance(got, dict) else {}
         validate = o.get("validate")
         validate = check.get(validate, validate) if isinstance(validate, (str, bool, type(None))) else validate
         lines = [f"# commbench {cls.name} v{versions.get('commbench', '?')}: {cls.help}",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -141,7 +142,7 @@ class Shard:
                 for part in self.var_parts:
                     self.links[w].serve(1, req, part)
 
-        run_threads([lambda w=w: serve(w) for w in self.workers])
+        run_threads([partial(serve, w) for w in self.workers])
         self.steps += n
 
     def wrong(self) -> int:

@@ -114,7 +114,7 @@ class Registry:
     def span(self, msg: Message) -> tuple[int, int, int, int, int] | None:
         """(address, bytes, lkey, rkey, layout) of one registered range holding all of msg's buffers
         (a message carved from one mapping, padding included), or None if they are not in one."""
-        hit = msg.cache.get("verbs-span")
+        hit: object = msg.cache.get("verbs-span")
         if hit is None:
             arrays = [a for a in msg.arrays if len(a)]
             hit = False
@@ -126,7 +126,7 @@ class Registry:
                 if apart and start <= first and end <= start + size:
                     hit = (first, end - first, mr.lkey, mr.rkey, layout_of(addrs, tuple(len(a) for a in arrays)))
             msg.cache["verbs-span"] = hit
-        return hit or None
+        return hit if isinstance(hit, tuple) else None
 
 
 def region(mr, size: int) -> np.ndarray:

@@ -25,7 +25,7 @@ class Message:
     def __init__(self, sizes: Sequence[int]) -> None:
         self.sizes = tuple(int(s) for s in sizes)
         self.arrays = buffers.carve(self.sizes, next(_salts))
-        self.views = [memoryview(a) for a in self.arrays]
+        self.views = [a.data for a in self.arrays]
         self.nbytes = sum(self.sizes)
         # Per-transport precomputed state (framing headers, iovec lists), keyed by transport.
         self.cache: dict[str, object] = {}
@@ -38,7 +38,7 @@ class Message:
         if any(m.base is None and a.size for m, a in zip(msg.arrays, arrays, strict=True)):
             raise ValueError("Message.over needs contiguous arrays (views, not copies)")
         msg.sizes = tuple(len(a) for a in msg.arrays)
-        msg.views = [memoryview(a) for a in msg.arrays]
+        msg.views = [a.data for a in msg.arrays]
         msg.nbytes = sum(msg.sizes)
         msg.cache = {}
         return msg

@@ -85,6 +85,12 @@ class Collectives:
         """Why a member gave up on this group's work (Group.fail), or None."""
         return None
 
+    def _value(self, key: str, rank: int, patient: bool) -> bytes:
+        """``wait_key`` without ``survivors``: a value, or PeerError."""
+        got = self.wait_key(key, rank, patient)
+        assert got is not None  # only survivors=True returns None
+        return got
+
     def wait_key(self, key: str, rank: int, patient: bool, survivors: bool = False) -> bytes | None:
         """The value member ``rank`` sets at key. Not ``patient``: within the run's timeout. In a tolerant
         run a dead member raises PeerError (``survivors``: returns None)."""
@@ -121,7 +127,7 @@ class Collectives:
         key = self._key(name)
         if self.rank != 0:
             self.store.set(f"{key}/{self.rank}", value)
-            return unpack(self.wait_key(f"{key}/all", 0, patient))
+            return unpack(self._value(f"{key}/all", 0, patient))
         values = [value, *(self.wait_key(f"{key}/{r}", r, patient, survivors) for r in range(1, self.size))]
         self.store.set(f"{key}/all", pack(values))
         return values
@@ -131,11 +137,11 @@ class Collectives:
         requests per rank, not O(ranks)). Every member calls it, with its own peers."""
         key = self._key(name)
         self.store.set(f"{key}/{self.rank}", json.dumps(obj).encode())
-        return {p: json.loads(self.wait_key(f"{key}/{p}", p, False))
+        return {p: json.loads(self._value(f"{key}/{p}", p, False))
                 for p in sorted(set(peers)) if p != self.rank}
 
     def allgather_json(self, name: str, obj: object) -> list:
-        return [json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
+        return [None if b is None else json.loads(b) for b in self.allgather(name, json.dumps(obj).encode())]
 
     def bcast_json(self, name: str, obj: object = None, root: int = 0, timeout: float | None = None) -> object:
         """Root's obj on every member; ``timeout`` (default the run's) bounds the wait for it."""
@@ -144,7 +150,7 @@ class Collectives:
             self.store.set(key, json.dumps(obj).encode())
             return obj
         if self.tolerant and timeout is None:
-            return json.loads(self.wait_key(key, root, False))
+            return json.loads(self._value(key, root, False))
         return json.loads(self.store.get(key, timeout))
 
     def gather_json(self, name: str, obj: object, root: int = 0, patient: bool = False,
