@@ -7,8 +7,9 @@ and every option (docs/reference/options.md). A test keeps the checked-in pages 
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 
 from commbench import benchmarks, transports
@@ -86,9 +87,6 @@ def option_table(cls: type[Options], overrides: dict | None = None) -> list[str]
 
 
 def options_page() -> str:
-    from commbench.training.predict_options import PredictOptions
-    from commbench.training.train import TrainOptions
-
     lines = [GENERATED.format(what="options"), "", "# Options reference", "",
              "Every option of every command, as declared (`commbench COMMAND --help` prints the same). A "
              "transport's options are refused with another transport.", "",
@@ -104,14 +102,24 @@ def options_page() -> str:
             seen.add(transport.Options)
             users = [n for n, c in transports.registry().items() if c.Options is transport.Options]
             lines += [f"## Transport {', '.join(users)}", "", *option_table(transport.Options), ""]
-    lines += ["## train", "", *option_table(TrainOptions), "", "## predict", "", *option_table(PredictOptions), ""]
-    from commbench.commands import compare, devices, findings, hosts, importing, payloads, report, show
+    from commbench.cli import build_parser
 
-    for module in (compare, show, report, importing, findings, hosts, payloads, devices):
-        for name, cls in module.OPTIONS.items():
-            if fields(cls):
-                lines += [f"## {name}", "", *option_table(cls), ""]
+    for name, options in command_options(build_parser()):
+        if fields(options):
+            lines += [f"## {name}", "", *option_table(options), ""]
     return "\n".join(lines)
+
+
+def command_options(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[tuple[str, type[Options]]]:
+    """(command, its Options class) for every command of the parser's tree that has one (commands.command,
+    train, predict), subcommands as "hosts up"; the benchmarks are the page's own sections."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                cls = getattr(sub, "options", None)
+                if cls is not None:
+                    yield f"{prefix}{name}", cls
+                yield from command_options(sub, f"{prefix}{name} ")
 
 
 PAGES = {"results": results_page, "options": options_page}

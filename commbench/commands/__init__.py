@@ -1,6 +1,6 @@
 """Every command but the benchmarks' own (cli.py adds those from their declarations): each module
-declares its commands' options once (an Options class per command, in ``OPTIONS``) and runs on the
-libraries below it."""
+declares its commands' options once (an Options class per command, given to ``command``) and runs on
+the libraries below it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def command(sub: Any, name: str, options: type[Options], run: Callable[[Any], in
     whose ``run`` takes them typed."""
     p = sub.add_parser(name, **parser_kw)
     options.add_to(p)
+    p.options = options  # the reference page finds it here (reference.py)
 
     def typed(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return run(options.parse(args))

@@ -84,9 +84,6 @@ class SummaryOptions(Options):
     files: list[str] = opt((), "files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
 
 
-OPTIONS = {"compare": CompareOptions, "summary": SummaryOptions}
-
-
 def add_parser(sub) -> None:
     command(sub, "compare", CompareOptions, compare,
             help="short latency + bandwidth comparison of every transport usable here")

@@ -16,9 +16,6 @@ class DevicesOptions(Options):
     json: bool = opt(False, action="store_true", help="print the report as JSON")
 
 
-OPTIONS = {"devices": DevicesOptions}
-
-
 def add_parser(sub) -> None:
     command(sub, "devices", DevicesOptions, devices,
             help="RDMA devices, network interfaces, libraries, and which transports work here")

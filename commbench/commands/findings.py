@@ -44,9 +44,6 @@ class DiffOptions(Judging):
     file: str = opt("", "file", metavar="NEW", help="the later run's results file")
 
 
-OPTIONS = {"findings": FindingsOptions, "diff": DiffOptions}
-
-
 def add_parser(sub) -> None:
     command(sub, "findings", FindingsOptions, run, help="a cluster run's findings, derived again from its results "
                                                         "file (exit 1: a finding or a regression)",

@@ -56,9 +56,6 @@ class HostsUpOptions(HostSet):
                                        "repeatable)")
 
 
-OPTIONS = {"hosts up": HostsUpOptions, "hosts down": HostSet, "hosts status": HostSet}
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("hosts", help="emulated hosts: network namespaces joined by shaped links (root)",
                        description=__doc__.split("\n\n")[0].replace("``", ""))

@@ -29,9 +29,6 @@ class ImportOptions(Options):
     size: int = opt(0, type=int, metavar="B", help="message size of a tool that does not print it (sockperf: its -m)")
 
 
-OPTIONS = {"import": ImportOptions}
-
-
 def add_parser(sub) -> None:
     command(sub, "import", ImportOptions, run, help="other tools' output (OSU, perftest, nccl-tests and its -J JSON, "
                                                     "sockperf, iperf3 -J, mpiGraph) as commbench results",

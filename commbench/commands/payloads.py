@@ -29,9 +29,6 @@ class ProfileOptions(Options):
     output: str | None = opt(None, "-o", "--output", help="CSV to write (default: payloads/MODEL.csv)")
 
 
-OPTIONS = {"payloads list": NoOptions, "payloads show": ShowProfileOptions, "payloads profile": ProfileOptions}
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("payloads", help="gradient-tensor profiles of real DNNs: list, show, profile")
     ps = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))

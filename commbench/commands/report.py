@@ -475,9 +475,6 @@ class ReportOptions(Options):
                                     help="ratio B / A of every point the two files share")
 
 
-OPTIONS = {"report": ReportOptions}
-
-
 def add_parser(sub) -> None:
     declare_command(sub, "report", ReportOptions, run,
                     help="plots and one HTML/Markdown page from results files; --compare A B",

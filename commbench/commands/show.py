@@ -17,9 +17,6 @@ class ShowOptions(Options):
     files: list[str] = opt((), "files", nargs="+", metavar="FILE", help="results files, or folders of them (compare's)")
 
 
-OPTIONS = {"show": ShowOptions}
-
-
 def add_parser(sub) -> None:
     command(sub, "show", ShowOptions, show, help="print a results file (.jsonl or .csv) as the run's table")
 

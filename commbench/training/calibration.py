@@ -14,7 +14,16 @@ import numpy as np
 from commbench.core.errors import UsageError
 from commbench.emulators import tf_ps
 from commbench.profiles import store
-from commbench.training.evidence import drifting, one_host, p2p_link, pooled, runs_of, slowest_span, spans, train_rows
+from commbench.training.evidence import (
+    drifting,
+    p2p_link,
+    pooled,
+    runs_of,
+    shares_host,
+    slowest_span,
+    spans,
+    train_rows,
+)
 from commbench.training.model import Z_INPUT, Curve, Link, Shape, Span, hidden_at, with_wait
 from commbench.training.predict_options import PredictOptions
 
@@ -210,7 +219,7 @@ def calibrate(o: PredictOptions, strategy: str, model: str, batch: int, compute_
             prof = store.load(row["model"])
             shape = Shape(strategy, int(row["workers"]), int(row.get("ps") or 0), int(row["batch"]),
                           tuple(tf_ps.variables_of(prof)), o.placement,
-                          o.shared_host == "yes" or (o.shared_host == "auto" and one_host(meta)),
+                          shares_host(o.shared_host, meta),
                           tuple(tuple(r) for r in row.get("grads_lag_ms") or ()))
             runs.append((Calibrated(shape, link, *spans(row), slowest_span(row)), prof.name,
                          f"{prof.name} W={shape.workers}{f' P={shape.ps}' if strategy == 'ps' else ''} "

@@ -163,3 +163,8 @@ def comm_span(row: dict) -> Span | None:
 
 def one_host(meta: dict) -> bool:
     return len(set(meta.get("hosts", []))) == 1
+
+
+def shares_host(choice: str, meta: dict) -> bool:
+    """``--shared-host``: yes, no, or auto: whether the run whose metadata this is had every rank on one host."""
+    return choice == "yes" or (choice == "auto" and one_host(meta))

@@ -95,12 +95,12 @@ from commbench.training.evidence import (
     drifting,
     measured_comm,
     measured_span,
-    one_host,
     own_compute,
     p2p_link,
     pooled,
     repeats,
     shape_of,
+    shares_host,
     slowest_span,
     train_rows,
 )
@@ -130,6 +130,7 @@ def add_parser(sub) -> None:
                                        "a compute time; compare with a train run",
                        description=__doc__.split("\n\n")[0].replace("``", ""))
     PredictOptions.add_to(p)
+    p.options = PredictOptions  # for the reference page
     p.set_defaults(func=run)
 
 
@@ -226,7 +227,7 @@ def gather(o: PredictOptions) -> Inputs:
     ps = int(pick(o.ps, "ps")) if strategy == "ps" else 0
     prof = store.load(pick(o.model, "model"))
     compute, compute_from, given = _compute_given(o, row, rows, prof.name, workers, batch, strategy, pick)
-    shared = o.shared_host == "yes" or (o.shared_host == "auto" and one_host(meta))
+    shared = shares_host(o.shared_host, meta)
     shape = Shape(strategy, workers, ps, batch, tuple(tf_ps.variables_of(prof)), o.placement, shared)
     total = sum(t.nbytes for t in prof.tensors)
     measured = measured_comm(o.measured, strategy, workers, ps, prof.name, total) if o.measured else None

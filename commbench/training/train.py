@@ -122,6 +122,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("train", help="real distributed TensorFlow training on synthetic data; images/s",
                        description="Real distributed TensorFlow training (custom loops) on synthetic images.")
     TrainOptions.add_to(p, overrides={"host_set": {"default": default_set()}})
+    p.options = TrainOptions  # type: ignore[attr-defined]  # for the reference page
     p.set_defaults(func=train)
 
 
