@@ -520,12 +520,13 @@ class VerbsLink(Link):
                                      sg=[self.api.wr.SGE(out.ctypes.data, ADVERT.size, 0)], send_flags=self.f_inline)
             adv.set_wr_rdma(self.remote.rkey, self.remote.mailbox)
             adv.next_wr = dwr
-        next_out, advert_for, sent = p.next_out, p.advert_for, p.sent
+        next_out, advert_for, sent, slot_of = p.next_out, p.advert_for, p.sent, p.slot_of
         frees, state, reap, lead, lead_mem = self.frees, self.state, self._reap, self.advert_lead, self.advert_mem
         post_send, flags, f_inline = self.qp.post_send, self.f_inline if inline else 0, self.f_inline
         limit, key, ready = self.quiet_every - (1 if a is None else 2), id(ahead), Conn.READY  # posts unsignaled
         ad_key = None if a is None else key  # what sent() records as advertised with each post
-        remote, write_op, incoming = self.remote, self.write_op, self.mailbox
+        write_op, incoming = self.write_op, self.mailbox
+        rkey_, base, size = self.remote.rkey, self.remote.addr, self.remote.slot
         expect, seen = bytearray(ADVERT.size), incoming[:ADVERT.size]  # the peer's advert the prepared post is aimed at
         aim: tuple[int, int] | None = None  # (address, rkey) dwr is set to
         ready_for = (-1, -1)  # (message sent, message received) the prepared post is for
@@ -556,7 +557,7 @@ class VerbsLink(Link):
                 w = wr
                 w.send_flags = flags
                 if write_op:
-                    w.set_wr_rdma(remote.rkey, remote.addr + p.slot_of(seq) * remote.slot)
+                    w.set_wr_rdma(rkey_, base + slot_of(seq) * size)
             if a is None:
                 post_send(w)
             elif w is dwr:
@@ -586,7 +587,7 @@ class VerbsLink(Link):
                     return False
                 if frees:
                     reap(True)
-                r = p.received
+                r = p.received if a is not None else 0  # an advert's number; none goes with small messages
                 if (seq, r) == ready_for and seen == expect:
                     post_send(adv)
                 elif not post_general(seq, r):
