@@ -192,7 +192,7 @@ def launch_or_run(bench_cls: type[Benchmark], transport_cls: type[Transport], co
     c, able = config.common, transport_cls.able(config.net)
     how = How.of(c, mpiexec="own-launcher" in able, tolerant=bench_cls.tolerant,
                  private_net=c.traffic or "open-server" in able)
-    placement = here_or_launch(config.ranks, argv, how, bench_cls.name, plan_of(bench_cls, config))
+    placement = here_or_launch(config.ranks, argv, how, bench_cls.name, lambda: plan_of(bench_cls, config))
     if isinstance(placement, int):
         return placement
     from commbench.benchmarks.runner import run_rank

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -269,10 +269,11 @@ class How:
         return cls(o.timeout, o.port, o.hosts, o.host_set, o.output, **flags)
 
 
-def here_or_launch(n: int, argv: Sequence[str], how: How, what: str, plan: bytes | None = None):
+def here_or_launch(n: int, argv: Sequence[str], how: How, what: str, plan: Callable[[], bytes] | None = None):
     """This process's Placement when a launcher (ours, mpirun, srun) started it; else start the n
-    ranks here, handing them ``plan`` (launch/plan.py) where it is the local launcher that starts
-    them, and return their exit status. ``what`` names the job in the wrong-size error."""
+    ranks here, handing them ``plan()`` (launch/plan.py; made only here, not in every rank) where it is
+    the local launcher that starts them, and return their exit status. ``what`` names the job in the
+    wrong-size error."""
     from commbench.core.errors import UsageError
     from commbench.core.output.results import check_output_path
     from commbench.core.run.placement import detect
@@ -296,7 +297,7 @@ def here_or_launch(n: int, argv: Sequence[str], how: How, what: str, plan: bytes
             if how.mpiexec:
                 return launch_mpi(n, argv, how.hosts, how.host_set, netns)
             return launch(n, argv, how.timeout, how.port, hosts=how.hosts, tolerant=how.tolerant,
-                          host_set=how.host_set, netns=netns, plan=plan)
+                          host_set=how.host_set, netns=netns, plan=plan() if plan is not None else None)
     if how.hosts and placement.launcher != "local" and os.environ.get(ENV_MPI_HOSTS) != str(how.hosts):
         raise UsageError("--hosts places ranks in emulated hosts when commbench launches them; "
                          "under mpirun or srun the launcher places them")

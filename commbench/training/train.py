@@ -180,7 +180,8 @@ def launch_or_run(o: TrainOptions, argv: Sequence[str]) -> int:
     tf_bind.preload()  # every task runs a TF server: on the run's address only (see _tf_bind)
     what = f"train --compute-only with {o.workers} workers" if o.compute_only else \
         f"train --strategy {o.strategy} with {o.workers} workers" + (f" and {o.ps} PS" if o.strategy == "ps" else "")
-    placement = here_or_launch(ranks(o), argv, How.of(o, private_net=True), what, plan.encode("train", o.plain()))
+    placement = here_or_launch(ranks(o), argv, How.of(o, private_net=True), what,
+                               lambda: plan.encode("train", o.plain()))
     if isinstance(placement, int):
         return placement
     return (compute_only if o.compute_only else run_rank)(placement, o)

@@ -127,13 +127,17 @@ class Credits:
     def sent(self) -> int:
         return self._sent
 
-    def spend(self) -> int:
-        """Take a credit for one data message; returns the peer slot it goes to (write mode)."""
+    def spend(self, seq: int | None = None) -> int:
+        """Take a credit for one data message (``seq``: the number the caller means to send, which must be
+        the next); returns the peer slot it goes to (write mode)."""
+        sent = self._sent
+        if seq is not None and seq != sent:
+            raise PeerError(f"message {seq} sent where message {sent} was next")
         if self._available <= 0:
             raise PeerError("no credit left (the peer has not returned its receive slots)")
         self._available -= 1
-        self._sent += 1
-        return (self._sent - 1) % self._peer_depth
+        self._sent = sent + 1
+        return sent % self._peer_depth
 
     def granted(self, n: int) -> None:
         self._available += n
@@ -222,12 +226,7 @@ class Protocol:
         """Message ``seq`` (``next_out``'s) went: into the buffers advertised for it (``direct``, as
         ``advert_for`` said) or its slot (``seq % peer depth``); ``advertised``: the key of the buffers
         whose advert for this side's next message went with it (``advert``'s rules, checked by the caller)."""
-        c = self._credits  # Credits.spend's rule, inline: this runs per message in the timed loops
-        if seq != c._sent or c._available <= 0:
-            raise PeerError(f"message {seq} sent where message {c._sent} was next" if seq != c._sent else
-                            "no credit left (the peer has not returned its receive slots)")
-        c._available -= 1
-        c._sent = seq + 1
+        self._credits.spend(seq)
         if direct:
             self._direct_out += 1
         if advertised is not None:
