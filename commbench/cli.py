@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from commbench import __version__
 from commbench.core.errors import CommbenchError, RunAborted, UsageError, say
+from commbench.core.output.printable import PrintableStream
 from commbench.launch import plan
 from commbench.planning import Parser, add_benchmark
 
@@ -76,6 +77,14 @@ def run_plan(job: str, body: dict) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    stdout, sys.stdout = sys.stdout, PrintableStream(sys.stdout)
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(argv: list[str]) -> int:
     try:
         handed = plan.received()
         if handed is not None:  # a rank the local launcher started: it runs the plan, not argv

@@ -27,6 +27,7 @@ from commbench import presentation
 from commbench.commands import command as declare_command
 from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
+from commbench.core.output.printable import markdown_cell as cell
 from commbench.core.output.results import Run, results_files
 
 
@@ -417,10 +418,11 @@ def command(run: Run) -> str:
 def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) -> Path:
     if fmt == "md":
         lines = ["# commbench report", "", "| file | benchmark | hosts | command |", "|---|---|---|---|"]
-        lines += [f"| {Path(f).name} | {r.meta.get('bench')} | {', '.join(sorted(set(r.meta.get('hosts') or [])))} | "
-                  f"`{command(r)}` |" for f, r in runs]
+        lines += [f"| {cell(Path(f).name)} | {cell(str(r.meta.get('bench')))} | "
+                  f"{cell(', '.join(sorted(set(r.meta.get('hosts') or []))))} | <code>{cell(command(r))}</code> |"
+                  for f, r in runs]
         for title, png, table in made:
-            lines += ["", f"## {title}", "", f"![{title}]({png.name})", "", _md_table(table)]
+            lines += ["", f"## {cell(title)}", "", f"![{cell(title)}]({png.name})", "", _md_table(table)]
         if cmp is not None:
             lines += ["", "## Comparison (B / A)", "", _md_table(cmp)]
         page = out / "report.md"
@@ -448,9 +450,9 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
 
 def _md_table(df) -> str:
     df = df.reset_index() if df.index.name else df
-    cols = [str(c) for c in df.columns]
+    cols = [cell(str(c)) for c in df.columns]
     rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    rows += ["| " + " | ".join(number(v) for v in rec) + " |" for rec in df.itertuples(index=False)]
+    rows += ["| " + " | ".join(cell(number(v)) for v in rec) + " |" for rec in df.itertuples(index=False)]
     return "\n".join(rows)
 
 

@@ -48,8 +48,11 @@ MAX_SAID = 1000  # characters of one message: a 5,000-character file name given 
 
 
 def shorten(message: str) -> str:
-    """One line of at most MAX_SAID characters: the middle of a longer one is cut (a name given back)."""
-    message = " ".join(message.splitlines())
+    """One line of at most MAX_SAID characters, control characters escaped (a name from a file or a peer
+    may hold any): the middle of a longer one is cut (a name given back)."""
+    from commbench.core.output.printable import printable
+
+    message = printable(" ".join(message.splitlines()))
     if len(message) <= MAX_SAID:
         return message
     keep = MAX_SAID // 2 - 10
