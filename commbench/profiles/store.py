@@ -93,7 +93,12 @@ def known() -> dict[str, Path]:
 def load(name_or_path: str) -> Profile:
     """A profile by name (``resnet50``) or by path to a CSV."""
     p = Path(name_or_path)
-    if not (p.suffix == ".csv" and p.exists()):
+    try:
+        there = p.suffix == ".csv" and p.exists()
+    except OSError as exc:  # a name too long, a component that is a file
+        raise UsageError(f"profile {name_or_path!r}: {exc.strerror or exc}; give the path of a CSV file "
+                         "(make one with 'commbench payloads profile')") from None
+    if not there:
         profiles = known()
         if name_or_path not in profiles:
             raise UsageError(f"unknown model or profile {name_or_path!r}; known: {', '.join(profiles) or 'none'} "

@@ -75,3 +75,4 @@ def test_import_prints_a_poisoned_tool_output_as_plain_text(tmp_path):
     assert code in (0, 2), err.getvalue()
     assert raw(out.getvalue()) == [] and raw(err.getvalue()) == []
     assert "\\x1b" in out.getvalue() + err.getvalue()  # the poisoned name was shown, escaped
+

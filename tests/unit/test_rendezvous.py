@@ -203,3 +203,38 @@ def test_no_bytes_before_the_token_get_a_stranger_in(frames):
     assert good.get("still") == b"here"
     good.close()
     srv.close()
+
+
+def test_a_handshake_cut_short_by_the_timeout_says_so():
+    """A listener that accepts and never answers (a rendezvous too slow for the --timeout given): the
+    rank names the timeout, not another run or another token."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    try:
+        with pytest.raises(PeerError, match=r"did not finish within --timeout 0.2 s .*give a longer --timeout"):
+            StoreClient("127.0.0.1", silent.getsockname()[1], TOKEN, 1, 2, "h1", 0.2)
+    finally:
+        silent.close()
+
+
+def test_refusals_in_a_flood_cost_the_log_a_line_or_so_each_10_s(monkeypatch, capsys):
+    """The first 10 refusals are said, then every 100th, or one after 10 s of silence."""
+    from commbench.core.run import gate as gate_mod
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    g = gate_mod.Gate(listener, "rank 0", TOKEN)
+    clock = [1000.0]
+    monkeypatch.setattr(gate_mod.time, "monotonic", lambda: clock[0])
+    try:
+        for _ in range(250):
+            a, b = socket.socketpair()
+            g.refuse(a, ("10.0.0.9", 4242), "no proof of the run token")
+            b.close()
+        said = capsys.readouterr().err.splitlines()
+        assert len(said) == 12 and said[-1].endswith("200 refused so far)"), said
+        clock[0] += gate_mod.SAY_EVERY
+        a, b = socket.socketpair()
+        g.refuse(a, ("10.0.0.9", 4242), "no proof of the run token")
+        b.close()
+        assert capsys.readouterr().err.count("251 refused so far") == 1
+    finally:
+        g.close()

@@ -1,9 +1,12 @@
 """Size parsing and the TF-gRPC-Bench payload schemes, statistically over many draws."""
 
+import contextlib
+import io
 from collections import Counter
 
 import pytest
 
+from commbench import cli
 from commbench.core.errors import UsageError
 from commbench.core.measure.payload import CATEGORIES, LARGE, MEDIUM, SMALL, SchemeSpec, category_of, sweep_payloads
 from commbench.core.measure.sizes import format_size, parse_range, parse_size, sweep
@@ -105,3 +108,8 @@ def test_categories_table():
     assert set(CATEGORIES) == {"S", "M", "L"}
 
 
+def test_a_payload_path_too_long_is_one_line():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(["p2p-latency", "--payload", "/tmp/" + "a/" * 2500 + "x.csv"])
+    assert code == 2 and err.getvalue().count("\n") == 1 and "File name too long" in err.getvalue()

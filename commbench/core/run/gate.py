@@ -30,6 +30,7 @@ from commbench.core.run.framing import HEADER, FrameError, decode_header, encode
 HELLO_TIMEOUT = 5.0  # s for a whole hello
 HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown
 MAX_UNPROVEN = 128  # connections held at once without the token
+SAY_EVERY = 10.0  # s: after the first 10 refusals, one line this often at most (and every 100th)
 ACCEPT_BATCH = MAX_UNPROVEN // 4  # accepted between two reads of the hellos that have arrived
 HELLO, BUSY = 1, 3  # frame kinds shared with the rendezvous (its HELLO and ERR): {"kind": "busy"} over the cap
 
@@ -64,6 +65,7 @@ class Gate:
         self.selector.register(listener, selectors.EVENT_READ)
         self.unproven: dict[socket.socket, _Unproven] = {}
         self.refused = 0
+        self._said = 0.0  # when the last refusal was said (refuse)
 
     def wait(self, timeout: float) -> list[tuple[socket.socket, tuple, dict]]:
         """(connection, address, hello) for every hello with the run's token completed within
@@ -108,7 +110,7 @@ class Gate:
                 with contextlib.suppress(OSError):
                     oldest.conn.send(encode(BUSY, {"kind": "busy"}))
                 self.refuse(oldest.conn, oldest.addr, f"more than {MAX_UNPROVEN} connections without the run token; "
-                            "the oldest goes", quiet=True)
+                            "the oldest goes")
             u = _Unproven(conn, addr, time.monotonic() + HELLO_TIMEOUT)
             try:
                 conn.send(encode(auth.CHALLENGE, {"nonce": u.challenge}))  # small: the socket buffer takes it
@@ -155,11 +157,13 @@ class Gate:
         self.selector.unregister(u.conn)
         del self.unproven[u.conn]
 
-    def refuse(self, conn: socket.socket, addr: tuple, why: str, quiet: bool = False) -> None:
-        """Close a stranger's connection and say so on stderr (in a flood: the first 10 and every 100th)."""
+    def refuse(self, conn: socket.socket, addr: tuple, why: str) -> None:
+        """Close a stranger's connection and say so on stderr: the first 10, then every 100th or one
+        every SAY_EVERY s, whichever comes first (a flood costs the run's log a line or so a second)."""
         self.refused += 1
-        n = self.refused
-        if not quiet or n <= 10 or n % 100 == 0:
+        n, now = self.refused, time.monotonic()
+        if n <= 10 or n % 100 == 0 or now - self._said >= SAY_EVERY:
+            self._said = now
             say(f"{self.who}: refused a connection from {where(addr)} ({why}; {n} refused so far)")
         conn.close()
 

@@ -44,7 +44,7 @@ class Control:
             for conn, addr, hello in self.gate.wait(left):
                 if hello.get("rank") != rank or hello.get("tag") != tag:
                     self.gate.refuse(conn, addr, f"not the pair expected (rank {hello.get('rank')!r}, "
-                                                 f"pair {str(hello.get('tag'))[:60]!r})", quiet=True)
+                                                 f"pair {str(hello.get('tag'))[:60]!r})")
                     continue
                 send_frame(conn, WELCOME, {})
                 return conn

@@ -460,6 +460,7 @@ class StoreClient:
                 self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.sock.settimeout(timeout + 5)
                 kind, obj = None, {}  # type: tuple[int | None, dict]
+                broke: Exception | None = None
                 try:
                     auth.authenticate(self.sock, token, hello, min(deadline, time.monotonic() + HELLO_WAIT))
                     kind, obj, _ = read_frame(self.sock)
@@ -470,11 +471,15 @@ class StoreClient:
                     raise PeerError(f"rank {rank} on host {my_host}: the process listening at {self.root} (where "
                                     "rank 0's rendezvous should be) did not prove it knows the run token: another "
                                     "program holds that port; nothing secret was sent to it") from None
-                except (OSError, ConnectionError, FrameError):
-                    pass
+                except (OSError, ConnectionError, FrameError) as exc:
+                    broke = exc
                 if kind == OK:
                     break
                 self.sock.close()
+                if broke is not None and time.monotonic() >= deadline:  # the handshake ran out of time
+                    raise PeerError(f"rank {rank} on host {my_host}: the handshake with the rendezvous at {self.root} "
+                                    f"did not finish within --timeout {timeout:g} s ({broke}); give a longer "
+                                    "--timeout") from None
                 if obj.get("kind") != "busy":
                     raise PeerError(f"rank {rank} on host {my_host}: the rendezvous at {self.root} refused this "
                                     "rank (another run on that port, or a different run token)")
