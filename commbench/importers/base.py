@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a number as the tools print them
+# A number as the tools print them, matched once (an atomic group): a pattern repeating it never tries the
+# other ways of splitting a run of digits, which made a line of a few long numbers take exponential time.
+NUM = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours some tools print (sockperf)
 
 

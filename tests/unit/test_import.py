@@ -12,6 +12,7 @@ import io
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,11 +20,6 @@ from commbench.cli import main
 from commbench.importers import detect
 
 FIX = Path(__file__).parent.parent / "fixtures" / "import"
-
-
-
-
-
 
 
 def test_detected_without_from():
@@ -53,3 +49,15 @@ def test_truncated_or_damaged_output_never_tracebacks(name, cut, junk):
             rc = main(["import", str(f), "--size", "64", "--ranks", "4"])
     assert rc in (0, 2), err.getvalue()
     assert len(err.getvalue().strip().splitlines()) <= 1, err.getvalue()
+
+
+@pytest.mark.timeout(60)
+def test_a_line_of_long_numbers_is_read_in_linear_time(tmp_path):
+    """OSU's line pattern once tried every way of splitting each run of digits: a line of a few long
+    numbers and a word took exponential time (5 numbers of 20 digits: 7.5 s; this one: hours)."""
+    f = tmp_path / "osu.txt"
+    f.write_text((FIX / "osu_latency.txt").read_text() + "8 " + " ".join(["1" * 30] * 10) + " note\n")
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        rc = main(["import", str(f)])
+    assert rc == 0 and "osu_latency" in out.getvalue(), err.getvalue()
