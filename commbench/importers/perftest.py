@@ -25,6 +25,13 @@ def looks_like(text: str) -> bool:
     return TITLE.search(text) is not None and (LAT_HEAD.search(text) or BW_HEAD.search(text)) is not None
 
 
+def _events_on(line: str) -> bool:
+    """A header line saying completion events are on (``Using Events : ON``): the word before the
+    line's first colon, ON after it. Read a line at a time, in time linear in the line."""
+    key, sep, value = line.partition(":")
+    return bool(sep) and value.strip()[:2].upper() == "ON" and re.search(r"(?i)\bevents\b", key) is not None
+
+
 def _field(text: str, name: str) -> str | None:
     m = re.search(rf"{re.escape(name)}\s*:\s*(\S+)", text)
     return m.group(1) if m else None
@@ -64,7 +71,7 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
                 rows.append({"size": int(f[0]), "iterations": int(f[1]), "max_mb_s": float(f[2]) * scale,
                              "mb_s": float(f[3]) * scale, "msg_s": float(f[4]) * 1e6})
     tool = TOOLS.get((op, kind), f"perftest {m.group(1)} {kind}")
-    events = re.search(r"(?i)using\s+events\s*:\s*ON|\bevents\b.*:\s*ON", text) is not None
+    events = any(_events_on(line) for line in text.splitlines())
     imp = Imported(bench, tool, "verbs", f"{op}, {device} (perftest)", rows, _field(text, "perftest version"),
                    poll="blocking" if events else "busy")
     for name in ("Device", "Link type", "Mtu", "Connection type", "TX depth", "GID index"):

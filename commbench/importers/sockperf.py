@@ -22,6 +22,17 @@ def _num(pattern: str, text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _received(text: str) -> int | None:
+    """ReceivedMessages= on the [Valid Duration] line: found with str.find, a line at a time (a pattern
+    scanning from every "[Valid Duration]" to the line's end took time quadratic in a long line)."""
+    for line in text.splitlines():
+        at = line.find("[Valid Duration]")
+        if at >= 0 and (got := line.find("ReceivedMessages=", at)) >= 0:
+            digits = re.match(r"\d+", line[got + len("ReceivedMessages="):])
+            return int(digits.group()) if digits else None
+    return None
+
+
 def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
     avg = _num(r"avg-latency=([\d.]+)", text)
     if avg is None:
@@ -35,9 +46,9 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
            "p999_us": _num(r"percentile 99\.900\s*=\s*([\d.]+)", text),
            "min_us": _num(r"<MIN> observation\s*=\s*([\d.]+)", text),
            "max_us": _num(r"<MAX> observation\s*=\s*([\d.]+)", text)}
-    n = re.search(r"\[Valid Duration\].*?ReceivedMessages=(\d+)", text)
-    if n:
-        row["iterations"] = int(n.group(1))
+    received = _received(text)
+    if received is not None:
+        row["iterations"] = received
     version = re.search(r"== version #([\w.\-]+)", text)
     imp = Imported("p2p-latency", "sockperf", proto, "sockperf ping-pong", [{k: v for k, v in row.items()
                                                                             if v is not None}],

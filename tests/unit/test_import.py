@@ -61,3 +61,17 @@ def test_a_line_of_long_numbers_is_read_in_linear_time(tmp_path):
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         rc = main(["import", str(f)])
     assert rc == 0 and "osu_latency" in out.getvalue(), err.getvalue()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name,line", [("ib_send_lat.txt", "events " * 300_000 + "x: OFF"),
+                                       ("sockperf_pingpong_tcp_64.txt", "[Valid Duration] " * 120_000)])
+def test_a_long_line_is_read_in_linear_time(tmp_path, name, line):
+    """perftest's events search and sockperf's received count once scanned from every match to the line's
+    end: quadratic in a long line (2.1 MB: past 120 s)."""
+    f = tmp_path / name
+    f.write_text((FIX / name).read_text() + line + "\\n")
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        rc = main(["import", str(f), "--size", "64"])
+    assert rc == 0, err.getvalue()
