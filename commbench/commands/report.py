@@ -16,8 +16,11 @@ as pyperf's compare does, "better"/"worse" read the way the benchmark declared (
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
+import os
 import re
+import stat
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,7 +130,7 @@ def _line_plot(plt, df, x: str, y: str, title: str, ylabel: str, xlabel: str, pa
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -218,7 +221,7 @@ def training_figure(plt, df, out: Path, kinds: dict) -> list[tuple[str, Path, ob
     ax.legend()
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(p, dpi=110)
+    save(fig, p)
     plt.close(fig)
     return [("Training: predicted and measured", p, table)]
 
@@ -294,7 +297,7 @@ def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple
     fig.suptitle(f"cluster over {transport}: every pair of hosts" + (" (grouped by switch)" if topo else ""))
     fig.tight_layout()
     heat = out / f"{stem}-pairs.png"
-    fig.savefig(heat, dpi=110)
+    save(fig, heat)
     plt.close(fig)
     host_bw = [float(np.nanmedian(row)) if np.isfinite(row).any() else np.nan for row in mats[BW]]
     flagged = {f.get(k) for f in found for k in ("a", "b")}
@@ -307,7 +310,7 @@ def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     hosts = out / f"{stem}-hosts.png"
-    fig.savefig(hosts, dpi=110)
+    save(fig, hosts)
     plt.close(fig)
     pd = pandas()
     notes = pd.DataFrame([{"": r.get("kind") or r.get("test"), "note": r.get("note") or ""} for r in records
@@ -339,7 +342,7 @@ def traffic_figure(plt, tr, out: Path, kinds: dict) -> list[tuple[str, Path, obj
     axes[0].set_yscale("log")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
     plt.close(fig)
     return [("Traffic on the wire (--traffic)", path, tr[["point", "from", "to", "bytes_step", "segments_step",
                                                            "rpcs_step"]])]
@@ -415,6 +418,38 @@ def command(run: Run) -> str:
     return " ".join(run.meta.get("command") or [])
 
 
+def own_directory(out: Path) -> None:
+    """Make the report's directory, or take one that is this user's own: not a symbolic link, owned by
+    this user, writable by nobody else (a directory another user can write into may hold links planted
+    where the report's files go)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        st = os.lstat(out)
+    except OSError as exc:
+        raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"report directory {str(out)!r} is a symbolic link or not a directory: choose another -o")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"report directory {str(out)!r} belongs to uid {st.st_uid}, not to you: choose another -o "
+                         "(a report is written only into a directory of your own)")
+    if st.st_mode & 0o022:
+        raise UsageError(f"report directory {str(out)!r} can be written by others (mode {st.st_mode & 0o777:o}): "
+                         "choose another -o, or chmod go-w it")
+
+
+def fresh(path: Path):
+    """``path`` opened for writing as a new file, never through a link: what was there is removed first
+    (the directory is this user's own: own_directory)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb")
+
+
+def save(fig, path: Path) -> None:
+    with fresh(path) as f:
+        fig.savefig(f, dpi=110, format="png")
+
+
 def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) -> Path:
     if fmt == "md":
         lines = ["# commbench report", "", "| file | benchmark | hosts | command |", "|---|---|---|---|"]
@@ -426,7 +461,8 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
         if cmp is not None:
             lines += ["", "## Comparison (B / A)", "", _md_table(cmp)]
         page = out / "report.md"
-        page.write_text("\n".join(lines) + "\n")
+        with fresh(page) as f:
+            f.write(("\n".join(lines) + "\n").encode())
         return page
     parts = ["<!doctype html><meta charset=utf-8><title>commbench report</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} img{max-width:100%} "
@@ -444,7 +480,8 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
     if cmp is not None:
         parts += ["<h2>Comparison (B / A)</h2>", cmp.to_html(index=False, float_format=number)]
     page = out / "report.html"
-    page.write_text("\n".join(parts))
+    with fresh(page) as f:
+        f.write("\n".join(parts).encode())
     return page
 
 
@@ -496,10 +533,7 @@ def run(o: ReportOptions) -> int:
         files = files or list(o.compare)
     runs = read_all(files)  # every file read before anything is made
     out = Path(o.output)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
+    own_directory(out)
     ours = any((out / f"report.{ext}").exists() for ext in ("html", "md"))  # a report's folder from before
     with warnings.catch_warnings():  # matplotlib's overflow on absurd values (a file's 1e308 B) is not the user's news
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -4,6 +4,7 @@ bad input."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -143,3 +144,31 @@ def test_show_of_a_folder_reads_its_results_files_and_leaves_other_tools_json(tm
     r = commbench("show", str(tmp_path))
     assert r.code == 0 and "iperf3" not in r.out + r.err, r.err
     assert r.out == commbench("show", str(FIX / "latency_tcp.jsonl")).out != ""
+
+
+def test_a_report_never_writes_through_a_link_or_into_another_users_directory(tmp_path):
+    """Links planted where the page and figures go are replaced, not followed; a directory that is a
+    link, another user's, or writable by others is refused in one line."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "rep"
+    out.mkdir(mode=0o755)
+    for name in ("report.html", "p2p-latency.png"):
+        (out / name).symlink_to(victim)
+    r = commbench("report", str(FIX / "latency_tcp.jsonl"), "-o", str(out))
+    assert r.code == 0, r.err
+    assert victim.read_text() == "precious"
+    assert not (out / "report.html").is_symlink() and not (out / "p2p-latency.png").is_symlink()
+    (tmp_path / "linked").symlink_to(out)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    cases = [(tmp_path / "linked", "is a symbolic link"), (shared, "can be written by others")]
+    if os.geteuid() == 0:
+        other = tmp_path / "other"
+        other.mkdir(mode=0o755)
+        os.chown(other, 65534, 65534)
+        cases.append((other, "belongs to uid 65534"))
+    for where, says in cases:
+        r = commbench("report", str(FIX / "latency_tcp.jsonl"), "-o", str(where))
+        assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, (where, r.err)
