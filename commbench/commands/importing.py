@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commbench.commands import command
+from commbench.core.config.argtypes import integer
 from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 from commbench.importers import TOOLS, detect, meta_of, parser_of, rows_of
@@ -24,9 +25,10 @@ class ImportOptions(Options):
     output: str | None = opt(None, "-o", "--output", metavar="FILE",
                              help="write results here (.jsonl appends, .csv replaces); default: print them as `show` "
                                   "does")
-    ranks: int = opt(0, type=int, metavar="N",
+    ranks: int = opt(0, type=integer(0, 1 << 24), metavar="N",
                      help="ranks of a collective run (osu_allreduce does not print them; needed for busbw)")
-    size: int = opt(0, type=int, metavar="B", help="message size of a tool that does not print it (sockperf: its -m)")
+    size: int = opt(0, type=integer(0, 1 << 40), metavar="B",
+                    help="message size of a tool that does not print it (sockperf: its -m)")
 
 
 def add_parser(sub) -> None:
@@ -60,7 +62,7 @@ def run(o: ImportOptions) -> int:
         if not imp.rows:
             raise UsageError(f"{path}: no result lines in this {tool} output (cut short before its first size?)")
         meta = meta_of(imp, path, text)
-        runs.append((meta, rows_of(imp, meta)))
+        runs.append((meta, rows_of(imp, meta, path)))
     if out is None:
         import tempfile
 

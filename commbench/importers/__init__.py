@@ -11,10 +11,12 @@ printed as ``show`` prints a file.
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
 
 from commbench.importers.base import Imported
 
+MAX_VALUE = 1e15  # beyond any latency (us), bandwidth (MB/s) or size (B) a tool measures
 TOOLS = ("osu", "perftest", "nccl-tests", "sockperf", "iperf3", "mpigraph")
 
 
@@ -50,8 +52,10 @@ def meta_of(imp: Imported, path: str, text: str) -> dict:
     return meta
 
 
-def rows_of(imp: Imported, meta: dict) -> list[dict]:
-    """The rows with the runner's keys, checked against the benchmark's declared keys."""
+def rows_of(imp: Imported, meta: dict, path: str = "") -> list[dict]:
+    """The rows with the runner's keys, checked against the benchmark's declared keys; a measured value
+    that is negative or not finite (an edited or broken output) is refused, naming the file and the line."""
+    from commbench.core.errors import UsageError
     from commbench.presentation import declared_keys
 
     known = declared_keys(imp.bench)
@@ -62,5 +66,9 @@ def rows_of(imp: Imported, meta: dict) -> list[dict]:
         bad = sorted(k for k in row if k not in known)
         if bad:
             raise AssertionError(f"{imp.tool} import made undeclared keys {bad}")
+        for k, v in row.items():
+            if known[k].unit and isinstance(v, (int, float)) and not (math.isfinite(v) and 0 <= v <= MAX_VALUE):
+                raise UsageError(f"{path}: {imp.tool} reports {k} = {v} at size {row.get('size')}: not a measurement "
+                                 "(negative, not finite or beyond 1e15); was the output edited?")
         out.append(row)
     return out

@@ -75,3 +75,28 @@ def test_a_long_line_is_read_in_linear_time(tmp_path, name, line):
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         rc = main(["import", str(f), "--size", "64"])
     assert rc == 0, err.getvalue()
+
+
+@pytest.mark.parametrize("name,old,new", [
+    ("osu_latency.txt", "8                       0.25", "8                      -0.25"),
+    ("iperf3_tcp.json", "20889761307.50968", "-20889761307.50968"),
+])
+def test_a_value_no_tool_measures_is_refused_naming_the_file(tmp_path, name, old, new):
+    """A negative measurement (an edited output) is one line naming the user's file, not a row
+    (nor an error about a temporary file of commbench's own)."""
+    text = (FIX / name).read_text()
+    assert old in text
+    f = tmp_path / name
+    f.write_text(text.replace(old, new))
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        rc = main(["import", str(f), "--size", "64"])
+    assert rc == 2 and str(f) in err.getvalue() and "not a measurement" in err.getvalue(), err.getvalue()
+    assert len(err.getvalue().strip().splitlines()) == 1
+
+
+def test_a_size_beyond_any_message_is_refused():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["import", str(FIX / "sockperf_pingpong_tcp_64.txt"), "--size", "1" + "0" * 30])
+    assert rc == 2 and "--size" in err.getvalue()
