@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,3 +208,59 @@ def _running(q) -> bool:
         return q.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+class Relay:
+    """A man in the middle between a rank and the rendezvous: forwards both ways, handing each whole
+    frame to ``up`` (the rank's) or ``down`` (rank 0's): (frame number, bytes) -> the bytes forwarded."""
+
+    def __init__(self, port: int, up=lambda n, frame: frame, down=lambda n, frame: frame) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port, self.target, self.up, self.down = self.listener.getsockname()[1], port, up, down
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                rank, _ = self.listener.accept()
+            except OSError:
+                return
+            root = None
+            for _ in range(400):  # rank 0 not listening yet: the rank's connection waits for it
+                try:
+                    root = socket.create_connection(("127.0.0.1", self.target))
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            if root is None:
+                rank.close()
+                continue
+            # unsealed: the rank's hello; rank 0's challenge and proof
+            threading.Thread(target=self._frames, args=(rank, root, self.up, 1), daemon=True).start()
+            threading.Thread(target=self._frames, args=(root, rank, self.down, 2), daemon=True).start()
+
+    @staticmethod
+    def _frames(src: socket.socket, dst: socket.socket, edit, unsealed: int) -> None:
+        from commbench.core.run.framing import HEADER, TAG, decode_header
+
+        buf, n = bytearray(), 0
+        try:
+            while chunk := src.recv(1 << 16):
+                buf += chunk
+                while len(buf) >= HEADER.size:
+                    _, jlen, blen = decode_header(bytes(buf[:HEADER.size]))
+                    end = HEADER.size + jlen + blen + (TAG if n >= unsealed else 0)
+                    if len(buf) < end:
+                        break
+                    dst.sendall(edit(n, bytes(buf[:end])))
+                    del buf[:end]
+                    n += 1
+        except OSError:
+            pass
+        for s in (src, dst):  # shutdown: the other direction's thread may be in recv on it
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        self.listener.close()

@@ -793,11 +793,11 @@ class Cluster(Benchmark):
         the first rank dials the second's control listener."""
         world, (ra, rb) = ctx.world, task["members"]
         try:
-            sock = control.dial(task["addr"], rb, task["tag"], world.timeout) if world.rank == ra else \
+            sock, seal = control.dial(task["addr"], rb, task["tag"], world.timeout) if world.rank == ra else \
                 control.accept(ra, task["tag"], world.timeout)
         except PeerError as exc:
             return {"error": str(exc)}
-        link = LinkStore(sock, world, rb if world.rank == ra else ra, world.timeout)
+        link = LinkStore(sock, seal, world, rb if world.rank == ra else ra, world.timeout)
         try:
             over = next(((cls, config) for name, cls, config in self.extra if name == task["via"]), (None, None))
             got = self._measure_pair(ctx, Group(world, [ra, rb], task["tag"], link), task["latency"], *over)

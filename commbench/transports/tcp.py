@@ -286,12 +286,12 @@ class TcpTransport(Transport):
                 if left <= 0:
                     names = ", ".join(world.describe(p) for p in sorted(expected))
                     raise PeerError(f"timed out after {self.timeout:g} s waiting for {names} to connect")
-                for conn, addr, hello in gate.wait(left):
+                for conn, addr, hello, seal in gate.wait(left):
                     p = hello.get("rank")
                     if p not in expected:
                         gate.refuse(conn, addr, f"unexpected rank {p!r}")
                     else:
-                        send_frame(conn, OK, {})
+                        send_frame(conn, OK, {}, seal=seal)
                         expected.discard(p)
                         links[p] = TcpLink(conn, p, world.describe(p), self.timeout, self.busy)
         finally:
@@ -312,9 +312,10 @@ class TcpTransport(Transport):
 
     def _dial(self, addr: Address, peer: int, deadline: float) -> socket.socket:
         """Connect to a peer's data port, each side proving the run token; again while it is busy or not
-        listening yet (core/run/gate.dial)."""
+        listening yet (core/run/gate.dial). The handshake's frames are sealed, the data after them is
+        not: its bytes are what is timed, and nothing in them is interpreted beyond their sizes."""
         return dial(lambda timeout: self.open(addr, timeout), addr, self.world.placement.token,
-                    {"rank": self.world.rank}, deadline, self.world.describe(peer))
+                    {"rank": self.world.rank}, deadline, self.world.describe(peer))[0]
 
     def progress(self, sends: Sequence[tuple[Link, Message]], recvs: Sequence[tuple[Link, Message]]) -> None:
         """Sends and receives on several sockets at once, driven by poll() (or spinning when busy)."""

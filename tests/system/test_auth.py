@@ -138,3 +138,59 @@ def test_tensorflow_servers_are_out_of_reach_of_the_machines_other_processes():
     assert "no authentication" not in err, err
 
 
+
+
+def _ranks_behind_a_relay(tmp_path, up) -> list:
+    """Two ranks as srun starts them with COMMBENCH_TOKEN exported; rank 1 reaches rank 0's rendezvous
+    through a relay (COMMBENCH_ROOT redirected to it) that forwards the handshake and edits rank 1's
+    frames with ``up``."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import Relay, free_port
+
+    port = free_port()
+    relay = Relay(port, up)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "COMMBENCH_", "OMPI_", "PMI_"))}
+    env.update(SLURM_JOB_ID="5151", SLURM_STEP_ID="0", SLURM_NTASKS="2", SLURM_STEP_NODELIST="localhost",
+               COMMBENCH_TOKEN="ab" * 16)
+    roots = {0: f"127.0.0.1:{port}", 1: f"127.0.0.1:{relay.port}"}
+    ranks = [subprocess.Popen([sys.executable, "-m", "commbench", "p2p-latency", "-m", "8:64", "-i", "300",
+                               "--timeout", "20", "-o", str(tmp_path / "out.jsonl")],
+                              env={**env, "SLURM_PROCID": str(r), "COMMBENCH_ROOT": roots[r]},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    outs = [r.communicate(timeout=120) for r in ranks]
+    relay.close()
+    return [(r.returncode, *o) for r, o in zip(ranks, outs, strict=True)]
+
+
+def test_a_relay_on_the_path_forwards_but_cannot_inject_or_alter(tmp_path):
+    """A relay that only forwards: the run completes. One that injects an ABORT {"code": 0} after
+    rank 1's first sealed frame (once it ended the run with exit 0, no rows and no word), or rewrites
+    a host name in rank 1's frames (once it reached the results file): refused, named in one line,
+    non-zero exit, and nothing of it in the results."""
+    from commbench.core.run.framing import TAG, encode
+    from commbench.core.run.rendezvous import ABORT
+
+    got = _ranks_behind_a_relay(tmp_path, lambda n, frame: frame)
+    assert [g[0] for g in got] == [0, 0], got
+    assert len([ln for ln in got[0][1].splitlines() if ln and not ln.startswith("#")]) == 4
+
+    def inject(n, frame):
+        return frame + encode(ABORT, {"message": "all done", "code": 0}) + bytes(TAG) if n == 1 else frame
+
+    got = _ranks_behind_a_relay(tmp_path, inject)
+    assert got[0][0] not in (0, None) and got[1][0] != 0, got
+    said = got[0][2].splitlines()
+    assert len(said) == 1 and "the connection of rank 1 on host" in said[0] and "was tampered with" in said[0], said
+
+    me = socket.gethostname().encode()
+
+    def alter(n, frame):  # the host rank 1 reports of itself
+        return frame.replace(b'"' + me + b'"', b'"EVILHOST<b>"') if n >= 1 else frame
+
+    got = _ranks_behind_a_relay(tmp_path, alter)
+    assert got[0][0] != 0 and "tampered with" in got[0][2], got
+    out = tmp_path / "out.jsonl"
+    assert not out.exists() or "EVILHOST" not in out.read_text()

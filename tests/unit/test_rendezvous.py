@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
 from commbench.core.run import auth
 from commbench.core.run.collectives import pack, unpack
-from commbench.core.run.framing import encode, read_frame, send_frame
+from commbench.core.run.framing import Seal, encode, read_frame, send_frame
 from commbench.core.run.rendezvous import GET, OK, VALUE, StoreClient, StoreServer
 
 TOKEN = "t0ken"
@@ -30,13 +30,13 @@ def client(srv: StoreServer, rank: int, role: str = "rank") -> StoreClient:
     return StoreClient("127.0.0.1", srv.port, TOKEN, rank, srv.size, f"h{rank}", 10, role=role)
 
 
-def raw_member(srv: StoreServer, rank: int) -> socket.socket:
-    """A proven connection whose requests this test sends and reads by hand (a GET that waits)."""
+def raw_member(srv: StoreServer, rank: int) -> tuple[socket.socket, Seal]:
+    """A proven connection whose requests this test sends and reads by hand (a GET that waits), and its seal."""
     s = socket.create_connection(("127.0.0.1", srv.port))
-    auth.authenticate(s, TOKEN, {"rank": rank, "size": srv.size, "host": f"h{rank}"}, time.monotonic() + 10)
-    assert read_frame(s)[0] == OK
+    seal = auth.authenticate(s, TOKEN, {"rank": rank, "size": srv.size, "host": f"h{rank}"}, time.monotonic() + 10)
+    assert read_frame(s, seal=seal)[0] == OK
     s.settimeout(10)
-    return s
+    return s, seal
 
 
 def test_one_thread_serves_two_hundred_connections_and_their_waiting_gets():
@@ -46,18 +46,18 @@ def test_one_thread_serves_two_hundred_connections_and_their_waiting_gets():
     waiting = [raw_member(srv, r) for r in range(1, 100)]
     watchdogs = [client(srv, r, "watchdog") for r in range(100)]
     setter = client(srv, 0)
-    for s in waiting:
-        send_frame(s, GET, {"key": "k", "timeout": 30})
+    for s, seal in waiting:
+        send_frame(s, GET, {"key": "k", "timeout": 30}, seal=seal)
     time.sleep(0.2)
     assert threading.active_count() == before + 1  # 200 connections, 99 GETs waiting: still one thread
     setter.set("k", b"v" * 1000)
-    for s in waiting:
-        kind, _, blob = read_frame(s)
+    for s, seal in waiting:
+        kind, _, blob = read_frame(s, seal=seal)
         assert (kind, blob) == (VALUE, b"v" * 1000)
     assert watchdogs[5].beat(60)["failed"] is None
     for c in [setter, *watchdogs]:
         c.close()
-    for s in waiting:
+    for s, _ in waiting:
         s.close()
     srv.close()
 
@@ -81,7 +81,7 @@ def test_a_dead_member_fails_waiters_and_a_tolerant_store_records_it_instead():
     for tolerant in (False, True):
         srv = server(3, tolerant)
         a, b = client(srv, 0), client(srv, 1)
-        victim = raw_member(srv, 2)
+        victim, _ = raw_member(srv, 2)
         got: list = []
         t = threading.Thread(target=lambda: got.append(_try(lambda: a.get("never", 20))))
         t.start()
@@ -121,8 +121,8 @@ def test_abort_answers_every_waiter():
 def test_a_members_garbage_ends_that_member_only(junk):
     srv = server(3)
     good = client(srv, 0)
-    bad = raw_member(srv, 1)
-    bad.sendall(junk + encode(GET, {"key": 5, "timeout": "x"}))  # then a GET of the wrong types
+    bad, seal = raw_member(srv, 1)
+    bad.sendall(junk + encode(GET, {"key": 5, "timeout": "x"}, seal=seal))  # then a GET of the wrong types
     bad.close()
     good.set("still", b"here")
     assert good.get("still") == b"here"  # the loop lives and serves the others

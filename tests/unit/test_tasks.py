@@ -5,6 +5,7 @@ token, and a dead or silent peer is named; the rounds left after a loss are plan
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from commbench.benchmarks.cluster import replan, serial, tournament
 from commbench.core.errors import PeerError, PeerTimeout
 from commbench.core.run.collectives import Group
+from commbench.core.run.framing import Seal
 from commbench.core.run.link import Control, LinkStore
 from commbench.core.run.rendezvous import StoreClient, StoreServer
 from commbench.core.run.tasks import Dispatcher, Worker
@@ -170,7 +172,8 @@ def test_a_rank_alive_but_stuck_in_its_task_is_dropped_at_the_limit(rdv):
 def pair(timeout: float = 5.0):
     a, b = socket.socketpair()
     wa, wb = (world(r, SimpleNamespace(local_address="127.0.0.1"), timeout=timeout) for r in (0, 1))
-    return LinkStore(a, wa, 1, timeout), LinkStore(b, wb, 0, timeout)
+    key = os.urandom(32)
+    return LinkStore(a, Seal(key, True), wa, 1, timeout), LinkStore(b, Seal(key, False), wb, 0, timeout)
 
 
 def test_a_pairs_collectives_go_over_its_own_connection():
@@ -206,7 +209,7 @@ def test_a_dead_peer_is_named_at_once_and_a_silent_one_once_stale():
 @given(st.binary(max_size=64))
 def test_garbage_on_a_pairs_connection_breaks_that_pair_only(junk):
     a, b = socket.socketpair()
-    la = LinkStore(a, world(0, SimpleNamespace(local_address="127.0.0.1")), 1, 0.2)
+    la = LinkStore(a, Seal(b"k" * 32, True), world(0, SimpleNamespace(local_address="127.0.0.1")), 1, 0.2)
     b.sendall(junk + b"\0" * 16)  # never a whole valid frame of a key
     b.close()
     with pytest.raises((PeerError, PeerTimeout)):
@@ -228,9 +231,9 @@ def test_the_pairs_connection_needs_the_token_and_the_pair_expected(rdv):
             Control(stranger).dial(listener.address, 2, "pairwise.1.1.2", 1)
         with pytest.raises(PeerError):  # the right token, the wrong pair: refused too
             Control(world(3, join(3))).dial(listener.address, 2, "pairwise.9.1.2", 1)
-        sock = Control(first).dial(listener.address, 2, "pairwise.1.1.2", 5)
+        sock, seal = Control(first).dial(listener.address, 2, "pairwise.1.1.2", 5)
         t.join(10)
-        a, b = LinkStore(sock, first, 2, 5), LinkStore(got["sock"], second, 1, 5)
+        a, b = LinkStore(sock, seal, first, 2, 5), LinkStore(*got["sock"], second, 1, 5)
         a.set("k", b"v")
         assert b.get("k") == b"v"
         a.close()

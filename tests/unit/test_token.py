@@ -70,3 +70,21 @@ def test_a_dead_runs_leftover_goes_with_the_next_run(tmp_path):
     os.utime(dead, (old, old))
     run_token.publish(d / "slurm-7.0.token", TOKEN, 4242)
     assert not dead.exists() and live.exists()
+
+
+def test_an_exported_token_gives_each_step_its_own_token_and_a_port_only_it_can_work_out():
+    """With COMMBENCH_TOKEN exported (an sbatch script's, used by many steps): each step proves a token of
+    its own and listens on a port made from it, not from the job's public ids; every rank agrees."""
+    from commbench.core.run.placement import PORT_BASE, PORT_SPAN, detect
+
+    def placement(rank, step, token=TOKEN, job=4242):
+        return detect({"SLURM_PROCID": str(rank), "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": str(step),
+                       "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "localhost", "COMMBENCH_TOKEN": token})
+
+    a, b, other_step, other_token = placement(0, 0), placement(1, 0), placement(0, 1), placement(0, 0, "f" * 32)
+    assert (a.token, a.root_port) == (b.token, b.root_port)  # the step's ranks meet
+    assert a.token not in (TOKEN, other_step.token) and other_step.root_port != a.root_port
+    assert a.root_port != PORT_BASE + (4242 * 17 + 0) % PORT_SPAN  # the old derivation from public ids
+    assert other_token.root_port != a.root_port  # the port depends on the secret: a stranger cannot predict it
+    ports = {placement(0, 0, job=j).root_port for j in range(200)}
+    assert len(ports) > 190 and all(PORT_BASE <= p < PORT_BASE + PORT_SPAN for p in ports)

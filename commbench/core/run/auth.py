@@ -6,6 +6,10 @@ nonces | the hello's fields); the listener checks it and answers PROVEN with HMA
 both nonces). So each side knows the other holds the token, a recorded hello is useless against
 another challenge (replay), and a program squatting on a port learns nothing it can use: it cannot
 answer PROVEN, and the dialer stops there, naming it.
+
+Both sides then hold a session key, HMAC(token, "session" | both nonces), that no one else can make,
+and every frame after PROVEN is sealed with it (core/run/framing.py's ``Seal``): a relay that forwarded
+the handshake can pass frames on but neither inject nor change one.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import json
 import secrets
 import socket
 
-from commbench.core.run.framing import FrameError, read_frame, send_frame
+from commbench.core.run.framing import FrameError, Seal, read_frame, send_frame
 
 CHALLENGE, PROVEN = 20, 21  # frame kinds, apart from the rendezvous's (1-11) and gate.py's HELLO and BUSY
 NONCE_HEX = 32
@@ -64,10 +68,16 @@ def server_proof(token: str, challenge: str, hello: dict) -> dict:
     return {"proof": proof(token, "server", challenge, str(hello.get("nonce")))}
 
 
-def authenticate(sock: socket.socket, token: str, hello: dict, deadline: float) -> None:
+def seal(token: str, challenge: str, answer: str, dialer: bool) -> Seal:
+    """The connection's seal after a handshake of these two nonces (each side makes its own)."""
+    key = hmac.new(token.encode(), f"session|{challenge}|{answer}".encode(), hashlib.sha256).digest()
+    return Seal(key, dialer)
+
+
+def authenticate(sock: socket.socket, token: str, hello: dict, deadline: float) -> Seal:
     """The dialer's side: read the listener's challenge, send the hello with its proof, and check the
-    listener's own proof. Raises Busy (try again), Impostor (not this run's listener), FrameError or
-    OSError (not a commbench listener, or gone)."""
+    listener's own proof; the seal for every frame after. Raises Busy (try again), Impostor (not this
+    run's listener), FrameError or OSError (not a commbench listener, or gone)."""
     kind, obj, _ = read_frame(sock, HELLO_MAX_JSON, 0, deadline)
     if obj.get("kind") == "busy":
         raise Busy()
@@ -84,3 +94,4 @@ def authenticate(sock: socket.socket, token: str, hello: dict, deadline: float) 
     if kind != PROVEN or not isinstance(obj.get("proof"), str) or \
             not hmac.compare_digest(obj["proof"], proof(token, "server", challenge, mine)):
         raise Impostor("it did not prove it knows the run token")
+    return seal(token, challenge, mine, dialer=True)

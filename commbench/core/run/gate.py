@@ -11,7 +11,8 @@ without a proof is the likeliest stranger's, and a flood that keeps re-opening c
 a rank out (it would have to open ``MAX_UNPROVEN`` of them within the rank's round trip). Hellos that
 have arrived are read before more connections are accepted, and at most ``ACCEPT_BATCH`` are accepted
 between two reads. Only the hello's own bytes are read, so whatever a proven peer sends after it stays
-in the socket for its link.
+in the socket for its link. A proven connection comes with its seal (core/run/framing.py): every frame
+either side sends after PROVEN carries its MAC.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import json
 import selectors
 import socket
 import time
+from typing import NamedTuple
 
 from commbench.core.errors import PeerError, say
 from commbench.core.run import auth
-from commbench.core.run.framing import HEADER, FrameError, decode_header, encode, read_frame
+from commbench.core.run.framing import HEADER, FrameError, Seal, Tampered, decode_header, encode, read_frame
 
 HELLO_TIMEOUT = 5.0  # s for a whole hello
 HELLO_MAX_JSON = 4096  # bytes of JSON read before the token is shown
@@ -33,6 +35,15 @@ MAX_UNPROVEN = 128  # connections held at once without the token
 SAY_EVERY = 10.0  # s: after the first 10 refusals, one line this often at most (and every 100th)
 ACCEPT_BATCH = MAX_UNPROVEN // 4  # accepted between two reads of the hellos that have arrived
 HELLO, BUSY = 1, 3  # frame kinds shared with the rendezvous (its HELLO and ERR): {"kind": "busy"} over the cap
+
+
+class Proven(NamedTuple):
+    """A connection that proved the run token: its peer's address and hello, and the seal of its frames."""
+
+    conn: socket.socket
+    addr: tuple
+    hello: dict
+    seal: Seal
 
 
 class _Unproven:
@@ -67,8 +78,8 @@ class Gate:
         self.refused = 0
         self._said = 0.0  # when the last refusal was said (refuse)
 
-    def wait(self, timeout: float) -> list[tuple[socket.socket, tuple, dict]]:
-        """(connection, address, hello) for every hello with the run's token completed within
+    def wait(self, timeout: float) -> list[Proven]:
+        """(connection, address, hello, seal) for every hello with the run's token completed within
         ``timeout`` s; strangers that send garbage, too much, too slowly or the wrong token are refused
         meanwhile. Handed-over connections are blocking again and no longer the gate's: the caller
         adopts them or ``refuse``s them (a rank this listener does not expect)."""
@@ -120,7 +131,7 @@ class Gate:
             self.unproven[conn] = u
             self.selector.register(conn, selectors.EVENT_READ)
 
-    def _read(self, u: _Unproven) -> tuple[socket.socket, tuple, dict] | None:
+    def _read(self, u: _Unproven) -> Proven | None:
         try:
             chunk = u.conn.recv(u.need - len(u.buf))
             if not chunk:
@@ -151,7 +162,7 @@ class Gate:
         except OSError:
             u.conn.close()
             return None
-        return u.conn, u.addr, obj
+        return Proven(u.conn, u.addr, obj, auth.seal(self.token, u.challenge, obj["nonce"], dialer=False))
 
     def _drop(self, u: _Unproven) -> None:
         self.selector.unregister(u.conn)
@@ -179,18 +190,18 @@ class Gate:
 WELCOME = 2  # the listener's answer to a hello it expected (after PROVEN): the connection is the peer's
 
 
-def dial(open_, addr: object, token: str, hello: dict, deadline: float, who: str) -> socket.socket:
+def dial(open_, addr: object, token: str, hello: dict, deadline: float, who: str) -> tuple[socket.socket, Seal]:
     """The dialer's side of a peer's listener (a data port, a pair's control listener): ``open_(timeout)``
-    connects, both sides prove the run token (core/run/auth.py) and the listener welcomes the hello;
-    again while it is busy or not listening yet, until ``deadline``. ``who``: the peer, as messages
-    name it. Raises PeerError."""
+    connects, both sides prove the run token (core/run/auth.py) and the listener welcomes the hello
+    (a sealed frame); again while it is busy or not listening yet, until ``deadline``. ``who``: the
+    peer, as messages name it. The connection and its seal; raises PeerError."""
     while True:
         try:
             sock = open_(max(0.1, deadline - time.monotonic()))
             try:
-                auth.authenticate(sock, token, hello, deadline)
-                if read_frame(sock, 4096, 0, deadline)[0] == WELCOME:
-                    return sock
+                seal = auth.authenticate(sock, token, hello, deadline)
+                if read_frame(sock, 4096, 0, deadline, seal)[0] == WELCOME:
+                    return sock, seal
                 why = "busy with strangers"
             except auth.Busy:
                 why = "busy with strangers"
@@ -198,6 +209,9 @@ def dial(open_, addr: object, token: str, hello: dict, deadline: float, who: str
                 sock.close()
                 raise PeerError(f"the process listening at {where(addr)}, where {who} should be, did not prove it "
                                 "knows the run token: another program holds that port") from None
+            except Tampered as exc:
+                sock.close()
+                raise PeerError(f"the connection to {who} at {where(addr)} was tampered with: {exc}") from None
             except (OSError, ConnectionError, FrameError) as exc:
                 why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
             sock.close()

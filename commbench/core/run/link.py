@@ -3,9 +3,10 @@ addresses, the pair's reports) go between the two ranks, not through rank 0.
 
 Each rank of a cluster evaluation listens on a ``Control`` socket. The pair's first rank dials the
 second's, both proving the run token (core/run/auth.py, as every commbench connection does); the
-hello names the dialing rank and the pair's task, so a late or stray connection is refused. A
-``LinkStore`` then gives a ``Group`` of the two the store's interface (``set``, ``get``, ``status``)
-over that connection: a key set on one side is sent to the other, which reads it when asked.
+hello names the dialing rank and the pair's task, so a late or stray connection is refused; every
+frame after the handshake is sealed (core/run/framing.py). A ``LinkStore`` then gives a ``Group`` of
+the two the store's interface (``set``, ``get``, ``status``) over that connection: a key set on one
+side is sent to the other, which reads it when asked.
 
 A peer that dies ends the connection (``status`` says so at once); one that stops or loses its
 network is silent: a wait that has heard nothing for timeout + grace s names it stopped.
@@ -14,13 +15,12 @@ network is silent: a wait that has heard nothing for timeout + grace s names it 
 from __future__ import annotations
 
 import contextlib
-import json
 import selectors
 import socket
 import time
 
 from commbench.core.errors import PeerError, PeerTimeout
-from commbench.core.run.framing import HEADER, FrameError, decode_header, encode, send_frame
+from commbench.core.run.framing import FrameError, Seal, Tampered, encode, send_frame, take_frame
 from commbench.core.run.gate import WELCOME, Gate, dial
 from commbench.core.run.sockets import bind_listener
 
@@ -37,37 +37,38 @@ class Control:
         self.address = [host, self.listener.getsockname()[1]]
         self.gate = Gate(self.listener, f"rank {world.rank}", world.placement.token)
 
-    def accept(self, rank: int, tag: str, timeout: float) -> socket.socket:
-        """The connection of world rank ``rank`` for the pair ``tag``; PeerError after ``timeout`` s."""
+    def accept(self, rank: int, tag: str, timeout: float) -> tuple[socket.socket, Seal]:
+        """The connection of world rank ``rank`` for the pair ``tag``, and its seal; PeerError after
+        ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            for conn, addr, hello in self.gate.wait(left):
+            for conn, addr, hello, seal in self.gate.wait(left):
                 if hello.get("rank") != rank or hello.get("tag") != tag:
                     self.gate.refuse(conn, addr, f"not the pair expected (rank {hello.get('rank')!r}, "
                                                  f"pair {str(hello.get('tag'))[:60]!r})")
                     continue
-                send_frame(conn, WELCOME, {})
-                return conn
+                send_frame(conn, WELCOME, {}, seal=seal)
+                return conn, seal
         raise PeerError(f"{self.world.describe(rank)} did not connect within {timeout:g} s")
 
-    def dial(self, addr: list, rank: int, tag: str, timeout: float) -> socket.socket:
+    def dial(self, addr: list, rank: int, tag: str, timeout: float) -> tuple[socket.socket, Seal]:
         """Connect to world rank ``rank``'s control listener at ``addr`` for the pair ``tag``."""
-        sock = dial(lambda t: socket.create_connection((addr[0], addr[1]), timeout=t), addr,
-                    self.world.placement.token, {"rank": self.world.rank, "tag": tag}, time.monotonic() + timeout,
-                    self.world.describe(rank))
+        sock, seal = dial(lambda t: socket.create_connection((addr[0], addr[1]), timeout=t), addr,
+                          self.world.placement.token, {"rank": self.world.rank, "tag": tag},
+                          time.monotonic() + timeout, self.world.describe(rank))
         sock.settimeout(None)
-        return sock
+        return sock, seal
 
     def close(self) -> None:
         self.gate.close()
 
 
 class LinkStore:
-    """The store's interface between two ranks over one connection (``Group(..., store=)``). ``peer``:
-    the other's world rank; ``timeout``: the run's, for waits given none."""
+    """The store's interface between two ranks over one connection (``Group(..., store=)``) and its
+    seal. ``peer``: the other's world rank; ``timeout``: the run's, for waits given none."""
 
-    def __init__(self, sock: socket.socket, world, peer: int, timeout: float) -> None:
-        self.sock, self.world, self.peer, self.timeout = sock, world, peer, timeout
+    def __init__(self, sock: socket.socket, seal: Seal, world, peer: int, timeout: float) -> None:
+        self.sock, self.seal, self.world, self.peer, self.timeout = sock, seal, world, peer, timeout
         self.local_address = world.store.local_address
         sock.setblocking(False)
         with contextlib.suppress(OSError):  # TCP (a Unix socket has no Nagle to turn off)
@@ -84,7 +85,7 @@ class LinkStore:
             raise PeerError(self.broken)
         try:
             self.sock.setblocking(True)
-            self.sock.sendall(encode(SET, {"key": key}, value))
+            self.sock.sendall(encode(SET, {"key": key}, value, self.seal))
         except OSError as exc:
             self._break(f"lost the connection to {self.world.describe(self.peer)}: {exc}")
             raise PeerError(self.broken) from None
@@ -122,17 +123,14 @@ class LinkStore:
         self.silent_since = None
         self.inbuf += chunk
         try:
-            while len(self.inbuf) >= HEADER.size:
-                kind, jlen, blen = decode_header(bytes(self.inbuf[:HEADER.size]))
-                end = HEADER.size + jlen + blen
-                if len(self.inbuf) < end:
-                    return
-                obj = json.loads(bytes(self.inbuf[HEADER.size:HEADER.size + jlen])) if jlen else {}
-                if kind != SET or not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
+            while (frame := take_frame(self.inbuf, self.seal)) is not None:
+                kind, obj, blob = frame
+                if kind != SET or not isinstance(obj.get("key"), str):
                     raise FrameError("not a pair frame")
-                self.values[obj["key"]] = bytes(self.inbuf[HEADER.size + jlen:end])
-                del self.inbuf[:end]
-        except (FrameError, ValueError, UnicodeDecodeError) as exc:
+                self.values[obj["key"]] = blob
+        except Tampered as exc:
+            self._break(f"the connection to {self.world.describe(self.peer)} was tampered with: {exc}")
+        except FrameError as exc:
             self._break(f"{self.world.describe(self.peer)} broke the pair's protocol: {exc}")
 
     def _break(self, why: str) -> None:

@@ -5,8 +5,10 @@
   they name no hosts, so rank 0 tells the others its address through MPI itself (``mpi_bootstrap``);
 - ``srun`` sets ``SLURM_PROCID``, ``SLURM_NTASKS`` and ``SLURM_STEP_NODELIST``: the rendezvous is on
   the first node of the step (python-hostlist keeps Slurm's order), on a free port rank 0 publishes
-  with the random run token (core/run/token.py) unless ``--port`` says otherwise (with
-  ``COMMBENCH_TOKEN`` exported: a port derived from the job and step ids).
+  with the random run token (core/run/token.py) unless ``--port`` says otherwise. With
+  ``COMMBENCH_TOKEN`` exported, each step proves a token of its own made from it and the step's ids
+  (a step's token opens no other step), and listens on a port made from that token: nobody without
+  the token can work it out beforehand to take it.
 A process with none of them was not launched, and the CLI starts the local launcher.
 """
 
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from commbench.core.errors import UsageError
+from commbench.core.run import auth
 from commbench.core.run.token import token_path
 
 ENV_RANK, ENV_SIZE, ENV_ROOT, ENV_TOKEN, ENV_FD = (
@@ -121,8 +124,10 @@ def _slurm(env: Mapping[str, str], port: int) -> Placement:
     job, step = _int(env, "SLURM_JOB_ID", 0, 1 << 32), _int(env, "SLURM_STEP_ID", 0, 1 << 32)
     token = env.get(ENV_TOKEN, "")  # else rank 0 makes one and hands it out with its port (core/run/token.py)
     token_file = "" if token else str(token_path(env))
-    if not port and token:  # a token given to every rank: a port they can all work out (no file to say it)
-        port = PORT_BASE + (job * 17 + step) % PORT_SPAN
+    if token:
+        token = step_token(token, job, step)
+        if not port:  # every rank works it out (no file says it); a stranger, without the token, cannot
+            port = PORT_BASE + int(auth.derived(token, "port"), 16) % PORT_SPAN
     rank = _int(env, "SLURM_PROCID")
     me = env.get("SLURMD_NODENAME", "")
     if rank == 0 and me and me != nodes[0]:
@@ -136,6 +141,13 @@ def _slurm(env: Mapping[str, str], port: int) -> Placement:
                          token_file=token_file)
     return Placement(rank, _int(env, "SLURM_NTASKS"), node_address(nodes[0]), port, token, "srun", node=me,
                      token_file=token_file)
+
+
+def step_token(token: str, job: int, step: int) -> str:
+    """The token a Slurm job step proves, made from the exported one: a token exported for many runs (an
+    sbatch script's) gives each step its own, so nothing seen of one step (a gRPC method's name, a
+    port) is any use in another."""
+    return auth.derived(token, f"slurm step {job}.{step}")
 
 
 def node_address(name: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import json
 import selectors
 import socket
 import threading
@@ -24,7 +23,7 @@ import time
 
 from commbench.core.errors import PeerError, PeerTimeout, RunAborted
 from commbench.core.run import auth
-from commbench.core.run.framing import HEADER, FrameError, decode_header, encode, read_frame, send_frame
+from commbench.core.run.framing import FrameError, Seal, Tampered, encode, read_frame, send_frame, take_frame
 from commbench.core.run.gate import BUSY, Gate
 from commbench.core.run.gate import HELLO as GATE_HELLO
 
@@ -36,10 +35,10 @@ assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello an
 class _Member:
     """A proven connection (a rank, or a rank's watchdog): bytes in and out, and its one pending GET."""
 
-    __slots__ = ("sock", "rank", "host", "watchdog", "inbuf", "outbuf", "pending", "clean", "held")
+    __slots__ = ("sock", "seal", "rank", "host", "watchdog", "inbuf", "outbuf", "pending", "clean", "held")
 
-    def __init__(self, sock: socket.socket, rank: int, host: str, watchdog: bool) -> None:
-        self.sock, self.rank, self.host, self.watchdog = sock, rank, host, watchdog
+    def __init__(self, sock: socket.socket, seal: Seal, rank: int, host: str, watchdog: bool) -> None:
+        self.sock, self.seal, self.rank, self.host, self.watchdog = sock, seal, rank, host, watchdog
         self.inbuf, self.outbuf = bytearray(), bytearray()
         self.pending: tuple[str, float, float, bool] | None = None  # (key, deadline, timeout, take) of a GET waiting
         self.clean = False  # said goodbye
@@ -106,8 +105,8 @@ class StoreServer:
                         continue
                     if events & selectors.EVENT_READ:
                         self._read(key.data)
-                for conn, addr, hello in self.gate.wait(0):  # also drops hellos that ran out of time
-                    self._admit(conn, addr, hello)
+                for proven in self.gate.wait(0):  # also drops hellos that ran out of time
+                    self._admit(*proven)
                 self._expire()
                 self._release()
         except (OSError, ValueError):  # the listener was closed under the gate's selector
@@ -124,7 +123,7 @@ class StoreServer:
         soonest = self._deadlines[0][0] - time.monotonic() if self._deadlines else 0.5
         return max(0.0, min(0.5, soonest))
 
-    def _admit(self, conn: socket.socket, addr: tuple, hello: dict) -> None:
+    def _admit(self, conn: socket.socket, addr: tuple, hello: dict, seal: Seal) -> None:
         """A hello with the run's token: a rank of this run is served by the loop; anything else is refused."""
         rank = hello.get("rank")
         if not isinstance(rank, int) or not 0 <= rank < self.size or hello.get("size") != self.size:
@@ -141,7 +140,7 @@ class StoreServer:
             else:
                 self.members[rank] = host
         conn.setblocking(False)
-        m = _Member(conn, rank, host, watchdog)
+        m = _Member(conn, seal, rank, host, watchdog)
         self._conns[conn] = m
         self.selector.register(conn, selectors.EVENT_READ, m)
         self._send(m, OK, {"size": self.size})
@@ -157,18 +156,11 @@ class StoreServer:
             return self._drop(m)
         m.inbuf += chunk
         try:
-            while len(m.inbuf) >= HEADER.size and m.sock in self._conns:
-                kind, jlen, blen = decode_header(bytes(m.inbuf[:HEADER.size]))
-                end = HEADER.size + jlen + blen
-                if len(m.inbuf) < end:
-                    return
-                obj = json.loads(bytes(m.inbuf[HEADER.size:HEADER.size + jlen])) if jlen else {}
-                blob = bytes(m.inbuf[HEADER.size + jlen:end])
-                del m.inbuf[:end]
-                if not isinstance(obj, dict):
-                    raise FrameError("frame JSON is not an object")
-                self._handle(m, kind, obj, blob)
-        except (FrameError, KeyError, ValueError, TypeError, UnicodeDecodeError):
+            while m.sock in self._conns and (frame := take_frame(m.inbuf, m.seal)) is not None:
+                self._handle(m, *frame)
+        except Tampered as exc:  # the rank is not known to be gone, but its connection can no longer be trusted
+            self._drop(m, f"the connection of rank {m.rank} on host {m.host} was tampered with: {exc}")
+        except (FrameError, KeyError, ValueError, TypeError):
             self._drop(m)  # a member that breaks the protocol has left the run
 
     def _handle(self, m: _Member, kind: int, obj: dict, blob: bytes) -> None:
@@ -347,7 +339,7 @@ class StoreServer:
             self._send(m, OK, self._status(held[1]))
 
     def _send(self, m: _Member, kind: int, obj: dict, blob: bytes = b"") -> None:
-        m.outbuf += encode(kind, obj, blob)
+        m.outbuf += encode(kind, obj, blob, m.seal)
         if self._flush(m) and m.outbuf:
             self.selector.modify(m.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, m)
 
@@ -365,8 +357,9 @@ class StoreServer:
             self.selector.modify(m.sock, selectors.EVENT_READ, m)
         return True
 
-    def _drop(self, m: _Member) -> None:
-        """A member's connection ends: cleanly (goodbye), or the rank died (failed, or dead if tolerant)."""
+    def _drop(self, m: _Member, why: str = "") -> None:
+        """A member's connection ends: cleanly (goodbye), or the rank died (failed, or dead if tolerant);
+        ``why``, if not that it died."""
         if self._conns.pop(m.sock, None) is None:
             return
         with contextlib.suppress(KeyError, ValueError, OSError):
@@ -382,7 +375,7 @@ class StoreServer:
             else:
                 self.members.pop(m.rank, None)
                 if not m.clean and not self._closing:
-                    why = f"rank {m.rank} on host {m.host} left the run (process died or lost its connection)"
+                    why = why or f"rank {m.rank} on host {m.host} left the run (process died or lost its connection)"
                     if self.tolerant:
                         self.dead.setdefault(m.rank, why)
                     elif self.failed is None:
@@ -462,8 +455,8 @@ class StoreClient:
                 kind, obj = None, {}  # type: tuple[int | None, dict]
                 broke: Exception | None = None
                 try:
-                    auth.authenticate(self.sock, token, hello, min(deadline, time.monotonic() + HELLO_WAIT))
-                    kind, obj, _ = read_frame(self.sock)
+                    self.seal = auth.authenticate(self.sock, token, hello, min(deadline, time.monotonic() + HELLO_WAIT))
+                    kind, obj, _ = read_frame(self.sock, seal=self.seal)
                 except auth.Busy:
                     obj = {"kind": "busy"}
                 except auth.Impostor:
@@ -471,6 +464,9 @@ class StoreClient:
                     raise PeerError(f"rank {rank} on host {my_host}: the process listening at {self.root} (where "
                                     "rank 0's rendezvous should be) did not prove it knows the run token: another "
                                     "program holds that port; nothing secret was sent to it") from None
+                except Tampered as exc:
+                    self.sock.close()
+                    raise PeerError(f"rank {rank} on host {my_host}: {self._lost(exc)}") from None
                 except (OSError, ConnectionError, FrameError) as exc:
                     broke = exc
                 if kind == OK:
@@ -511,9 +507,9 @@ class StoreClient:
         self._send(GET, {"key": key, "timeout": wait, **(extra or {})}, blob)
         try:
             self.sock.settimeout(wait + 5)
-            kind, obj, blob = read_frame(self.sock)
+            kind, obj, blob = read_frame(self.sock, seal=self.seal)
         except (OSError, ConnectionError, FrameError) as exc:
-            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+            raise self._lost(exc) from None
         finally:
             self.sock.settimeout(self.timeout + 5)
         if kind == VALUE:
@@ -545,13 +541,13 @@ class StoreClient:
             self._send(BEAT, {"stale_after": stale_after, "wait": wait})
             try:
                 self.sock.settimeout(max(stale_after, wait + 1.0))
-                return read_frame(self.sock)[1]
+                return read_frame(self.sock, seal=self.seal)[1]
             except TimeoutError:
                 raise PeerError(f"rank 0 at {self.root}, which serves the rendezvous, stopped responding (no "
                                 f"answer to a heartbeat within {max(stale_after, wait + 1.0):g} s; hung or "
                                 "stopped; see --timeout)") from None
             except (OSError, ConnectionError, FrameError) as exc:
-                raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+                raise self._lost(exc) from None
             finally:
                 with contextlib.suppress(OSError):
                     self.sock.settimeout(self.timeout + 5)
@@ -560,9 +556,9 @@ class StoreClient:
         with self.lock:
             self._send(kind, obj)
             try:
-                return read_frame(self.sock)[1]
+                return read_frame(self.sock, seal=self.seal)[1]
             except (OSError, ConnectionError, FrameError) as exc:
-                raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+                raise self._lost(exc) from None
 
     def forget(self, prefix: str) -> None:
         """The store drops every key that starts with ``prefix`` (work that every rank is done with)."""
@@ -577,14 +573,19 @@ class StoreClient:
         """Say goodbye (the store forgets this connection's heartbeat and closes it, which also ends a
         beat another thread is waiting in)."""
         with contextlib.suppress(OSError):
-            send_frame(self.sock, BYE, {})
+            send_frame(self.sock, BYE, {}, seal=self.seal)
 
     def close(self) -> None:
         self.bye()
         self.sock.close()
 
+    def _lost(self, exc: Exception) -> PeerError:
+        if isinstance(exc, Tampered):
+            return PeerError(f"the connection to the rendezvous at {self.root} (rank 0) was tampered with: {exc}")
+        return PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}")
+
     def _send(self, kind: int, obj: dict, blob: bytes = b"") -> None:
         try:
-            send_frame(self.sock, kind, obj, blob)
+            send_frame(self.sock, kind, obj, blob, self.seal)
         except OSError as exc:
-            raise PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}") from None
+            raise self._lost(exc) from None
