@@ -343,6 +343,8 @@ class Cluster(Benchmark):
             key("b_rank", doc="rank standing for host b", optional=True),
             key("lat_p99_us", "us", "99th percentile one-way latency of the pair", optional=True),
             key("error", doc="the pair's fault in full (a rank that died or stopped)", optional=True),
+            key("lost", doc="of a failed pair: its endpoint the run lost (died or stopped), given no more work "
+                            "after", optional=True),
             key("min_mb_s", "MB/s", "a cut's slowest pair", optional=True),
             key("pairs", "count", "pairs in a cut", optional=True),
             key("failed", "count", "pairs of a cut that failed", optional=True),
@@ -372,6 +374,9 @@ class Cluster(Benchmark):
         bad = [t for t in tests if t not in TESTS]
         if bad or not tests:
             raise UsageError(f"--tests {opts.tests!r}: choose from {', '.join(TESTS)} (comma-separated)")
+        if "bisection" in tests and opts.cuts == 0:
+            raise UsageError("--cuts 0 with --tests bisection: the bisection test would run no cut; give --cuts 1 or "
+                             "more, or leave bisection out of --tests")
         ph = opts.per_host
         if ph not in ("auto", "first", "all") and not (ph.isdigit() and len(ph) < 6):
             raise UsageError(f"--per-host {ph!r}: give first, all, or a rank's index on its host (0, 1, ...)")
@@ -855,6 +860,9 @@ class Cluster(Benchmark):
                    **(extra or {})}
             if "error" in got:
                 row["error"] = got["error"]
+                gone = [i for i in (a, b) if self.tasks is not None and self.chosen[i] in self.tasks.lost]
+                if gone:
+                    row["lost"] = self.names[gone[0]]
             rows.append(row)
             for name, other in (got.get("via") or {}).items():  # the same pair over --transports' others
                 rows.append({**row, "lat_us": other.get("lat_us"), "lat_p99_us": other.get("lat_p99_us"),

@@ -14,6 +14,7 @@ was cleared.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,7 @@ class Evidence:
     rechecks: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # (measure, suspect) -> role
     alone: dict[int, float] = field(default_factory=dict)  # a load-bound tournament: each host alone with the best
     via: dict[str, Evidence] = field(default_factory=dict)  # the same pairs over --transports' others
+    lost: dict[str, str] = field(default_factory=dict)  # endpoints the run lost (died or stopped) -> the first failure
 
     def __post_init__(self) -> None:
         k = len(self.names)
@@ -71,6 +73,9 @@ class Evidence:
             return
         if row.get("error") and test in ("pairwise", "bisection", "alone", *RECHECK.values()):
             self.failed.append(row)
+            if isinstance(row.get("lost"), str) and row["lost"] in self.index:
+                self.lost.setdefault(row["lost"], f"{test} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
+                                                  f"{row.get('error')}")
             return
         if test == "pairwise":
             a, b = self.index.get(str(row.get("a"))), self.index.get(str(row.get("b")))
@@ -95,9 +100,10 @@ class Evidence:
             self.cuts.append(row)
 
     # -- suspects and their rechecks ----------------------------------------------------------
-    def suspects(self, measure: str, slow_pct: float) -> list[Explanation]:
+    def suspects(self, measure: str, slow_pct: float, keep_lost: bool = False) -> list[Explanation]:
         """The attribution's explanations; where the tournament was load-bound, also each host that was
-        slow alone beside the best host (``alone`` rows)."""
+        slow alone beside the best host (``alone`` rows); not those of a host the run lost, or of its
+        cables, unless ``keep_lost``."""
         values = self.bw if measure == BW else self.lat
         found = attribution.explain(self.names, values, self.topology, cuts(slow_pct)[measure], measure == BW)[1]
         if measure == BW and len(self.alone) >= 3:
@@ -108,7 +114,12 @@ class Evidence:
                     pairs = frozenset(p for p in attribution.measured_pairs(self.bw) if i in p)
                     f = attribution.Factor("host", self.names[i], pairs, (i,))
                     found.append(Explanation(f, v / med, v / med, v / med, 1, 1, "alone", v, med))
-        return found
+        return found if keep_lost else [e for e in found if not self._of_lost(e)]
+
+    def _of_lost(self, e: Explanation) -> bool:
+        """A host or a cable of an endpoint the run lost: its failure is the finding, and what it measured
+        before (slow or not) cannot be measured again."""
+        return e.factor.kind in ("host", "cable") and any(self.names[i] in self.lost for i in e.factor.members)
 
     def load_bound(self, slow_pct: float) -> tuple[float, float] | None:
         """(the tournament's reference, a pair alone) where a pair of good hosts measured alone (the
@@ -137,8 +148,10 @@ class Evidence:
         those the first pass found still slow (measured again, control first)."""
         found = self.suspects(measure, slow_pct)
         plan = []
+        lost = {self.index[n] for n in self.lost}
         for e in found:
-            got = probe_and_control(e, found, self.names, self.topology, self.bw if measure == BW else -self.lat)
+            got = probe_and_control(e, found, self.names, self.topology, self.bw if measure == BW else -self.lat,
+                                    lost)
             if got is None:
                 continue
             if second:
@@ -194,27 +207,39 @@ class Evidence:
             lines += [line for _, line in mine] if len(mine) <= 3 else [
                 f"{kind}: {len(mine)} suspects cleared when measured alone ({', '.join(n for n, _ in mine[:3])} and "
                 f"{len(mine) - 3} more, in the rows recheck): the tournament's cross-traffic or busy moments"]
-        found += self._failures()
+        found += self._failures(slow_pct)
         found += self._ring_findings(slow_pct, found)
         return found, lines + unconfirmed
 
-    def _failures(self) -> list[dict]:
-        """A finding per failed pair, but one per endpoint in three failed pairs or more (a host that
-        died or was lost: its pairs failed or were not measured), naming the first failure."""
+    def _failures(self, slow_pct: float) -> list[dict]:
+        """A finding per endpoint the run lost (died or stopped: its pairs failed or were not measured,
+        the first failure, and what it was suspected of before, which it cannot be measured again to
+        confirm), one per other endpoint in three failed pairs or more, one per failed pair left."""
+        suspected: dict[str, list[str]] = {}
+        for measure in (BW, LAT):
+            for e in self.suspects(measure, slow_pct, keep_lost=True):
+                for lost in {self.names[i] for i in e.factor.members} & set(self.lost) if self._of_lost(e) else ():
+                    suspected.setdefault(lost, []).append(f"{KIND[e.kind]}{'-latency' if measure == LAT else ''} "
+                                                          f"{e.name}")
         count: dict[str, int] = {}
         for row in self.failed:
             for end in {row.get("a"), row.get("b")}:
                 count[str(end)] = count.get(str(end), 0) + 1
         out, told = [], set()
-        for end in sorted((e for e, n in count.items() if n >= 3), key=lambda e: -count[e]):
+        for end in sorted((e for e in count if e in self.lost or count[e] >= 3),
+                          key=lambda e: (e not in self.lost, -count[e])):
             mine = [r for r in self.failed if end in (r.get("a"), r.get("b")) and id(r) not in told]
-            if len(mine) < 3:
+            if len(mine) < 3 and end not in self.lost:
                 continue
             told |= {id(r) for r in mine}
-            first = mine[0]
-            out.append({"kind": "failed", "a": end, "b": None,
-                        "note": f"{end}: {len(mine)} pairs failed or not measured, first {first.get('test')} round "
-                                f"{first.get('round')} {first.get('a')} - {first.get('b')}: {first.get('error')}"})
+            first = self.lost.get(end) or (f"{mine[0].get('test')} round {mine[0].get('round')} {mine[0].get('a')} - "
+                                            f"{mine[0].get('b')}: {mine[0].get('error')}")
+            note = (f"{end}{' lost' if end in self.lost else ''}: {len(mine)} pair(s) failed or not measured, "
+                    f"first {first}")
+            if suspected.get(end):
+                note += (f"; suspected before it was lost ({', '.join(suspected[end])}): not a finding, as it could "
+                         "not be measured again")
+            out.append({"kind": "failed", "a": end, "b": None, "note": note})
         return out + [{"kind": "failed", "a": row.get("a"), "b": row.get("b"),
                        "note": f"{row.get('test')} round {row.get('round')} {row.get('a')} - {row.get('b')}: "
                                f"{row.get('error')}"} for row in self.failed if id(row) not in told]
@@ -341,12 +366,13 @@ def _effect(e: Explanation, ref: float, unit: str, measure: str) -> str:
 
 
 def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
-                      goodness: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]] | None:
+                      goodness: np.ndarray,
+                      lost: AbstractSet[int] = frozenset()) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """A probe pair through the suspect that no other suspect concerns (where it has one: a cable
     between a suspect host and another is its own pair), and a control pair that no suspect concerns
     and that shares no host with the probe: each the one crossing the fewest uplinks
-    (a host's partner in its own switch), then between the best-measured hosts. None where the
-    cluster has no such pairs."""
+    (a host's partner in its own switch), then between the best-measured hosts; neither with an
+    endpoint the run ``lost``. None where the cluster has no such pairs."""
     k = len(names)
     host_good = [float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else -np.inf for i in range(k)]
     others: set[tuple[int, int]] = set()
@@ -358,12 +384,13 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
         hops = len(topo.uplinks(names[p[0]], names[p[1]])) if topo is not None else 0
         return hops, -min(host_good[p[0]], host_good[p[1]]), p
 
-    probes = sorted(e.factor.pairs - others, key=key) or sorted(e.factor.pairs, key=key)  # a cable of a suspect host
+    mine = {p for p in e.factor.pairs if not set(p) & lost}
+    probes = sorted(mine - others, key=key) or sorted(mine, key=key)  # a cable of a suspect host
     if not probes:
         return None
     probe = probes[0]
     taken = others | e.factor.pairs
-    pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(goodness[a, b])]
+    pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(goodness[a, b]) and not {a, b} & lost]
     controls = sorted((p for p in pairs if p not in taken and not set(p) & set(probe)), key=key)
     return (probe, controls[0]) if controls else None
 

@@ -192,3 +192,25 @@ def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_p
 
 
 
+def test_a_host_lost_mid_run_is_one_finding_and_never_a_probe_or_a_control():
+    """Rows only: n5 slow in every pair, then a cable n1 - n2 slow; then n1 is lost (a recheck's pair with
+    it failed, the row saying so). The slow host is still rechecked, through pairs without n1; n1's own
+    cable is no finding of its own but said in n1's one failed finding."""
+    from commbench.benchmarks.cluster_findings import BW, Evidence
+
+    names = [f"n{i}" for i in range(8)]
+    ev = Evidence(names)
+    for a in range(8):
+        for b in range(a + 1, 8):
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "lat_us": 10.0,
+                    "mb_s": 6.0 if 5 in (a, b) else 9.0 if (a, b) == (1, 2) else 24.0})
+    assert {s for s, _, _ in ev.recheck_plan(BW, 25)} == {"host n5", "cable n1 - n2"}
+    ev.add({"test": "recheck", "round": 1, "a": "n1", "b": "n2", "suspect": "cable n1 - n2", "role": "probe",
+            "error": "rank 1 on host n1 stopped responding (no heartbeat for 12 s)", "lost": "n1"})
+    plan = ev.recheck_plan(BW, 25)
+    assert [s for s, _, _ in plan] == ["host n5"] and all(1 not in p + c for _, p, c in plan)
+    found, _ = ev.findings(25)
+    assert [(f["kind"], f["a"]) for f in found] == [("slow-host", "n5"), ("failed", "n1")]
+    note = found[1]["note"]
+    assert note.startswith("n1 lost: 1 pair(s) failed") and "stopped responding" in note
+    assert "suspected before it was lost (slow-link n1 - n2)" in note

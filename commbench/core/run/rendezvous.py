@@ -440,6 +440,7 @@ class StoreClient:
                  role: str = "rank") -> None:
         self.timeout = timeout
         self.root = f"{host}:{port}"
+        self.rank0 = "rank 0"  # "rank 0 on host H" once the world knows it: what messages call it
         deadline = time.monotonic() + timeout
         delay = 0.01
         candidates = host.split(",")  # the MPI bootstrap sends every address rank 0 has
@@ -543,7 +544,7 @@ class StoreClient:
                 self.sock.settimeout(max(stale_after, wait + 1.0))
                 return read_frame(self.sock, seal=self.seal)[1]
             except TimeoutError:
-                raise PeerError(f"rank 0 at {self.root}, which serves the rendezvous, stopped responding (no "
+                raise PeerError(f"{self.rank0} at {self.root}, which serves the rendezvous, stopped responding (no "
                                 f"answer to a heartbeat within {max(stale_after, wait + 1.0):g} s; hung or "
                                 "stopped; see --timeout)") from None
             except (OSError, ConnectionError, FrameError) as exc:
@@ -581,8 +582,8 @@ class StoreClient:
 
     def _lost(self, exc: Exception) -> PeerError:
         if isinstance(exc, Tampered):
-            return PeerError(f"the connection to the rendezvous at {self.root} (rank 0) was tampered with: {exc}")
-        return PeerError(f"lost the rendezvous at {self.root} (rank 0): {exc}")
+            return PeerError(f"the connection to the rendezvous at {self.root} ({self.rank0}) was tampered with: {exc}")
+        return PeerError(f"lost the rendezvous at {self.root} ({self.rank0}): {exc}")
 
     def _send(self, kind: int, obj: dict, blob: bytes = b"") -> None:
         try:

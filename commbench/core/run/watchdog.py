@@ -48,6 +48,7 @@ class Watchdog:
         self.quiet_interval = max(INTERVAL, self.timeout / 2)
         self.client = StoreClient(world.root_address[0], world.root_address[1], p.token, world.rank, world.size,
                                   world.host, world.timeout, role="watchdog")
+        self.client.rank0 = world.store.rank0
         self.client.beat(self.timeout)  # registered before any data moves, so a rank stopped early is seen too
         self.thread = threading.Thread(target=self._run, name="commbench-watchdog", daemon=True)
         self.thread.start()

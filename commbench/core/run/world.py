@@ -134,6 +134,7 @@ class World(Collectives):
         info = self._gather({"host": self.host, "addr": self.store.local_address})
         self.hosts = [i["host"] for i in info]
         self.addresses = [i["addr"] for i in info]
+        self.store.rank0 = f"rank 0 on host {self.hosts[0]}"  # so a rank that loses it says where it ran
         self.wireup_record = {"via": self.wireup, "seconds": round(time.monotonic() - started, 3)}
         if self._server:  # the requests for the start-up all-gather's keys (none when the launcher carried it)
             self.wireup_record["store_requests"] = self._server.uncount(WORLD_GATHER)
