@@ -15,7 +15,7 @@ from pathlib import Path
 from commbench import presentation
 from commbench.commands import command
 from commbench.commands.report import metric_of
-from commbench.core.config.argtypes import MAX_ITERATIONS, SECONDS, integer
+from commbench.core.config.argtypes import MAX_ITERATIONS, TIMEOUT, integer
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
@@ -73,7 +73,7 @@ class CompareOptions(Options):
     output_dir: str | None = opt(None, metavar="DIR", help="keep the per-run results files here (default: a temp dir)")
     iterations: int = opt(1000, "-i", "--iterations", type=integer(1, MAX_ITERATIONS),
                           help="latency iterations per size (default 1000)")
-    timeout: float = opt(60.0, type=SECONDS, help="seconds to wait for a peer (default 60)")
+    timeout: float = opt(60.0, type=TIMEOUT, help="seconds to wait for a peer (default 60)")
     only: list[str] | None = opt(None, metavar="NAME", action="append",
                                  help="run only configurations whose label contains NAME (repeatable), e.g. "
                                       "--only grpc")
@@ -152,7 +152,7 @@ def print_summary(paths: Sequence[Path | str]) -> None:
     for path in paths:
         for run in presentation.read_checked(path):
             if run.meta["bench"] not in (LATENCY, BANDWIDTH):
-                raise UsageError(f"{path}: a {run.meta['bench']} run; summary reads {LATENCY} and {BANDWIDTH} "
+                raise UsageError(f"{path}: a run of {run.meta['bench']}; summary reads {LATENCY} and {BANDWIDTH} "
                                  "results (compare's); show it with commbench show or report")
             label = label_of(run.meta)
             row = rows.setdefault(label, {"config": label})

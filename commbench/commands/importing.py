@@ -7,6 +7,8 @@ rows are (-o), or printed as ``show`` prints a file.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +40,7 @@ def add_parser(sub) -> None:
 
 
 def run(o: ImportOptions) -> int:
-    from commbench.commands.show import render
+    from commbench.commands.show import run_lines
     from commbench.core.output.results import check_output_path, read_text_file
 
     if o.ranks < 0 or o.size < 0:
@@ -54,34 +56,43 @@ def run(o: ImportOptions) -> int:
         if tool is None:
             raise UsageError(f"{path}: not the output of a tool commbench imports ({', '.join(TOOLS)}); "
                              "give --from TOOL if it is")
-        try:
+        with _as_usage(path, tool):
             imp = parser_of(tool).parse(text, path, ranks=o.ranks, size=o.size)
-        except (ValueError, IndexError, KeyError, TypeError) as exc:  # a line that looked like a result, was not
-            raise UsageError(f"{path}: not {tool} output as commbench reads it ({str(exc)[:80]}); "
-                             "was it cut short or edited?") from None
-        if not imp.rows:
-            raise UsageError(f"{path}: no result lines in this {tool} output (cut short before its first size?)")
-        meta = meta_of(imp, path, text)
-        runs.append((meta, rows_of(imp, meta, path)))
-    if out is None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as d:
-            f = Path(d) / "imported.jsonl"
-            _write(f, runs)
-            print("\n".join(render(str(f))))
+            meta = meta_of(imp, path, text)
+            if not sum(1 for _ in rows_of(imp, meta, path)):  # every row made and checked, none kept
+                raise UsageError(f"{path}: no result lines in this {tool} output (cut short before its first size?)")
+        runs.append((path, tool, imp, meta))
+    if out is None:  # printed as show prints a file, a row at a time
+        for path, tool, imp, meta in runs:
+            with _as_usage(path, tool):
+                for line in run_lines(path, meta, rows_of(imp, meta, path)):
+                    print(line)
         return 0
-    _write(out, runs)
-    print(f"# {sum(len(r) for _, r in runs)} rows from {len(runs)} file(s) written to {out}")
+    print(f"# {_write(out, runs)} rows from {len(runs)} file(s) written to {out}")
     return 0
 
 
-def _write(path: Path, runs) -> None:
+@contextlib.contextmanager
+def _as_usage(path: str, tool: str) -> Iterator[None]:
+    """A line of the tool's text that looked like a result and was not: one line naming the file."""
+    try:
+        yield
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: not {tool} output as commbench reads it ({str(exc)[:80]}); "
+                         "was it cut short or edited?") from None
+
+
+def _write(path: Path, runs) -> int:
+    """Each run's rows appended to ``path`` as they are made; how many."""
     from commbench.core.output.results import ResultsWriter
     from commbench.presentation import declared_keys
 
-    for meta, rows in runs:
+    n = 0
+    for src, tool, imp, meta in runs:
         w = ResultsWriter(path, meta, list(declared_keys(meta["bench"])))
-        for row in rows:
-            w.row(row)
+        with _as_usage(src, tool):
+            for row in rows_of(imp, meta, src):
+                w.row(row)
+                n += 1
         w.close()
+    return n

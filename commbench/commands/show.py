@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from commbench import presentation
@@ -22,9 +23,7 @@ def add_parser(sub) -> None:
 
 
 def render(path: str) -> list[str]:
-    from commbench import benchmarks
-
-    reg, kinds = benchmarks.registry(), presentation.presentations()
+    kinds = presentation.presentations()
     lines: list[str] = []
     last = None
     for run in presentation.read_checked(path):
@@ -37,12 +36,22 @@ def render(path: str) -> list[str]:
             last = kind
             continue
         last = None
-        cls = reg.get(kind)
-        if cls is None:
-            raise UsageError(f"{path}: unknown benchmark {run.meta.get('bench')!r} in the metadata row")
-        columns = [cls.size_column(run.meta), *cls.columns]
-        lines += [*cls.header(run.meta), header_line(columns), *(row_line(columns, r) for r in run.rows)]
+        lines += run_lines(path, run.meta, run.rows)
     return lines
+
+
+def run_lines(path: str, meta: dict, rows: Iterable[dict]) -> Iterator[str]:
+    """A benchmark run's table as ``show`` prints it, a line at a time (rows as they come)."""
+    from commbench import benchmarks
+
+    cls = benchmarks.registry().get(str(meta.get("bench")))
+    if cls is None:
+        raise UsageError(f"{path}: unknown benchmark {meta.get('bench')!r} in the metadata row")
+    columns = [cls.size_column(meta), *cls.columns]
+    yield from cls.header(meta)
+    yield header_line(columns)
+    for r in rows:
+        yield row_line(columns, r)
 
 
 def show(o: ShowOptions) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import platform
+from collections.abc import Iterator
 
 from commbench.importers.base import Imported
 
@@ -40,7 +41,10 @@ def meta_of(imp: Imported, path: str, text: str) -> dict:
     and version instead of this one's, and a run id from the text's digest."""
     from commbench.core.output.results import run_metadata
 
-    digest = hashlib.sha256(text.encode(errors="replace")).hexdigest()
+    h = hashlib.sha256()
+    for at in range(0, len(text), 1 << 20):  # a piece at a time: no second copy of a large text
+        h.update(text[at:at + (1 << 20)].encode(errors="replace"))
+    digest = h.hexdigest()
     options = {"transport": imp.transport, "mode": imp.mode, "ranks": imp.ranks, "loops": "the tool's own",
                "validate": None}
     meta = run_metadata(imp.bench, options, [platform.node()], [])
@@ -52,14 +56,14 @@ def meta_of(imp: Imported, path: str, text: str) -> dict:
     return meta
 
 
-def rows_of(imp: Imported, meta: dict, path: str = "") -> list[dict]:
-    """The rows with the runner's keys, checked against the benchmark's declared keys; a measured value
-    that is negative or not finite (an edited or broken output) is refused, naming the file and the line."""
+def rows_of(imp: Imported, meta: dict, path: str = "") -> Iterator[dict]:
+    """The rows with the runner's keys, one at a time, checked against the benchmark's declared keys; a
+    measured value that is negative or not finite (an edited or broken output) is refused, naming the
+    file."""
     from commbench.core.errors import UsageError
     from commbench.presentation import declared_keys
 
     known = declared_keys(imp.bench)
-    out = []
     for r in imp.rows:
         row = {"bench": imp.bench, "run_id": meta["run_id"], "transport": imp.transport,
                "mode": imp.mode, "poll": imp.poll, "payload": str(r["size"]), "buffers": 1, **r}
@@ -70,5 +74,4 @@ def rows_of(imp: Imported, meta: dict, path: str = "") -> list[dict]:
             if known[k].unit and isinstance(v, (int, float)) and not (math.isfinite(v) and 0 <= v <= MAX_VALUE):
                 raise UsageError(f"{path}: {imp.tool} reports {k} = {v} at size {row.get('size')}: not a measurement "
                                  "(negative, not finite or beyond 1e15); was the output edited?")
-        out.append(row)
-    return out
+        yield row

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from commbench.core.errors import UsageError
-from commbench.importers.base import Imported
+from commbench.importers.base import Imported, Rows
 
 MIB = 1.048576  # MB/s (10^6 B/s) per mpiGraph MB/sec (2^20 B/s)
 START = re.compile(r"^START mpiGraph v?([\w.]+)", re.M)
@@ -58,17 +58,19 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
     hosts = [n.rsplit(":", 1)[0] for n in names]
     labels = hosts if len(set(hosts)) == len(hosts) else [f"{h}/r{r}" for r, h in enumerate(hosts)]
     msg = int(params["MsgSize"])
-    rows = []
     n = len(names)
-    for a in range(n):
-        for b in range(a + 1, n):
-            ab, ba = send[a][b] * MIB, send[b][a] * MIB
-            if ab < 0 or ba < 0:
-                raise UsageError(f"{path}: a negative bandwidth between {labels[a]} and {labels[b]}: edited?")
-            rows.append({"size": msg, "test": "pairwise", "round": (b - a) % n, "a": labels[a], "b": labels[b],
-                         "a_rank": a, "b_rank": b, "mb_s": (ab + ba) / 2,
-                         "note": f"{labels[a]} -> {labels[b]} {ab:.1f}, back {ba:.1f} MB/s"})
-    imp = Imported("cluster", "mpiGraph", "mpi", f"mpiGraph {head.group(1)}", rows, head.group(1), ranks=n)
+
+    def rows():
+        for a in range(n):
+            for b in range(a + 1, n):
+                ab, ba = send[a][b] * MIB, send[b][a] * MIB
+                if ab < 0 or ba < 0:
+                    raise UsageError(f"{path}: a negative bandwidth between {labels[a]} and {labels[b]}: edited?")
+                yield {"size": msg, "test": "pairwise", "round": (b - a) % n, "a": labels[a], "b": labels[b],
+                       "a_rank": a, "b_rank": b, "mb_s": (ab + ba) / 2,
+                       "note": f"{labels[a]} -> {labels[b]} {ab:.1f}, back {ba:.1f} MB/s"}
+
+    imp = Imported("cluster", "mpiGraph", "mpi", f"mpiGraph {head.group(1)}", Rows(rows), head.group(1), ranks=n)
     imp.notes.append(f"message {msg} B, {params.get('Times', '?')} times a window of {params.get('Window', '?')}; "
                      "every rank streams at once (shift pattern); a pair: the mean of its two directions")
     return imp

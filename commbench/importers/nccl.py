@@ -17,7 +17,7 @@ from pathlib import Path
 
 from commbench.core.errors import UsageError
 from commbench.core.output.results import shallow_json
-from commbench.importers.base import Imported
+from commbench.importers.base import Imported, Rows, lines
 
 HEAD = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(root\s+)?time\s+algbw\s+busbw\s+(#wrong|error)", re.M)
 TESTS = {"all_reduce": "allreduce", "all_gather": "allgather", "alltoall": "alltoall", "broadcast": "broadcast"}
@@ -98,32 +98,33 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
         raise UsageError(f"{path}: no nccl-tests table header (# size count type redop root ...): "
                          "not nccl-tests output")
     rooted, counted = head.group(1) is not None, head.group(2) == "#wrong"
-    rows, first = [], None
-    for line in text[head.end():].splitlines():
-        f = line.split()
-        if not rooted and len(f) >= 4:
-            f.insert(4, "-1")  # no root column: every collective these releases print is rootless but broadcast
-        if len(f) < 9 or not f[0].isdigit() or not f[1].isdigit():
-            continue
-        try:
-            time_us, algbw, busbw, root = float(f[5]), float(f[6]), float(f[7]), int(f[4])
-        except ValueError:
-            continue
-        first = first or f
-        rows.append({"size": int(f[0]), "count": int(f[1]), "dtype": DTYPES.get(f[2], f[2]), "redop": f[3],
-                     "root": root, "time_us": time_us, "algbw": algbw, "busbw": busbw,
-                     "wrong": int(f[8]) if counted and f[8].isdigit() else None, "algorithm": "nccl"})
-    bench = _test(text, path, first) if first else "allreduce"
-    n = len(re.findall(r"^#\s+Rank\s+\d+", text, re.M)) or ranks or 2
     iters = re.search(r"warmup iters:\s*\d+\s+iters:\s*(\d+)", text)
-    for row in rows:
-        if iters:
-            row["iterations"] = int(iters.group(1))
+
+    def results():
+        for line in lines(text, head.end()):
+            f = line.split()
+            if not rooted and len(f) >= 4:
+                f.insert(4, "-1")  # no root column: every collective these releases print is rootless but broadcast
+            if len(f) < 9 or not f[0].isdigit() or not f[1].isdigit():
+                continue
+            try:
+                time_us, algbw, busbw, root = float(f[5]), float(f[6]), float(f[7]), int(f[4])
+            except ValueError:
+                continue
+            yield f, {"size": int(f[0]), "count": int(f[1]), "dtype": DTYPES.get(f[2], f[2]), "redop": f[3],
+                      "root": root, "time_us": time_us, "algbw": algbw, "busbw": busbw,
+                      "wrong": int(f[8]) if counted and f[8].isdigit() else None, "algorithm": "nccl",
+                      **({"iterations": int(iters.group(1))} if iters else {})}
+
+    first = next(results(), (None, None))[0]
+    rows = Rows(lambda: (row for _, row in results()))
+    bench = _test(text, path, first) if first else "allreduce"
+    n = sum(1 for _ in re.finditer(r"^#\s+Rank\s+\d+", text, re.M)) or ranks or 2
     version = re.search(r"nccl-tests version ([\w.]+)", text)
     lib = re.search(r"nccl-library=(\d+)", text)
     imp = Imported(bench, f"{next(k for k, v in TESTS.items() if v == bench)}_perf", "nccl",
                    f"NCCL {lib.group(1)}" if lib else "NCCL", rows, version.group(1) if version else None, ranks=n)
-    gpus = re.findall(r"device\s+\d+\s+\[[^\]]*\]\s+(.+)$", text, re.M)
+    gpus = {g.group(1).strip() for g in re.finditer(r"device[ \t]+\d+[ \t]+\[[^\]\n]*\][ \t]+(.+)$", text, re.M)}
     if gpus:
-        imp.notes.append(f"devices: {sorted(set(g.strip() for g in gpus))}")
+        imp.notes.append(f"devices: {sorted(gpus)}")
     return imp

@@ -11,7 +11,7 @@ import re
 
 from commbench.benchmarks.allreduce import AllReduceBench
 from commbench.core.errors import UsageError
-from commbench.importers.base import NUM, Imported
+from commbench.importers.base import NUM, Imported, Rows, lines
 
 TESTS = {"latency": ("p2p-latency", "osu_latency"), "bandwidth": ("p2p-bandwidth", "osu_bw"),
          "bw": ("p2p-bandwidth", "osu_bw"), "bi-directional bandwidth": ("p2p-bibw", "osu_bibw"),
@@ -39,16 +39,15 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
     dtype = DTYPES.get(dt.group(1) if dt else "MPI_FLOAT" if suite != "OSU" and bench == "allreduce" else "MPI_CHAR")
     if dtype is None:
         raise UsageError(f"{path}: datatype {dt.group(1)} is not one commbench reports (MPI_CHAR, MPI_INT, MPI_FLOAT)")
-    rows = []
-    for line in text[m.end():].splitlines():
-        got = LINE.match(line)
-        if got is None:
-            continue
-        size, value = int(got.group(1)), float(got.group(2))
-        extra = [float(x) for x in got.group(3).split()]
-        rows.append(_row(bench, size, value, extra, dtype, ranks))
+    def rows():
+        for line in lines(text, m.end()):
+            got = LINE.match(line)
+            if got is not None:
+                extra = [float(x) for x in got.group(3).split()]
+                yield _row(bench, int(got.group(1)), float(got.group(2)), extra, dtype, ranks)
+
     label = f"OMB {version}" if suite == "OSU" and version else "OMB" if suite == "OSU" else "OMB-Py"
-    imp = Imported(bench, tool if suite == "OSU" else f"omb-py {tool}", "mpi", label, rows, version,
+    imp = Imported(bench, tool if suite == "OSU" else f"omb-py {tool}", "mpi", label, Rows(rows), version,
                    ranks=ranks or 2)
     imp.notes.append(f"datatype {dtype[0]}")
     if bench == "p2p-latency":  # OSU gives the mean, not the median commbench's latency rows lead with

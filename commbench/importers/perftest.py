@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from commbench.core.errors import UsageError
-from commbench.importers.base import NUM, Imported
+from commbench.importers.base import NUM, Imported, Rows, lines
 
 TITLE = re.compile(r"^\s*(Send|RDMA_Write|RDMA_Read|Atomic\w*)\s+(BIDIRECTIONAL\s+)?(Latency|BW) Test\s*$", re.M)
 OPS = {"Send": "send", "RDMA_Write": "write", "RDMA_Read": "read"}
@@ -44,35 +44,30 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
     op = OPS.get(m.group(1), m.group(1).lower())
     kind, bidir = m.group(3), bool(m.group(2))
     device = _field(text, "Device") or "?"
-    rows: list[dict] = []
-    if kind == "Latency":
-        head = LAT_HEAD.search(text)
-        if head is None:
-            raise UsageError(f"{path}: no result header (#bytes #iterations t_min...) in this perftest output")
-        bench = "p2p-latency"
-        for line in text[head.end():].splitlines():
+    head = (LAT_HEAD if kind == "Latency" else BW_HEAD).search(text)
+    if head is None:
+        raise UsageError(f"{path}: no result header (#bytes #iterations {'t_min' if kind == 'Latency' else 'BW peak'}"
+                         "...) in this perftest output")
+    bench = "p2p-latency" if kind == "Latency" else "p2p-bibw" if bidir else "p2p-bandwidth"
+    scale = {"MB": 1.048576, "MiB": 1.048576, "Gb": 125.0}.get(head.group(1) if head.groups() else "", 1.0)
+
+    def rows():
+        for line in lines(text, head.end()):
             f = line.split()
-            if len(f) >= 7 and f[0].isdigit() and f[1].isdigit() and all(re.fullmatch(NUM, x) for x in f[2:]):
-                v = [float(x) for x in f[2:]]
-                row = {"size": int(f[0]), "iterations": int(f[1]), "min_us": v[0], "max_us": v[1], "p50_us": v[2],
-                       "avg_us": v[3], "stdev_us": v[4]}
-                if len(v) >= 7:
-                    row.update(p99_us=v[5], p999_us=v[6])
-                rows.append(row)
-    else:
-        head = BW_HEAD.search(text)
-        if head is None:
-            raise UsageError(f"{path}: no result header (#bytes #iterations BW peak...) in this perftest output")
-        scale = {"MB": 1.048576, "MiB": 1.048576, "Gb": 125.0}[head.group(1)]  # to 10^6 B/s
-        bench = "p2p-bibw" if bidir else "p2p-bandwidth"
-        for line in text[head.end():].splitlines():
-            f = line.split()
-            if len(f) >= 5 and f[0].isdigit() and f[1].isdigit() and all(re.fullmatch(NUM, x) for x in f[2:5]):
-                rows.append({"size": int(f[0]), "iterations": int(f[1]), "max_mb_s": float(f[2]) * scale,
-                             "mb_s": float(f[3]) * scale, "msg_s": float(f[4]) * 1e6})
+            if kind == "Latency":
+                if len(f) >= 7 and f[0].isdigit() and f[1].isdigit() and all(re.fullmatch(NUM, x) for x in f[2:]):
+                    v = [float(x) for x in f[2:]]
+                    row = {"size": int(f[0]), "iterations": int(f[1]), "min_us": v[0], "max_us": v[1],
+                           "p50_us": v[2], "avg_us": v[3], "stdev_us": v[4]}
+                    if len(v) >= 7:
+                        row.update(p99_us=v[5], p999_us=v[6])
+                    yield row
+            elif len(f) >= 5 and f[0].isdigit() and f[1].isdigit() and all(re.fullmatch(NUM, x) for x in f[2:5]):
+                yield {"size": int(f[0]), "iterations": int(f[1]), "max_mb_s": float(f[2]) * scale,  # to 10^6 B/s
+                       "mb_s": float(f[3]) * scale, "msg_s": float(f[4]) * 1e6}
     tool = TOOLS.get((op, kind), f"perftest {m.group(1)} {kind}")
-    events = any(_events_on(line) for line in text.splitlines())
-    imp = Imported(bench, tool, "verbs", f"{op}, {device} (perftest)", rows, _field(text, "perftest version"),
+    events = any(_events_on(line) for line in lines(text))
+    imp = Imported(bench, tool, "verbs", f"{op}, {device} (perftest)", Rows(rows), _field(text, "perftest version"),
                    poll="blocking" if events else "busy")
     for name in ("Device", "Link type", "Mtu", "Connection type", "TX depth", "GID index"):
         if (said := _field(text, name)) is not None:

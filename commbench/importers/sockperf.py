@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from commbench.core.errors import UsageError
-from commbench.importers.base import Imported
+from commbench.importers.base import Imported, lines
 
 
 def looks_like(text: str) -> bool:
@@ -25,7 +25,7 @@ def _num(pattern: str, text: str) -> float | None:
 def _received(text: str) -> int | None:
     """ReceivedMessages= on the [Valid Duration] line: found with str.find, a line at a time (a pattern
     scanning from every "[Valid Duration]" to the line's end took time quadratic in a long line)."""
-    for line in text.splitlines():
+    for line in lines(text):
         at = line.find("[Valid Duration]")
         if at >= 0 and (got := line.find("ReceivedMessages=", at)) >= 0:
             digits = re.match(r"\d+", line[got + len("ReceivedMessages="):])

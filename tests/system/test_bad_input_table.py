@@ -62,6 +62,12 @@ SPECIFIC = [
     (["p2p-latency", "--bind", "no-such-host.invalid"], "--bind no-such-host.invalid"),
     (["p2p-latency", "-t", "tcp", "--verbs-op", "write"], "--verbs-op"),
     (["summary", "{dir}/ps.jsonl"], "summary reads p2p-latency and p2p-bandwidth"),
+    # round 3: accepted and ran nothing, blamed another run, or imported as a measurement
+    (["p2p-latency", "--timeout", "1e-9"], "--timeout"), (["compare", "--timeout", "0.01"], "--timeout"),
+    (["cluster", "--tests", "bisection", "--cuts", "0"], "--cuts 0"),
+    (["import", "{dir}/neg-osu.txt"], "not a measurement"), (["import", "{dir}/inf-osu.txt"], "not a measurement"),
+    (["import", "{dir}/neg-osu.txt", "--size", "1" + "0" * 30], "--size"),
+    (["import", "{dir}/neg-osu.txt", "--ranks", "-1"], "--ranks"),
 ]
 # a file given to each file-reading command
 FILES = {
@@ -83,6 +89,8 @@ FILES = {
     "deep.csv": b"# commbench-meta " + b"[" * 100_000 + b"\n",
 }
 EXTRA = {  # files for cases above, not given to every reader
+    "neg-osu.txt": b"# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.25\n8 -0.25\n",
+    "inf-osu.txt": b"# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.25\n8 1e999\n",
     "huge.csv": b"# model: huge\nname,shape,dtype,bytes\nw,100000000000,float32,400000000000\n",
     "ps.jsonl": b'{"type": "meta", "bench": "ps-throughput", "options": {"transport": "tcp"}}\n'
                 b'{"type": "row", "bench": "ps-throughput", "transport": "tcp", "size": 8, "workers": 2, '

@@ -92,7 +92,7 @@ def test_a_value_no_tool_measures_is_refused_naming_the_file(tmp_path, name, old
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         rc = main(["import", str(f), "--size", "64"])
     assert rc == 2 and str(f) in err.getvalue() and "not a measurement" in err.getvalue(), err.getvalue()
-    assert len(err.getvalue().strip().splitlines()) == 1
+    assert len(err.getvalue().strip().splitlines()) == 1 and out.getvalue() == ""  # every row checked first
 
 
 def test_a_size_beyond_any_message_is_refused():
@@ -100,3 +100,37 @@ def test_a_size_beyond_any_message_is_refused():
     with contextlib.redirect_stderr(err):
         rc = main(["import", str(FIX / "sockperf_pingpong_tcp_64.txt"), "--size", "1" + "0" * 30])
     assert rc == 2 and "--size" in err.getvalue()
+
+
+@pytest.mark.parametrize("name,to", [(n, "-o") for n in ("osu_latency.txt", "omb_py_latency.txt", "ib_send_lat.txt",
+                                                            "ib_write_bw.txt", "all_reduce_perf_2ranks.txt")]
+                         + [("osu_bw.txt", "stdout")])
+def test_memory_is_a_constant_and_the_text_whatever_the_rows(tmp_path, name, to):
+    """An output with ~1 MB of result lines (about 30,000 rows), imported in process under tracemalloc:
+    rows are made, checked and written (or printed) one at a time, so the peak is the text itself (held
+    as bytes, then as str) and a constant, under 4 MB per MB of input (it was about 68 MB: every line
+    and every row held, twice)."""
+    import os
+    import tracemalloc
+
+    text = (FIX / name).read_text()
+    results = [ln for ln in text.splitlines() if ln.strip()[:1].isdigit()]
+    assert results, name
+    f = tmp_path / name
+    body = "\n".join(results) + "\n"
+    f.write_text(text + body * (1_000_000 // len(body) + 1))
+    size = f.stat().st_size
+    args = ["import", str(f), "--ranks", "2"] + (["-o", str(tmp_path / "out.jsonl")] if to == "-o" else [])
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        main(["import", str(FIX / name), "--ranks", "2"])  # modules imported and caches filled beforehand
+        tracemalloc.start()
+        try:
+            rc = main(args)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert rc == 0
+    if to == "-o":
+        assert (tmp_path / "out.jsonl").read_text().count('"type": "row"') > 5_000
+    print(f"{name} {to}: peak {peak / 1e6:.1f} MB for {size / 1e6:.1f} MB")
+    assert peak < 4 * size, f"{peak / 1e6:.1f} MB for {size / 1e6:.1f} MB"

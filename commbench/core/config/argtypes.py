@@ -64,6 +64,8 @@ def _range(lo: float | None, hi: float | None) -> str:
 
 
 SECONDS = number(above=0, hi=7 * 86400, what=" (seconds)")
+# a wait for a peer: shorter than a handshake's round trips can take, and every rank gives up before it meets
+TIMEOUT = number(lo=0.1, hi=7 * 86400, what=" (seconds to wait for a peer; ranks need a round trip or two to meet)")
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from commbench.core.capture import traffic
-from commbench.core.config.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, integer, number
+from commbench.core.config.argtypes import MAX_ITERATIONS, PORT, RANKS, SECONDS, SEED, TIMEOUT, integer, number
 from commbench.core.config.options import NoOptions, Options, opt
 from commbench.core.measure.harness import Loops
 from commbench.core.measure.payload import Payload
@@ -33,7 +33,7 @@ class RunOptions(Options):
     """What every job that starts ranks takes (every benchmark, ``train``): how long to wait for a peer,
     where the ranks meet and run, where the results go, and whether to capture the traffic."""
 
-    timeout: float = opt(DEFAULT_TIMEOUT, group=LAUNCH, type=SECONDS,
+    timeout: float = opt(DEFAULT_TIMEOUT, group=LAUNCH, type=TIMEOUT,
                          help=f"seconds to wait for a peer before giving up (default {DEFAULT_TIMEOUT:g})")
     port: int = opt(0, group=LAUNCH, type=PORT,
                     help="rendezvous port P (rank r's own port is P + 1 + r); default: free ports")
