@@ -106,7 +106,7 @@ def test_a_size_beyond_any_message_is_refused():
                                                             "ib_write_bw.txt", "all_reduce_perf_2ranks.txt")]
                          + [("osu_bw.txt", "stdout")])
 def test_memory_is_a_constant_and_the_text_whatever_the_rows(tmp_path, name, to):
-    """An output with ~1 MB of result lines (about 30,000 rows), imported in process under tracemalloc:
+    """An output with ~0.5 MB of result lines (about 15,000 rows), imported in process under tracemalloc:
     rows are made, checked and written (or printed) one at a time, so the peak is the text itself (held
     as bytes, then as str) and a constant, under 4 MB per MB of input (it was about 68 MB: every line
     and every row held, twice)."""
@@ -118,7 +118,7 @@ def test_memory_is_a_constant_and_the_text_whatever_the_rows(tmp_path, name, to)
     assert results, name
     f = tmp_path / name
     body = "\n".join(results) + "\n"
-    f.write_text(text + body * (1_000_000 // len(body) + 1))
+    f.write_text(text + body * (500_000 // len(body) + 1))
     size = f.stat().st_size
     args = ["import", str(f), "--ranks", "2"] + (["-o", str(tmp_path / "out.jsonl")] if to == "-o" else [])
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
@@ -131,6 +131,6 @@ def test_memory_is_a_constant_and_the_text_whatever_the_rows(tmp_path, name, to)
             tracemalloc.stop()
     assert rc == 0
     if to == "-o":
-        assert (tmp_path / "out.jsonl").read_text().count('"type": "row"') > 5_000
+        assert (tmp_path / "out.jsonl").read_text().count('"type": "row"') > 2_000
     print(f"{name} {to}: peak {peak / 1e6:.1f} MB for {size / 1e6:.1f} MB")
     assert peak < 4 * size, f"{peak / 1e6:.1f} MB for {size / 1e6:.1f} MB"
