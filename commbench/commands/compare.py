@@ -6,6 +6,7 @@ sockperf-like floor). The configurations are what each transport declares (`pres
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from commbench.core.config.argtypes import MAX_ITERATIONS, TIMEOUT, integer
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
+from commbench.core.measure.sizes import format_size
 from commbench.core.output.results import results_files
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.core.run.placement import detect
@@ -146,9 +148,31 @@ def compare(o: CompareOptions) -> int:
     return 0
 
 
+# a column's size, and the sizes that stand in for it where a run lacks it: the same regime (a small
+# message's latency, a large message's latency, a stream's bandwidth)
+NEAR = {"lat8": (8, 1, 4 << 10), "lat1m": (1 << 20, 256 << 10, 16 << 20), "bw4m": (4 << 20, 64 << 10, 64 << 20)}
+
+
+def _at(by_size: dict[int, dict], column: str) -> tuple[int, dict] | None:
+    """The row at the column's size, else the one of the nearest size (by ratio) in its regime: another
+    tool's output rarely has commbench's sizes (sockperf's one -m, iperf3's write size)."""
+    size, lo, hi = NEAR[column]
+    if size in by_size:
+        return size, by_size[size]
+    sizes = [s for s in by_size if isinstance(s, int) and lo <= s <= hi]
+    if not sizes:
+        return None
+    near = min(sizes, key=lambda s: (abs(math.log(s / size)), s))
+    return near, by_size[near]
+
+
 def print_summary(paths: Sequence[Path | str]) -> None:
-    """One row per transport configuration: latency at 8 B and 1 MiB, bandwidth at 4 MiB, ratios to tcp."""
+    """One row per transport configuration: latency at 8 B and 1 MiB, bandwidth at 4 MiB, ratios to tcp.
+    A run without one of those sizes (an imported tool's) shows its nearest size's value, marked ``*``
+    and said below the table, and no ratio: it is not the same quantity."""
     rows: dict[str, dict] = {}
+    said: list[str] = []
+    cols = {c.key: c for c in SUMMARY}
     for path in paths:
         for run in presentation.read_checked(path):
             if run.meta["bench"] not in (LATENCY, BANDWIDTH):
@@ -158,23 +182,33 @@ def print_summary(paths: Sequence[Path | str]) -> None:
             row = rows.setdefault(label, {"config": label})
             by_size = {r["size"]: r for r in run.rows}
             metric = metric_of(run.meta)["key"]  # as the benchmark declared it: p50_us, mb_s
-            if run.meta["bench"] == LATENCY:
-                for key, size in (("lat8", 8), ("lat1m", 1 << 20)):
-                    if size in by_size:
-                        row[key] = by_size[size].get(metric)
-            elif (4 << 20) in by_size:
-                row["bw4m"] = by_size[4 << 20].get(metric)
+            for key in ("lat8", "lat1m") if run.meta["bench"] == LATENCY else ("bw4m",):
+                got = _at(by_size, key)
+                if got is None or got[1].get(metric) is None:
+                    continue
+                value = got[1][metric]
+                if got[0] == NEAR[key][0]:
+                    row[key] = value
+                elif key not in row:
+                    row[key] = cols[key].fmt.format(value) + "*"
+                    said.append(f"{label}: {cols[key].header.split('(')[0].strip()} is its {format_size(got[0])} B "
+                                "value, the nearest size it measured")
+            transport = (run.meta.get("options") or {}).get("transport")
+            if run.meta.get("imported") and transport not in (None, "tcp", "mpi", "verbs", "nccl"):
+                said.append(f"{label}: measured over {transport}, not tcp")
     baseline = next((label for label, name, _ in configurations()), "")
     base = rows.get(baseline, {})
-    for row in rows.values():  # a ratio where both values are there and the base is not zero
+    for row in rows.values():  # a ratio where both values are there (same size) and the base is not zero
         for key, ratio in (("lat8", "lat_ratio"), ("bw4m", "bw_ratio")):
-            if row.get(key) is not None and base.get(key):
+            if isinstance(row.get(key), (int, float)) and isinstance(base.get(key), (int, float)) and base[key]:
                 row[ratio] = row[key] / base[key]
     print("# commbench compare: one-way latency (median, us) and osu_bw bandwidth (MB/s = 10^6 B/s), 2 ranks")
     print(f"# ratios against {baseline}: Lat/base at 8 B (lower is better), BW/base at 4 MiB (higher is better)")
     print(header_line(SUMMARY))
     for row in sorted(rows.values(), key=lambda r: r["config"] != baseline):  # the baseline first
         print(row_line(SUMMARY, row))
+    for line in dict.fromkeys(said):
+        print(f"# * {line}")
 
 
 def summary(o: SummaryOptions) -> int:

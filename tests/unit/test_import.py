@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import tempfile
 from pathlib import Path
 
@@ -134,3 +135,22 @@ def test_memory_is_a_constant_and_the_text_whatever_the_rows(tmp_path, name, to)
         assert (tmp_path / "out.jsonl").read_text().count('"type": "row"') > 2_000
     print(f"{name} {to}: peak {peak / 1e6:.1f} MB for {size / 1e6:.1f} MB")
     assert peak < 4 * size, f"{peak / 1e6:.1f} MB for {size / 1e6:.1f} MB"
+
+
+def test_summary_shows_imported_runs_at_their_nearest_size_and_says_so(tmp_path):
+    """sockperf measured one size (64 B) and iperf3 writes 128 KiB: summary's 8 B and 4 MiB columns show
+    those, marked and said below the table, with no ratio (not the same quantity); OSU's 8 B is exact."""
+    f = tmp_path / "imported.jsonl"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for name in ("sockperf_pingpong_tcp_64.txt", "iperf3_tcp.json", "osu_latency.txt"):
+            assert main(["import", str(FIX / name), "--size", "64", "-o", str(f)]) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["summary", str(f)]) == 0
+    rows = {ln.split()[0]: ln for ln in out.getvalue().splitlines() if not ln.startswith("#")}
+    assert re.search(r"^sockperf [\w.-]+ +35\.88\* +- +- +- +-$", rows["sockperf"]), rows  # no ratio from 64 B
+    assert re.search(r"^iperf3 3\.12 +- +- +2611\.2\* +- +-$", rows["iperf3"]), rows
+    assert re.search(r"^osu_latency 7\.4 \(mean\) +0\.25 ", rows["osu_latency"]), rows  # 8 B: exact
+    said = [ln for ln in out.getvalue().splitlines() if ln.startswith("# * ")]
+    assert any("Lat 8B is its 64 B value" in ln for ln in said) and any("BW 4M is its 128K B" in ln for ln in said)
