@@ -5,12 +5,17 @@ judges a run with a topology it was not given; ``--slow-pct`` at another thresho
 (or ``diff``) says what changed since an earlier run of the same cluster beyond the noise of both;
 ``--reference`` checks each class of links against expected values with a warn and a fail band.
 Exit status 0: nothing wrong (warnings allowed); 1: a finding, a regression or a reference failed;
-2: bad input. A cron job or a Slurm health check can act on it.
+2: bad input. A cron job or a Slurm health check can act on it: ``--drain-list FILE`` writes the hosts
+to drain (a slow host, a host lost or failing its pairs, one that lost bandwidth since the baseline)
+as one Slurm hostlist line (``scontrol update nodename=$(cat FILE) state=drain reason=...``), and
+each host's reason in FILE.reasons (host, a tab, the finding); commbench never drains a node itself.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from commbench.benchmarks.cluster import findings_lines
 from commbench.benchmarks.cluster_findings import REGRESSIONS, load_reference, read_evidence, verdict
@@ -30,6 +35,9 @@ class Judging(Options):
                                                           "run's own, if it had one)")
     reference: str | None = opt(None, metavar="REF",
                                 help="expected values: CSV link,metric,expected,warn_pct,fail_pct")
+    drain_list: str | None = opt(None, metavar="FILE",
+                                 help="write the hosts to drain as a Slurm hostlist (one line; empty: none) and their "
+                                      "reasons to FILE.reasons")
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,8 @@ def add_parser(sub) -> None:
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
-           reference: str | None = None) -> tuple[list[str], int]:
-    """(the lines, how many findings, regressions and failed references)."""
+           reference: str | None = None) -> tuple[list[str], int, list[dict]]:
+    """(the lines, how many findings, regressions and failed references, the finding rows)."""
     expected = load_reference(reference) if reference else None
     run, ev = read_evidence(path, topo_file)
     pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
@@ -66,10 +74,45 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     summary.insert(0, f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
                       f"{run.meta.get('options', {}).get('transport', '?')})")
     bad = [f for f in found if f["kind"].startswith(("slow", "failed", "reference-fail", *REGRESSIONS))]
-    return findings_lines(len(ev.names), float(pct), summary, found), len(bad)
+    return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found
+
+
+DRAIN = ("slow-host", "slow-host-latency", "lost-host", "lost-host-latency")  # and a host's own failed line
+
+
+def drained(found: list[dict]) -> dict[str, str]:
+    """Slurm node -> the reason to drain it (the first finding that names it): an endpoint ``host/rN``
+    (several ranks a host) is its host."""
+    out: dict[str, str] = {}
+    for f in found:
+        if f["kind"] in DRAIN or (f["kind"] == "failed" and f.get("b") is None and f.get("a")):
+            host = re.sub(r"/r\d+$", "", str(f["a"]))
+            reason = re.sub(r"[^ -~]+", " ", f"commbench {f['kind']}: {f.get('note') or host}")
+            out.setdefault(host, reason[:120].replace('"', "'"))
+    return out
+
+
+def write_drain_list(path: str, hosts: dict[str, str]) -> None:
+    import hostlist
+
+    from commbench.commands.report import fresh
+
+    try:
+        with fresh(Path(path)) as f:
+            f.write((hostlist.collect_hostlist(sorted(hosts)) + "\n" if hosts else "").encode())
+        with fresh(Path(path + ".reasons")) as f:
+            f.write("".join(f"{h}\t{why}\n" for h, why in sorted(hosts.items())).encode())
+    except OSError as exc:
+        raise UsageError(f"cannot write the drain list {path!r}: {exc.strerror}; give --drain-list a path in a "
+                         "directory of your own") from None
 
 
 def run(o: FindingsOptions | DiffOptions) -> int:
-    lines, count = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference)
+    lines, count, found = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference)
     print("\n".join(lines))
+    if o.drain_list:
+        hosts = drained(found)
+        write_drain_list(o.drain_list, hosts)
+        print(f"# drain list: {len(hosts)} host(s) written to {o.drain_list}" + (
+            f" ({', '.join(hosts)}); reasons in {o.drain_list}.reasons" if hosts else ""))
     return 1 if count else 0

@@ -154,3 +154,28 @@ def test_summary_shows_imported_runs_at_their_nearest_size_and_says_so(tmp_path)
     assert re.search(r"^osu_latency 7\.4 \(mean\) +0\.25 ", rows["osu_latency"]), rows  # 8 B: exact
     said = [ln for ln in out.getvalue().splitlines() if ln.startswith("# * ")]
     assert any("Lat 8B is its 64 B value" in ln for ln in said) and any("BW 4M is its 128K B" in ln for ln in said)
+
+
+def test_findings_write_the_hosts_to_drain_as_a_slurm_hostlist(tmp_path):
+    """mpiGraph's six emulated hosts, cbh2 at a quarter of the rate: findings exits 1 and the drain list
+    is the one line scontrol takes, the reason per host beside it; hosts as several endpoints (host/rN)
+    and lost ones fold into one hostlist; a healthy run writes an empty list."""
+    from commbench.commands.findings import drained, write_drain_list
+
+    run, drain = tmp_path / "mg.jsonl", tmp_path / "drain"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["import", str(FIX / "mpigraph_6hosts_slow2.txt"), "-o", str(run)]) == 0
+        assert main(["findings", str(run), "--drain-list", str(drain)]) == 1
+    assert drain.read_text() == "cbh2.mg\n"
+    host, why = (tmp_path / "drain.reasons").read_text().strip().split("\t")
+    assert host == "cbh2.mg" and why.startswith("commbench slow-host: cbh2.mg") and '"' not in why
+    found = [{"kind": "slow-host", "a": "cbh7/r1", "note": "cbh7/r1: 40 %"},
+             {"kind": "slow-link", "a": "cbh1", "b": "cbh2"},
+             {"kind": "failed", "a": "cbh3", "b": None, "note": "cbh3 lost: 6 pair(s) failed\x1b[2J"},
+             {"kind": "failed", "a": "cbh4", "b": "cbh5", "note": "one pair"}]
+    hosts = drained(found)
+    assert set(hosts) == {"cbh3", "cbh7"} and "\x1b" not in hosts["cbh3"]
+    write_drain_list(str(drain), hosts)
+    assert drain.read_text() == "cbh[3,7]\n"
+    write_drain_list(str(drain), {})
+    assert drain.read_text() == "" and (tmp_path / "drain.reasons").read_text() == ""
