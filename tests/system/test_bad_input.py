@@ -41,7 +41,7 @@ def one_line_exit_2(r, *needles):
     (["p2p-latency", "-t", "tcp", "--verbs-op", "write"], ["--verbs-op write is an option of the verbs transport",
                                                             "drop it or use -t verbs"]),
     (["p2p-latency", "-t", "ipoib", "--over", "grpc", "--poll", "busy"], ["has no busy mode (it has: blocking)"]),
-    (["p2p-latency", "--timeout", "0"], ["argument --timeout: must be a finite number above 0"]),
+    (["p2p-latency", "--timeout", "0"], ["argument --timeout: must be a finite number from 0.1"]),
     (["p2p-latency", "--port", "70000"], ["argument --port: must be a whole number from 0 to 65,535", "not 70000"]),
     (["p2p-latency", "-o", "/nonexistent-dir/x.jsonl"], ["directory '/nonexistent-dir' does not exist"]),
     (["p2p-latency", "-o", "/proc/commbench.jsonl"], ["cannot write '/proc/commbench.jsonl'", "--output"]),
