@@ -9,12 +9,16 @@ Exit status 0: nothing wrong (warnings allowed); 1: a finding, a regression or a
 to drain (a slow host, a host lost or failing its pairs, one that lost bandwidth since the baseline)
 as one Slurm hostlist line (``scontrol update nodename=$(cat FILE) state=drain reason=...``), and
 each host's reason in FILE.reasons (host, a tab, the finding); commbench never drains a node itself.
+``--metrics FILE`` writes each link's and each host's figures and the findings per kind in the
+OpenMetrics/Prometheus text format (prometheus_client), for node_exporter's textfile collector.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from commbench.benchmarks.cluster import findings_lines
@@ -35,6 +39,9 @@ class Judging(Options):
                                                           "run's own, if it had one)")
     reference: str | None = opt(None, metavar="REF",
                                 help="expected values: CSV link,metric,expected,warn_pct,fail_pct")
+    metrics: str | None = opt(None, metavar="FILE",
+                              help="write each link's and host's figures and the findings per kind in the Prometheus "
+                                   "text format (node_exporter's textfile collector: a .prom file)")
     drain_list: str | None = opt(None, metavar="FILE",
                                  help="write the hosts to drain as a Slurm hostlist (one line; empty: none) and their "
                                       "reasons to FILE.reasons")
@@ -62,8 +69,9 @@ def add_parser(sub) -> None:
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
-           reference: str | None = None) -> tuple[list[str], int, list[dict]]:
-    """(the lines, how many findings, regressions and failed references, the finding rows)."""
+           reference: str | None = None, metrics: str | None = None) -> tuple[list[str], int, list[dict]]:
+    """(the lines, how many findings, regressions and failed references, the finding rows); with
+    ``metrics``, the run's figures written there."""
     expected = load_reference(reference) if reference else None
     run, ev = read_evidence(path, topo_file)
     pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
@@ -74,7 +82,48 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     summary.insert(0, f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
                       f"{run.meta.get('options', {}).get('transport', '?')})")
     bad = [f for f in found if f["kind"].startswith(("slow", "failed", "reference-fail", *REGRESSIONS))]
+    if metrics:
+        write_metrics(metrics, run.meta, ev, found)
     return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found
+
+
+def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
+    """The run's figures in the Prometheus text format, written as node_exporter's textfile collector
+    wants it (prometheus_client's write_to_textfile: a temporary file renamed into place): per link
+    (a pair of hosts) its bandwidth and latency, per host the median of its pairs, per kind the
+    findings, and when the run started. Labels: hosts, the transport, the cluster's endpoints."""
+    import numpy as np
+
+    try:
+        from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+    except ImportError:
+        raise UsageError("--metrics needs prometheus_client: pip install 'commbench[metrics]'") from None
+
+    transport = str((meta.get("options") or {}).get("transport") or "?")
+    reg = CollectorRegistry()
+    link = {m: Gauge(f"commbench_link_{m}", doc, ["a", "b", "transport"], registry=reg)
+            for m, doc in (("bandwidth_mbps", "a pair's osu_bw-style bandwidth, MB/s = 10^6 B/s"),
+                           ("latency_us", "a pair's one-way p50 latency, us"))}
+    host = {m: Gauge(f"commbench_host_{m}", doc, ["host", "transport"], registry=reg)
+            for m, doc in (("bandwidth_mbps", "the median bandwidth of the host's pairs, MB/s"),
+                           ("latency_us", "the median latency of the host's pairs, us"))}
+    for m, values in (("bandwidth_mbps", ev.bw), ("latency_us", ev.lat)):
+        for i, a in enumerate(ev.names):
+            for j in range(i + 1, len(ev.names)):
+                if np.isfinite(values[i, j]):
+                    link[m].labels(a, ev.names[j], transport).set(float(values[i, j]))
+            if np.isfinite(values[i]).any():
+                host[m].labels(a, transport).set(float(np.nanmedian(values[i])))
+    kinds = Gauge("commbench_findings", "findings of the run, by kind", ["kind", "transport"], registry=reg)
+    for kind in sorted({f["kind"] for f in found}):
+        kinds.labels(kind, transport).set(sum(f["kind"] == kind for f in found))
+    started = Gauge("commbench_run_start_timestamp_seconds", "when the run started", ["transport"], registry=reg)
+    with contextlib.suppress(TypeError, ValueError):
+        started.labels(transport).set(datetime.fromisoformat(str(meta.get("start"))).timestamp())
+    try:
+        write_to_textfile(path, reg)
+    except OSError as exc:
+        raise UsageError(f"cannot write the metrics file {path!r}: {exc.strerror}") from None
 
 
 DRAIN = ("slow-host", "slow-host-latency", "lost-host", "lost-host-latency")  # and a host's own failed line
@@ -108,7 +157,7 @@ def write_drain_list(path: str, hosts: dict[str, str]) -> None:
 
 
 def run(o: FindingsOptions | DiffOptions) -> int:
-    lines, count, found = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference)
+    lines, count, found = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics)
     print("\n".join(lines))
     if o.drain_list:
         hosts = drained(found)

@@ -179,3 +179,22 @@ def test_findings_write_the_hosts_to_drain_as_a_slurm_hostlist(tmp_path):
     assert drain.read_text() == "cbh[3,7]\n"
     write_drain_list(str(drain), {})
     assert drain.read_text() == "" and (tmp_path / "drain.reasons").read_text() == ""
+
+
+def test_findings_export_the_figures_prometheus_reads_back(tmp_path):
+    """--metrics: every link's and host's figures and the findings per kind in the Prometheus text format,
+    read back by prometheus_client's own parser: 15 links of six hosts, the slow host the lowest."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    run, prom = tmp_path / "mg.jsonl", tmp_path / "cluster.prom"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["import", str(FIX / "mpigraph_6hosts_slow2.txt"), "-o", str(run)]) == 0
+        assert main(["findings", str(run), "--metrics", str(prom)]) == 1
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    links = families["commbench_link_bandwidth_mbps"].samples
+    assert len(links) == 15 and all(s.labels["transport"] == "mpi" and s.value > 0 for s in links)
+    hosts = {s.labels["host"]: s.value for s in families["commbench_host_bandwidth_mbps"].samples}
+    assert len(hosts) == 6 and min(hosts, key=hosts.get) == "cbh2.mg"
+    kinds = {s.labels["kind"]: s.value for s in families["commbench_findings"].samples}
+    assert kinds["slow-host"] == 1
+    assert families["commbench_run_start_timestamp_seconds"].samples[0].value > 1.7e9
