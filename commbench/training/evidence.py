@@ -168,3 +168,28 @@ def one_host(meta: dict) -> bool:
 def shares_host(choice: str, meta: dict) -> bool:
     """``--shared-host``: yes, no, or auto: whether the run whose metadata this is had every rank on one host."""
     return choice == "yes" or (choice == "auto" and one_host(meta))
+
+
+def load_note(compute: str | None, train: str | None) -> str | None:
+    """A line where the compute-only runs and the train runs started under different load (rank 0's host's
+    1-minute load average, from each run's metadata): the compute measured alone then is not the
+    compute inside that training, and the prediction is off by as much (a busy machine's cores shared
+    with other work). None where they match or a file does not say."""
+    if not (compute and train):
+        return None
+
+    def loads(path: str) -> list[tuple[float, int]]:
+        return [(float(r.meta["load"][0]), int(r.meta.get("cpus") or 1)) for r in presentation.read_checked(path)
+                if isinstance(r.meta.get("load"), list) and r.meta["load"] and r.rows]
+
+    a, b = loads(compute), loads(train)
+    if not a or not b:
+        return None
+    cpus = max(c for _, c in a + b)
+    lo_a, hi_a, lo_b, hi_b = min(x for x, _ in a), max(x for x, _ in a), min(x for x, _ in b), max(x for x, _ in b)
+    if max(hi_a, hi_b) - min(lo_a, lo_b) < max(1.0, 0.25 * cpus):
+        return None
+    return (f"the compute-only runs started at load {lo_a:.1f}-{hi_a:.1f} and the train runs at {lo_b:.1f}-{hi_b:.1f} "
+            f"({cpus} CPUs): the compute measured alone is not the compute inside that training, and the "
+            "prediction is off by as much; measure both back to back on a quiet machine (launchers/predict.sh "
+            "brackets the train runs with compute-only runs)")

@@ -93,6 +93,7 @@ from commbench.training.evidence import (
     compute_rows,
     compute_span,
     drifting,
+    load_note,
     measured_comm,
     measured_span,
     own_compute,
@@ -438,11 +439,20 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
                       i.opts.placement)
     verdict = {True: "pays off", False: "does not pay off",
                None: "undecided: the uncertainty spans one worker's rate"}[f.pays]
+    calibrated = bool(i.opts.overhead)
+    if not calibrated and not i.measured:
+        lines.append("TF's runtime is not calibrated (no --overhead): the step has the network's terms and compute "
+                     "alone, and TensorFlow's own cost per step (often several ms) is left out, so the step is "
+                     "predicted short and img/s high; calibrate it once with --overhead (launchers/predict.sh, "
+                     "docs/training.md)")
     lines.append(f"{shape.workers} workers: {pred.images_s:.1f} img/s against one worker's "
-                 f"{pred.one_worker_images_s:.1f}: data parallelism {verdict} at this bandwidth")
+                 f"{pred.one_worker_images_s:.1f}: data parallelism {verdict} at this bandwidth"
+                 + ("" if calibrated or i.measured else ", were TF's runtime free (not calibrated)"))
     if not i.measured:  # the minimum bandwidth is the model's: a measured communication has none
         lines.append(min_bandwidth_line(shape.workers, out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"],
                                         out["min_beta_mb_s"]))
+    if (busy := load_note(i.opts.compute, i.opts.train)) is not None:
+        lines.append(busy)
     if i.row and not i.same:
         r = i.row
         lines.append(f"the train run in {i.opts.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "

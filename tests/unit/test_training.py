@@ -380,3 +380,33 @@ def test_the_minimum_bandwidth_is_said_as_the_ends_decide(lo, hi, mid, says):
     """W workers beat one above a bandwidth the model finds at each end of the inputs: none, one end
     only (undecided), a range, or one number where the ends agree."""
     assert says in pr.min_bandwidth_line(3, lo, hi, mid)
+
+
+def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
+    """Without --overhead, TF's runtime is left out: predict says so and the verdict says it holds only
+    were the runtime free; compute-only and train runs started under different load are named."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from commbench.cli import main
+
+    fix = Path(__file__).parent.parent / "fixtures"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["predict", "--p2p", str(fix / "latency_grpc.jsonl"), "--train", str(fix / "train.jsonl")]) == 0
+    text = out.getvalue()
+    assert "TF's runtime is not calibrated (no --overhead)" in text
+    assert "data parallelism pays off at this bandwidth, were TF's runtime free (not calibrated)" in text
+
+    def at(name: str, load: float) -> str:
+        lines = (fix / "train.jsonl").read_text().splitlines()
+        meta = json.loads(lines[0])
+        meta.update(load=[load, load, load], cpus=2)
+        (tmp_path / name).write_text("\n".join([json.dumps(meta), *lines[1:]]) + "\n")
+        return str(tmp_path / name)
+
+    busy = pe.load_note(at("alone.jsonl", 0.2), at("busy.jsonl", 3.9))
+    assert busy is not None and "load 0.2-0.2" in busy and "3.9-3.9" in busy
+    assert pe.load_note(at("a.jsonl", 0.2), at("b.jsonl", 0.7)) is None  # the same quiet machine
+    assert pe.load_note(str(fix / "train.jsonl"), str(fix / "train.jsonl")) is None  # files that do not say

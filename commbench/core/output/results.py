@@ -90,6 +90,8 @@ def run_metadata(bench: str, options: dict, hosts: Sequence[str], packages: Sequ
         "command": [program_name(), *sys.argv[1:]],
         "hosts": list(hosts),
         "platform": platform.platform(),
+        "load": [round(x, 2) for x in os.getloadavg()],  # rank 0's host at the start: 1, 5, 15 min averages
+        "cpus": os.cpu_count(),
         "versions": versions(*packages),
         "options": options,
         **({"wireup": wireup} if wireup else {}),
