@@ -68,6 +68,8 @@ class Benchmark(ABC):
     name: ClassVar[str]
     help: ClassVar[str]
     units: ClassVar[str]
+    # the units line of another tool's rows (commbench import): the units alone, not how commbench samples
+    imported_units: ClassVar[str] = "as the tool computed them, in commbench's units (its own loop and statistics)"
     columns: ClassVar[list[Column]]
     loops: ClassVar[LoopDefaults] = LATENCY_LOOPS
     loop_source: ClassVar[str] = "OSU"  # whose default iteration counts the benchmark uses
@@ -177,7 +179,7 @@ class Benchmark(ABC):
                     f"as {cls.name} rows".replace("  ", " "),
                     f"# measured: {o.get('transport')} ({o.get('mode')})   ranks: {o.get('ranks')}   "
                     f"command: {' '.join(imp.get('command') or []) or 'not in the output'}",
-                    *(f"# {n}" for n in imp.get("notes") or []), f"# units: {cls.units}"]
+                    *(f"# {n}" for n in imp.get("notes") or []), f"# units: {cls.imported_units}"]
         check = {None: "off", False: "off", True: "every message (timings include checking)",
                  "every": "every message (timings include checking)",
                  "untimed": "one checked round after the timed loop (timings unchanged, as nccl-tests)"}

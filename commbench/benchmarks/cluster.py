@@ -323,6 +323,8 @@ class Cluster(Benchmark):
     name = "cluster"
     help = ("cluster evaluation: latency and bandwidth between every pair of hosts, rings, bisection; names the "
             "slow host, cable or dead node (as ClusterKit)")
+    imported_units = ("MB/s = 10^6 B/s per pair (converted from the tool's own unit), as the tool measured them "
+                      "(mpiGraph: every rank streaming at once, a pair the mean of its two directions)")
     units = ("Lat = p50 one-way latency (us) of a --lat-size ping-pong; MB/s = 10^6 B/s of a --window of --bw-size "
              "messages (osu_bw); ring: each endpoint's receive rate; bisection: each pair's rate, and a cut's: all its "
              "pairs' bytes over the slowest pair's time (osu_mbw_mr)")

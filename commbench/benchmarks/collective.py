@@ -75,6 +75,8 @@ class Collective(Benchmark):
     blocks: ClassVar[bool] = False  # the output holds one block per rank: counts are multiples of the ranks
     loops = COLLECTIVE_LOOPS
     metric, better = "busbw", "higher"
+    imported_units = ("time in us per collective, algbw and busbw in GB/s = 10^9 B/s, as the tool computed them (its "
+                      "own loop and statistics); \"-\": the tool does not give it")
     units = ("time in us per collective: each rank's mean, averaged over ranks (min/max: fastest and slowest rank); "
              "count = float32 elements of the output; algbw and busbw in GB/s = 10^9 B/s from the average, "
              "as nccl-tests")

@@ -37,6 +37,8 @@ class BandwidthOptions(Options):
 class P2PBandwidth(Benchmark):
     name = "p2p-bandwidth"
     help = "a window of messages, then an ack; MB/s = bytes x window x iterations / time (as osu_bw)"
+    imported_units = ("MB/s = 10^6 B/s (converted from the tool's own unit), as the tool measured them (its own window "
+                      "and timing); \"-\": the tool does not give it")
     units = ("MB/s = 10^6 B/s, all pairs' bytes over the slowest pair's wall-clock time (as osu_mbw_mr); "
              "Msg/s = messages per second; min/max over the windows of pair 0")
     loops = BANDWIDTH_LOOPS

@@ -19,6 +19,9 @@ US = "{:.2f}"
 class P2PLatency(Benchmark):
     name = "p2p-latency"
     help = "ping-pong between two ranks; one-way latency = round trip / 2 (as osu_latency)"
+    imported_units = ("microseconds (us), one-way = round trip / 2, as the tool computed them (its own loop and "
+                      "statistics: OSU's mean, perftest's t_typical as p50, sockperf's percentiles); '-': the tool "
+                      "does not give it")
     units = ("microseconds (us) one-way = round trip / 2; each round trip timed around the call; p99 from 100 "
              "samples, p99.9 from 1000; CI95 = half-width of the median's 95 % confidence interval")
     loops = LATENCY_LOOPS

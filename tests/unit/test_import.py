@@ -198,3 +198,13 @@ def test_findings_export_the_figures_prometheus_reads_back(tmp_path):
     kinds = {s.labels["kind"]: s.value for s in families["commbench_findings"].samples}
     assert kinds["slow-host"] == 1
     assert families["commbench_run_start_timestamp_seconds"].samples[0].value > 1.7e9
+
+
+@pytest.mark.parametrize("name", ["osu_latency.txt", "iperf3_tcp.json", "all_reduce_perf_2ranks.txt",
+                                  "mpigraph_loopback_4.txt"])
+def test_an_imported_runs_units_line_claims_nothing_of_commbenchs_sampling(name):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["import", str(FIX / name), "--ranks", "2"]) == 0
+    units = [ln for ln in out.getvalue().splitlines() if ln.startswith("# units: ")]
+    assert units and "as the tool" in units[0] and "samples" not in units[0] and "timed around" not in units[0]
