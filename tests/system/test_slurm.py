@@ -243,6 +243,7 @@ def test_two_nodes_meet_through_the_node_list(tmp_path_factory, slurm):
             assert {x["test"] for x in run.rows} >= {"ring-ordered", "ring-random", "bisection", "summary"}
             verdict = (work / "cl" / f"findings_{t}.txt").read_text()  # commbench findings, for a health check
             assert "derived again from" in verdict and "no outliers" in verdict, verdict
+            assert (work / "cl" / f"drain_{t}.txt").read_text() == ""  # nothing to drain: an empty hostlist
         assert (work / "cl" / "report" / "report.html").exists() and "# findings (2 endpoints" in out
     finally:
         down(d)
