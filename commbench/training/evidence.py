@@ -170,26 +170,35 @@ def shares_host(choice: str, meta: dict) -> bool:
     return choice == "yes" or (choice == "auto" and one_host(meta))
 
 
-def load_note(compute: str | None, train: str | None) -> str | None:
-    """A line where the compute-only runs and the train runs started under different load (rank 0's host's
-    1-minute load average, from each run's metadata): the compute measured alone then is not the
-    compute inside that training, and the prediction is off by as much (a busy machine's cores shared
-    with other work). None where they match or a file does not say."""
-    if not (compute and train):
+COMPUTE_DRIFT = 1.15  # inside training a worker computes 1.02-1.08x slower than alone on a quiet machine
+
+
+def compute_note(alone: float, inside: Sequence[float], compute: str | None, train: str | None) -> str | None:
+    """A line where the compute time the prediction used (``alone``: measured by the compute-only runs,
+    times the calibrated load where there is one) and the train runs' own compute (``inside``: measured
+    in each run, between or around its steps) differ by more than ``COMPUTE_DRIFT``: the two ran under
+    different conditions (a busy machine, another phase of it), and the prediction moves with the
+    compute. The runs' load averages (each run's metadata) are named as a likely cause. None where they
+    agree or either is missing."""
+    if not (compute and train and inside and alone > 0):
+        return None
+    mid = float(np.median(inside))
+    ratio = mid / alone
+    if 1 / COMPUTE_DRIFT <= ratio <= COMPUTE_DRIFT:
         return None
 
     def loads(path: str) -> list[tuple[float, int]]:
         return [(float(r.meta["load"][0]), int(r.meta.get("cpus") or 1)) for r in presentation.read_checked(path)
                 if isinstance(r.meta.get("load"), list) and r.meta["load"] and r.rows]
 
+    def span(xs: list[tuple[float, int]]) -> str:
+        lo, hi = min(x for x, _ in xs), max(x for x, _ in xs)
+        return f"{lo:.1f}" if hi - lo < 0.05 else f"{lo:.1f}-{hi:.1f}"
+
     a, b = loads(compute), loads(train)
-    if not a or not b:
-        return None
-    cpus = max(c for _, c in a + b)
-    lo_a, hi_a, lo_b, hi_b = min(x for x, _ in a), max(x for x, _ in a), min(x for x, _ in b), max(x for x, _ in b)
-    if max(hi_a, hi_b) - min(lo_a, lo_b) < max(1.0, 0.25 * cpus):
-        return None
-    return (f"the compute-only runs started at load {lo_a:.1f}-{hi_a:.1f} and the train runs at {lo_b:.1f}-{hi_b:.1f} "
-            f"({cpus} CPUs): the compute measured alone is not the compute inside that training, and the "
-            "prediction is off by as much; measure both back to back on a quiet machine (launchers/predict.sh "
-            "brackets the train runs with compute-only runs)")
+    cpus = max((c for _, c in a + b), default=0)
+    said = f" (1-minute load {span(a)} and {span(b)} as they started, {cpus} CPUs)" if a and b else ""
+    return (f"the compute time used ({alone:.2f} ms a step, from {compute}) and the train runs' own ({mid:.2f} ms, "
+            f"measured in them) differ {ratio:.2f}x{said}: the two ran under different conditions and the "
+            "prediction is off by about as much; measure both back to back on a quiet machine (launchers/predict.sh "
+            "brackets each train run with compute-only runs)")

@@ -90,10 +90,10 @@ from commbench.profiles import store
 from commbench.training.calibration import Calibration, Runtime, calibrate
 from commbench.training.evidence import (
     comm_span,
+    compute_note,
     compute_rows,
     compute_span,
     drifting,
-    load_note,
     measured_comm,
     measured_span,
     own_compute,
@@ -451,8 +451,9 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
     if not i.measured:  # the minimum bandwidth is the model's: a measured communication has none
         lines.append(min_bandwidth_line(shape.workers, out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"],
                                         out["min_beta_mb_s"]))
-    if (busy := load_note(i.opts.compute, i.opts.train)) is not None:
-        lines.append(busy)
+    inside = [own_compute(r).mid for r in i.rows if r.get("compute_ms") is not None]
+    if (drift := compute_note(i.inrun, inside, i.opts.compute, i.opts.train)) is not None:
+        lines.append(drift)
     if i.row and not i.same:
         r = i.row
         lines.append(f"the train run in {i.opts.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "

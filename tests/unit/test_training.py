@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -384,7 +385,8 @@ def test_the_minimum_bandwidth_is_said_as_the_ends_decide(lo, hi, mid, says):
 
 def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
     """Without --overhead, TF's runtime is left out: predict says so and the verdict says it holds only
-    were the runtime free; compute-only and train runs started under different load are named."""
+    were the runtime free; a compute time alone that the train runs' own compute does not match is named,
+    with the runs' loads."""
     import contextlib
     import io
     from pathlib import Path
@@ -399,14 +401,27 @@ def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
     assert "TF's runtime is not calibrated (no --overhead)" in text
     assert "data parallelism pays off at this bandwidth, were TF's runtime free (not calibrated)" in text
 
-    def at(name: str, load: float) -> str:
-        lines = (fix / "train.jsonl").read_text().splitlines()
-        meta = json.loads(lines[0])
+    def at(name: str, load: float, scale: float = 1.0) -> str:
+        """The train fixture at another load, its compute times scaled: a compute-only file of sorts."""
+        meta, *rows = map(json.loads, (fix / "train.jsonl").read_text().splitlines())
         meta.update(load=[load, load, load], cpus=2)
-        (tmp_path / name).write_text("\n".join([json.dumps(meta), *lines[1:]]) + "\n")
+        rows = [{k: v * scale if k.startswith("compute") and k.endswith("_ms") and v else v for k, v in r.items()}
+                for r in rows]
+        (tmp_path / name).write_text("\n".join(map(json.dumps, [meta, *rows])) + "\n")
         return str(tmp_path / name)
 
-    busy = pe.load_note(at("alone.jsonl", 0.2), at("busy.jsonl", 3.9))
-    assert busy is not None and "load 0.2-0.2" in busy and "3.9-3.9" in busy
-    assert pe.load_note(at("a.jsonl", 0.2), at("b.jsonl", 0.7)) is None  # the same quiet machine
-    assert pe.load_note(str(fix / "train.jsonl"), str(fix / "train.jsonl")) is None  # files that do not say
+    def predicted(compute: str, train: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["predict", "--p2p", str(fix / "latency_grpc.jsonl"), "--compute", compute,
+                         "--train", train]) == 0
+        return out.getvalue()
+
+    busy = predicted(at("alone.jsonl", 0.2, scale=0.5), at("busy.jsonl", 3.9))  # alone: half the compute
+    drift = [ln for ln in busy.splitlines() if "the two ran under different conditions" in ln]
+    assert len(drift) == 1 and re.search(r"differ 2\.00x \(1-minute load 0\.2 and 3\.9 as they started, 2 CPUs\)",
+                                         drift[0]), busy
+    quiet = predicted(at("a.jsonl", 0.2), at("b.jsonl", 2.7))  # the same compute: the run before's load is no news
+    assert "different conditions" not in quiet, quiet
+    assert pe.compute_note(10.0, [10.5], "c.jsonl", "t.jsonl") is None  # within the drift a quiet machine shows
+    assert "differ 0.80x" in pe.compute_note(10.0, [8.0], str(fix / "train.jsonl"), str(fix / "train.jsonl"))
