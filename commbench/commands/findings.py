@@ -126,6 +126,7 @@ def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
         raise UsageError(f"cannot write the metrics file {path!r}: {exc.strerror}") from None
 
 
+REASON = 120  # characters of a drain reason
 DRAIN = ("slow-host", "slow-host-latency", "lost-host", "lost-host-latency")  # and a host's own failed line
 
 
@@ -137,7 +138,9 @@ def drained(found: list[dict]) -> dict[str, str]:
         if f["kind"] in DRAIN or (f["kind"] == "failed" and f.get("b") is None and f.get("a")):
             host = re.sub(r"/r\d+$", "", str(f["a"]))
             reason = re.sub(r"[^ -~]+", " ", f"commbench {f['kind']}: {f.get('note') or host}")
-            out.setdefault(host, reason[:120].replace('"', "'"))
+            if len(reason) > REASON:  # Slurm shows a node's reason on one line: cut at a word, marked
+                reason = reason[:REASON - 3].rsplit(" ", 1)[0] + "..."
+            out.setdefault(host, reason.replace('"', "'"))
     return out
 
 

@@ -193,12 +193,14 @@ def test_findings_write_the_hosts_to_drain_as_a_slurm_hostlist(tmp_path):
     from commbench.commands.findings import drained, write_drain_list
 
     run, drain = tmp_path / "mg.jsonl", tmp_path / "drain"
-    with contextlib.redirect_stdout(io.StringIO()):
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
         assert main(["import", str(FIX / "mpigraph_6hosts_slow2.txt"), "-o", str(run)]) == 0
         assert main(["findings", str(run), "--drain-list", str(drain)]) == 1
     assert drain.read_text() == "cbh2.mg\n"
     host, why = (tmp_path / "drain.reasons").read_text().strip().split("\t")
     assert host == "cbh2.mg" and why.startswith("commbench slow-host: cbh2.mg") and '"' not in why
+    assert len(why) <= 120 and why.endswith("...") and why[len("commbench "):-3] + " " in said.getvalue()  # at a word
     found = [{"kind": "slow-host", "a": "cbh7/r1", "note": "cbh7/r1: 40 %"},
              {"kind": "slow-link", "a": "cbh1", "b": "cbh2"},
              {"kind": "failed", "a": "cbh3", "b": None, "note": "cbh3 lost: 6 pair(s) failed\x1b[2J"},
