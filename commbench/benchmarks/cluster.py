@@ -435,6 +435,8 @@ class Cluster(Benchmark):
         self.start = self.stop = (0.0, 0, 0)  # rank 0: when the tests began and ended, and its rendezvous's
         self.steps = 0  # requests and heartbeats by then; the pairs and links measured (tasks handed out)
         self.slowest = 0.0  # rank 0: the longest step so far (s), for the limit after which a rank is hung
+        self.took = 0.0  # rank 0: the last step's wall time (s)
+        self.rounds_cost = [0, 0, 0.0, 0.0]  # rank 0: pair rounds, pairs, wall s, s of their longest pairs' loops
         self.ends: float | None = None  # rank 0, --budget: when the run must be done (time.monotonic())
         self.left_out: dict[str, int] = {}  # rank 0, --budget: what was not measured for want of time, by test
         self.mpi = False  # rank 0: some pair is measured over MPI
@@ -731,7 +733,8 @@ class Cluster(Benchmark):
         # to a peer that died does not time out): dropped, so one stuck rank does not hold the run
         limit = 3 * ctx.world.timeout + 10 * max(self.slowest, self.opts.bw_time + 1)
         got.update(self.tasks.collect(tasks, max(0.0, limit - (time.monotonic() - began))))
-        self.slowest = max(self.slowest, time.monotonic() - began)
+        self.took = time.monotonic() - began
+        self.slowest = max(self.slowest, self.took)
         if self.mpi and self.tasks.died() - self.shrunk:
             self._shrink(ctx)
         return got
@@ -840,11 +843,17 @@ class Cluster(Benchmark):
             tasks[ra], tasks[rb] = {**task, "addr": self.ctl[rb]}, task
             self.steps += 1
         got = self._step(ctx, tasks)
+        measuring = 0.0
         for a, b in pairs:
             if (a, b) not in results:
                 first, second = got[self.chosen[a]], got[self.chosen[b]]
                 lost = first if first.get("lost") else second if second.get("lost") else None
                 results[(a, b)] = {"error": lost["error"]} if lost else first
+                measuring = max(measuring, float(first.get("measure_s") or 0.0))
+        if tasks:  # what the round cost beyond its longest pair's measurements: dial, set-up, barriers, results
+            cost = self.rounds_cost
+            cost[0], cost[1], cost[2], cost[3] = cost[0] + 1, cost[1] + len(tasks) // 2, cost[2] + self.took, \
+                cost[3] + measuring
         yield from self._rows(test, rnd, pairs, results, extra)
 
     def _rows(self, test: str, rnd: int, pairs: list[tuple[int, int]], results: dict,
@@ -906,6 +915,7 @@ class Cluster(Benchmark):
         """This rank's part of one pair: latency (if asked) and bandwidth (over ``cls`` if given)."""
         def work(transport, links) -> dict:
             got: dict = {"wrong": 0}
+            began = time.monotonic()
             if latency:
                 row = measure_point(self._context(ctx, group, transport, links, self.lat_loops), self.latency,
                                     self.lat_payload)
@@ -915,6 +925,7 @@ class Cluster(Benchmark):
                                 self.bw_payload)
             if row is not None:
                 got.update(mb_s=row["mb_s"], wrong=got["wrong"] + row["wrong"])
+            got["measure_s"] = time.monotonic() - began  # its loops, warm-up included: the rest is the round's cost
             return got
         return self._in_group(ctx, group, {1 - group.rank}, work, cls, config)
 
@@ -992,6 +1003,12 @@ class Cluster(Benchmark):
         summary.insert(0, f"{seconds:.1f} s; the rendezvous answered {requests} requests "
                           f"({requests / max(seconds, 1e-9):.0f}/s): {(requests - beats) / max(self.steps, 1):.1f} "
                           f"per pair or link measured ({self.steps}), and {beats} heartbeats")
+        rounds, pairs, wall, measuring = self.rounds_cost
+        if pairs:
+            summary.insert(1, f"pair rounds: {rounds} ({pairs} pairs) took {wall:.1f} s, {measuring:.1f} s of it their "
+                              f"longest pair's measuring: {(wall - measuring) / rounds * 1e3:.0f} ms a round, "
+                              f"{(wall - measuring) / pairs * 1e3:.0f} ms a pair beyond its measurements "
+                              "(connecting, set-up, barriers, results)")
         return findings_lines(len(self.names), self.opts.slow_pct, summary, found), \
             [{"test": "finding", **f} for f in found] + [{"test": "summary", "note": s} for s in summary]
 

@@ -106,6 +106,11 @@ def test_twelve_endpoints_meet_in_eleven_rounds(tmp_path):
     pairs = sorted((x["a_rank"], x["b_rank"]) for x in rows if x["test"] == "pairwise")
     assert pairs == [(a, b) for a in range(12) for b in range(a + 1, 12)]
     assert {x["round"] for x in rows if x["test"] == "pairwise"} == set(range(1, 12))
+    cost = re.search(r"pair rounds: (\d+) \((\d+) pairs\) took ([\d.]+) s, ([\d.]+) s of it their longest pair's "
+                     r"measuring: (\d+) ms a round, (\d+) ms a pair beyond its measurements", r.out)
+    assert cost, r.out  # what the rounds cost beyond measuring: at least the 11 rounds' 66 pairs
+    rounds, pairs, wall, measuring = int(cost[1]), int(cost[2]), float(cost[3]), float(cost[4])
+    assert rounds >= 11 and pairs >= 66 and 0 < measuring <= wall, r.out
 
 
 def rank_pids(launcher: int) -> dict[int, int]:
