@@ -170,16 +170,19 @@ def shares_host(choice: str, meta: dict) -> bool:
     return choice == "yes" or (choice == "auto" and one_host(meta))
 
 
-COMPUTE_DRIFT = 1.15  # inside training a worker computes 1.02-1.08x slower than alone on a quiet machine
+COMPUTE_DRIFT = 1.15  # beyond this, the compute inside training moves a prediction past its goal (ps 10 %)
 
 
-def compute_note(alone: float, inside: Sequence[float], compute: str | None, train: str | None) -> str | None:
+def compute_note(alone: float, inside: Sequence[float], compute: str | None, train: str | None,
+                 calibrated: bool = False) -> str | None:
     """A line where the compute time the prediction used (``alone``: measured by the compute-only runs,
     times the calibrated load where there is one) and the train runs' own compute (``inside``: measured
-    in each run, between or around its steps) differ by more than ``COMPUTE_DRIFT``: the two ran under
-    different conditions (a busy machine, another phase of it), and the prediction moves with the
-    compute. The runs' load averages (each run's metadata) are named as a likely cause. None where they
-    agree or either is missing."""
+    in each run, between or around its steps) differ by more than ``COMPUTE_DRIFT``: the step is
+    predicted from the one and measured with the other, so the prediction is off by about as much.
+    Other work on a busy machine does it, and so do the training's own processes on a small one (on
+    the 2-core development VM, quiet, small_cnn's workers computed 1.01-1.19x slower inside training
+    than alone). The runs' load averages (their metadata) are named; ``calibrated``: the load inside
+    training was calibrated (--overhead-compute). None where they agree or either is missing."""
     if not (compute and train and inside and alone > 0):
         return None
     mid = float(np.median(inside))
@@ -197,8 +200,13 @@ def compute_note(alone: float, inside: Sequence[float], compute: str | None, tra
 
     a, b = loads(compute), loads(train)
     cpus = max((c for _, c in a + b), default=0)
+    busy = bool(a and b) and max(x for x, _ in a + b) > cpus + 1  # more runnable than cores beyond our own runs
     said = f" (1-minute load {span(a)} and {span(b)} as they started, {cpus} CPUs)" if a and b else ""
-    return (f"the compute time used ({alone:.2f} ms a step, from {compute}) and the train runs' own ({mid:.2f} ms, "
-            f"measured in them) differ {ratio:.2f}x{said}: the two ran under different conditions and the "
-            "prediction is off by about as much; measure both back to back on a quiet machine (launchers/predict.sh "
-            "brackets each train run with compute-only runs)")
+    return (f"the compute time used ({alone:.2f} ms a step, from {compute}) and the compute measured inside the "
+            f"train runs ({mid:.2f} ms) differ {ratio:.2f}x{said}: the step is predicted from the one and measured "
+            "with the other, so the prediction is off by about as much; "
+            + ("the machine was busy: measure both on a quiet one" if busy else
+               "the training's own processes slowed its workers more than in the calibration runs (on a small "
+               "machine that moves from run to run: more runs, --overhead-compute of each)" if calibrated else
+               "where the machine was quiet, the training's own processes slowed its workers: calibrate that with "
+               "--overhead-compute (launchers/predict.sh brackets each train run with compute-only runs)"))

@@ -452,7 +452,8 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
         lines.append(min_bandwidth_line(shape.workers, out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"],
                                         out["min_beta_mb_s"]))
     inside = [own_compute(r).mid for r in i.rows if r.get("compute_ms") is not None]
-    if (drift := compute_note(i.inrun, inside, i.opts.compute, i.opts.train)) is not None:
+    if (drift := compute_note(i.inrun, inside, i.opts.compute, i.opts.train,
+                                   bool(i.opts.overhead_compute))) is not None:
         lines.append(drift)
     if i.row and not i.same:
         r = i.row

@@ -418,10 +418,13 @@ def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
         return out.getvalue()
 
     busy = predicted(at("alone.jsonl", 0.2, scale=0.5), at("busy.jsonl", 3.9))  # alone: half the compute
-    drift = [ln for ln in busy.splitlines() if "the two ran under different conditions" in ln]
+    drift = [ln for ln in busy.splitlines() if "so the prediction is off by about as much" in ln]
     assert len(drift) == 1 and re.search(r"differ 2\.00x \(1-minute load 0\.2 and 3\.9 as they started, 2 CPUs\)",
                                          drift[0]), busy
+    assert "the machine was busy: measure both on a quiet one" in drift[0]
+    quiet = predicted(at("alone2.jsonl", 0.2, scale=0.5), at("quiet.jsonl", 1.0))  # the training's own load
+    assert "the training's own processes slowed its workers: calibrate that with --overhead-compute" in quiet
     quiet = predicted(at("a.jsonl", 0.2), at("b.jsonl", 2.7))  # the same compute: the run before's load is no news
-    assert "different conditions" not in quiet, quiet
+    assert "off by about as much" not in quiet, quiet
     assert pe.compute_note(10.0, [10.5], "c.jsonl", "t.jsonl") is None  # within the drift a quiet machine shows
     assert "differ 0.80x" in pe.compute_note(10.0, [8.0], str(fix / "train.jsonl"), str(fix / "train.jsonl"))
