@@ -25,20 +25,26 @@
 # 3. `commbench predict` for every rate, model and strategy from its sweep, the calibration and its compute
 #    runs only: nothing from the runs it is compared with
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
-# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (short runs, 1
-# repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
+# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (the same recipe,
+# less of it: small_cnn at 500mbit and unshaped, one calibration over unshaped and 300mbit links, 48-step runs,
+# 1 repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "launchers/predict.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }
 CB=${CB:-.venv/bin/commbench}
 [ -x "$CB" ] || { echo "launchers/predict.sh: no $CB; run bash launchers/setup.sh --dev first" >&2; exit 2; }
 OUT=${OUT:-predict-results}
+if [ "${QUICK:-0}" = 1 ]; then  # the same recipe (calibrated apart, compute bracketed, out of sample), less of it
+  MODELS=${MODELS:-small-cnn}; RATES=${RATES:-500mbit none}; W3_RATE=${W3_RATE-}; CAL_RATES=${CAL_RATES:-300mbit}
+  STEPS=12; CAL=1; SWEEP="-i 20 -x 2"
+else
+  STEPS=30; CAL=3; SWEEP="-i 50 -x 5"
+fi
 MODELS=${MODELS:-small-cnn mobilenet_v2}
 STRATEGIES=${STRATEGIES:-ps mirrored}
 RATES=${RATES:-200mbit 500mbit 1gbit none}
 W3_RATE=${W3_RATE-500mbit}
 CAL_RATES=${CAL_RATES:-300mbit 1500mbit}
-if [ "${QUICK:-0}" = 1 ]; then STEPS=12; CAL=2; SWEEP="-i 20 -x 2"; else STEPS=30; CAL=3; SWEEP="-i 50 -x 5"; fi
 MOBILENET_STEPS=${MOBILENET_STEPS:-$(( STEPS / 3 ))}
 REPEATS=${REPEATS:-$([ "${QUICK:-0}" = 1 ] && echo 1 || echo 2)}
 mkdir -p "$OUT"
@@ -61,10 +67,10 @@ train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
     --warmup-steps "$warm" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2
 }
 # small_cnn: 240 steps (its communication at fast links is 7-10 ms of a 45 ms step: 60 steps measured it to
-# +-17 %, too coarse to tell 15 %; 4x the steps halve that, for about 15 s a run); QUICK checks the recipe
-# runs, not its precision: 24. mobilenet_v2: 10 (4-8 s a step; MOBILENET_STEPS=30 measures its communication
+# +-17 %, too coarse to tell 15 %; 4x the steps halve that, for about 15 s a run); QUICK: 48, coarser.
+# mobilenet_v2: 10 (4-8 s a step; MOBILENET_STEPS=30 measures its communication
 # finely enough to compare it, for 3x the time). A compute-only run: as many steps, at most 60
-SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 2 || echo 8)
+SMALL_X=$([ "${QUICK:-0}" = 1 ] && echo 4 || echo 8)
 model_steps() { if [ "$1" = small-cnn ]; then echo $(( STEPS * SMALL_X )); else echo "$MOBILENET_STEPS"; fi; }
 model_batch() { if [ "$1" = small-cnn ]; then echo 64; else echo 32; fi; }
 compute_only() {  # compute_only OUTFILE STRATEGY MODEL W: the compute step alone (mirrored's with its cluster

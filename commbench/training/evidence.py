@@ -200,7 +200,11 @@ def compute_note(alone: float, inside: Sequence[float], compute: str | None, tra
 
     a, b = loads(compute), loads(train)
     cpus = max((c for _, c in a + b), default=0)
-    busy = bool(a and b) and max(x for x, _ in a + b) > cpus + 1  # more runnable than cores beyond our own runs
+    # busy: more runnable than the cores and a train run's own processes (the run before this one leaves
+    # them in the 1-minute average: a chief, W workers and P servers)
+    own = max((int(row.get("workers") or 0) + int(row.get("ps") or 0) + 1 for r in presentation.read_checked(train)
+               for row in r.rows), default=0)
+    busy = bool(a and b) and max(x for x, _ in a + b) > cpus + own
     said = f" (1-minute load {span(a)} and {span(b)} as they started, {cpus} CPUs)" if a and b else ""
     return (f"the compute time used ({alone:.2f} ms a step, from {compute}) and the compute measured inside the "
             f"train runs ({mid:.2f} ms) differ {ratio:.2f}x{said}: the step is predicted from the one and measured "

@@ -417,12 +417,12 @@ def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
                          "--train", train]) == 0
         return out.getvalue()
 
-    busy = predicted(at("alone.jsonl", 0.2, scale=0.5), at("busy.jsonl", 3.9))  # alone: half the compute
+    busy = predicted(at("alone.jsonl", 0.2, scale=0.5), at("busy.jsonl", 7.9))  # alone: half the compute
     drift = [ln for ln in busy.splitlines() if "so the prediction is off by about as much" in ln]
-    assert len(drift) == 1 and re.search(r"differ 2\.00x \(1-minute load 0\.2 and 3\.9 as they started, 2 CPUs\)",
+    assert len(drift) == 1 and re.search(r"differ 2\.00x \(1-minute load 0\.2 and 7\.9 as they started, 2 CPUs\)",
                                          drift[0]), busy
     assert "the machine was busy: measure both on a quiet one" in drift[0]
-    quiet = predicted(at("alone2.jsonl", 0.2, scale=0.5), at("quiet.jsonl", 1.0))  # the training's own load
+    quiet = predicted(at("alone2.jsonl", 0.2, scale=0.5), at("quiet.jsonl", 3.9))  # 2 CPUs, 4 processes: not busy
     assert "the training's own processes slowed its workers: calibrate that with --overhead-compute" in quiet
     quiet = predicted(at("a.jsonl", 0.2), at("b.jsonl", 2.7))  # the same compute: the run before's load is no news
     assert "off by about as much" not in quiet, quiet
