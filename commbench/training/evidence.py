@@ -210,6 +210,8 @@ def compute_note(alone: float, inside: Sequence[float], compute: str | None, tra
             f"train runs ({mid:.2f} ms) differ {ratio:.2f}x{said}: the step is predicted from the one and measured "
             "with the other, so the prediction is off by about as much; "
             + ("the machine was busy: measure both on a quiet one" if busy else
+               "the compute-only runs computed slower than the workers inside training: they caught a slower "
+               "phase of the machine (more compute-only runs around the train run pool it out)" if ratio < 1 else
                "the training's own processes slowed its workers more than in the calibration runs (on a small "
                "machine that moves from run to run: more runs, --overhead-compute of each)" if calibrated else
                "where the machine was quiet, the training's own processes slowed its workers: calibrate that with "

@@ -424,6 +424,8 @@ def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
     assert "the machine was busy: measure both on a quiet one" in drift[0]
     quiet = predicted(at("alone2.jsonl", 0.2, scale=0.5), at("quiet.jsonl", 3.9))  # 2 CPUs, 4 processes: not busy
     assert "the training's own processes slowed its workers: calibrate that with --overhead-compute" in quiet
+    slow_alone = predicted(at("alone3.jsonl", 0.2, scale=2.0), at("quiet2.jsonl", 3.9))  # alone: twice the compute
+    assert "differ 0.50x" in slow_alone and "the compute-only runs computed slower than the workers" in slow_alone
     quiet = predicted(at("a.jsonl", 0.2), at("b.jsonl", 2.7))  # the same compute: the run before's load is no news
     assert "off by about as much" not in quiet, quiet
     assert pe.compute_note(10.0, [10.5], "c.jsonl", "t.jsonl") is None  # within the drift a quiet machine shows
