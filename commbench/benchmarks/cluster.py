@@ -842,6 +842,7 @@ class Cluster(Benchmark):
                     "via": (extra or {}).get("via"), "also": test == "pairwise"}
             tasks[ra], tasks[rb] = {**task, "addr": self.ctl[rb]}, task
             self.steps += 1
+        measured = len(tasks) // 2  # (_step takes rank 0's own task out of ``tasks``)
         got = self._step(ctx, tasks)
         measuring = 0.0
         for a, b in pairs:
@@ -850,9 +851,9 @@ class Cluster(Benchmark):
                 lost = first if first.get("lost") else second if second.get("lost") else None
                 results[(a, b)] = {"error": lost["error"]} if lost else first
                 measuring = max(measuring, float(first.get("measure_s") or 0.0))
-        if tasks:  # what the round cost beyond its longest pair's measurements: dial, set-up, barriers, results
+        if measured:  # what the round cost beyond its longest pair's measurements: dial, set-up, barriers, results
             cost = self.rounds_cost
-            cost[0], cost[1], cost[2], cost[3] = cost[0] + 1, cost[1] + len(tasks) // 2, cost[2] + self.took, \
+            cost[0], cost[1], cost[2], cost[3] = cost[0] + 1, cost[1] + measured, cost[2] + self.took, \
                 cost[3] + measuring
         yield from self._rows(test, rnd, pairs, results, extra)
 

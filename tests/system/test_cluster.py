@@ -110,7 +110,7 @@ def test_twelve_endpoints_meet_in_eleven_rounds(tmp_path):
                      r"measuring: (\d+) ms a round, (\d+) ms a pair beyond its measurements", r.out)
     assert cost, r.out  # what the rounds cost beyond measuring: at least the 11 rounds' 66 pairs
     rounds, pairs, wall, measuring = int(cost[1]), int(cost[2]), float(cost[3]), float(cost[4])
-    assert rounds >= 11 and pairs >= 66 and 0 < measuring <= wall, r.out
+    assert rounds >= 11 and pairs >= 66 + rounds - 11 and 0 < measuring <= wall, r.out  # and a pair a recheck
 
 
 def rank_pids(launcher: int) -> dict[int, int]:
