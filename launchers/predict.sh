@@ -25,9 +25,9 @@
 # 3. `commbench predict` for every rate, model and strategy from its sweep, the calibration and its compute
 #    runs only: nothing from the runs it is compared with
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
-# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, MOBILENET_STEPS, QUICK=1 (the same recipe,
-# less of it: small_cnn at 500mbit and unshaped, one calibration over unshaped and 300mbit links, 48-step runs,
-# 1 repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
+# Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, CAL (calibrations), MOBILENET_STEPS,
+# QUICK=1 (the same recipe, less of it: small_cnn at 500mbit and unshaped, one calibration over unshaped and
+# 300mbit links, 48-step runs, 1 repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "launchers/predict.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }
@@ -36,9 +36,9 @@ CB=${CB:-.venv/bin/commbench}
 OUT=${OUT:-predict-results}
 if [ "${QUICK:-0}" = 1 ]; then  # the same recipe (calibrated apart, compute bracketed, out of sample), less of it
   MODELS=${MODELS:-small-cnn}; RATES=${RATES:-500mbit none}; W3_RATE=${W3_RATE-}; CAL_RATES=${CAL_RATES:-300mbit}
-  STEPS=12; CAL=1; SWEEP="-i 20 -x 2"
+  STEPS=12; CAL=${CAL:-1}; SWEEP="-i 20 -x 2"
 else
-  STEPS=30; CAL=3; SWEEP="-i 50 -x 5"
+  STEPS=30; CAL=${CAL:-3}; SWEEP="-i 50 -x 5"
 fi
 MODELS=${MODELS:-small-cnn mobilenet_v2}
 STRATEGIES=${STRATEGIES:-ps mirrored}
