@@ -25,7 +25,7 @@ HOST = socket.gethostname()
 
 def rank_pids(launcher) -> dict[int, int]:
     """The launcher's rank processes, by rank (read from their environment)."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 90  # returns once both are; a busy emulated-CPU guest takes tens of s
     while time.monotonic() < deadline:
         ranks = {}
         for child in psutil.Process(launcher.pid).children():
