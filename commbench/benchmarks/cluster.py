@@ -852,9 +852,8 @@ class Cluster(Benchmark):
                 results[(a, b)] = {"error": lost["error"]} if lost else first
                 measuring = max(measuring, float(first.get("measure_s") or 0.0))
         if measured:  # what the round cost beyond its longest pair's measurements: dial, set-up, barriers, results
-            cost = self.rounds_cost
-            cost[0], cost[1], cost[2], cost[3] = cost[0] + 1, cost[1] + measured, cost[2] + self.took, \
-                cost[3] + measuring
+            add = (1, measured, self.took, measuring)
+            self.rounds_cost = [x + y for x, y in zip(self.rounds_cost, add, strict=True)]
         yield from self._rows(test, rnd, pairs, results, extra)
 
     def _rows(self, test: str, rnd: int, pairs: list[tuple[int, int]], results: dict,

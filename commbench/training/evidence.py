@@ -190,20 +190,21 @@ def compute_note(alone: float, inside: Sequence[float], compute: str | None, tra
     if 1 / COMPUTE_DRIFT <= ratio <= COMPUTE_DRIFT:
         return None
 
-    def loads(path: str) -> list[tuple[float, int]]:
-        return [(float(r.meta["load"][0]), int(r.meta.get("cpus") or 1)) for r in presentation.read_checked(path)
+    def loads(runs: list) -> list[tuple[float, int]]:
+        return [(float(r.meta["load"][0]), int(r.meta.get("cpus") or 1)) for r in runs
                 if isinstance(r.meta.get("load"), list) and r.meta["load"] and r.rows]
 
     def span(xs: list[tuple[float, int]]) -> str:
         lo, hi = min(x for x, _ in xs), max(x for x, _ in xs)
         return f"{lo:.1f}" if hi - lo < 0.05 else f"{lo:.1f}-{hi:.1f}"
 
-    a, b = loads(compute), loads(train)
+    trained = presentation.read_checked(train)
+    a, b = loads(presentation.read_checked(compute)), loads(trained)
     cpus = max((c for _, c in a + b), default=0)
     # busy: more runnable than the cores and a train run's own processes (the run before this one leaves
     # them in the 1-minute average: a chief, W workers and P servers)
-    own = max((int(row.get("workers") or 0) + int(row.get("ps") or 0) + 1 for r in presentation.read_checked(train)
-               for row in r.rows), default=0)
+    own = max((int(row.get("workers") or 0) + int(row.get("ps") or 0) + 1 for r in trained for row in r.rows),
+              default=0)
     busy = bool(a and b) and max(x for x, _ in a + b) > cpus + own
     said = f" (1-minute load {span(a)} and {span(b)} as they started, {cpus} CPUs)" if a and b else ""
     return (f"the compute time used ({alone:.2f} ms a step, from {compute}) and the compute measured inside the "
