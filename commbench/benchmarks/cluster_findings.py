@@ -163,18 +163,26 @@ class Evidence:
 
     # -- the verdict --------------------------------------------------------------------------
     def findings(self, slow_pct: float) -> tuple[list[dict], list[str]]:
-        """(finding rows, lines on suspects cleared when measured again or, in a budgeted run, left
-        unconfirmed)."""
+        """(finding rows, lines on suspects cleared when measured again or left unconfirmed: in a budgeted
+        run, or past the rechecks' cap where most of those measured again were cleared)."""
         found, cleared, unconfirmed = [], [], []
         for measure in (BW, LAT):
             cut = cuts(slow_pct)[measure]
             ref = self.reference(measure)
             unit = "MB/s" if measure == BW else "us"
-            for e in self.suspects(measure, slow_pct):
+            suspects = self.suspects(measure, slow_pct)
+            measured = [r for r in (recheck_ratios(self.rechecks.get((measure, label(e)), {}), measure)
+                                    for e in suspects) if r]
+            load = sum(max(x for _, _, x in r) >= cut for r in measured)  # suspects cleared: the load's share
+            left: list[str] = []
+            for e in suspects:
                 again = self.rechecks.get((measure, label(e)))
                 kind = KIND[e.kind] + ("-latency" if measure == LAT else "")
                 seen = _effect(e, ref, unit, measure)
                 ratios = recheck_ratios(again or {}, measure)
+                if not ratios and 2 * load > len(measured):  # left out of a plan most of whose suspects cleared
+                    left.append(f"{e.name} {seen.split(',')[0]}")
+                    continue
                 if ratios:
                     digits = 2 if measure == LAT else 1
                     alone = "; ".join(f"again alone {p:.{digits}f} {unit}, a control pair {c:.{digits}f} "
@@ -198,6 +206,10 @@ class Evidence:
                 row["mb_s" if measure == BW else "lat_us"] = e.value if e.value is not None else float(np.median(
                     [(self.bw if measure == BW else self.lat)[p] for p in e.factor.pairs]))
                 found.append(row)
+            if left:
+                unconfirmed.append(f"{measure} suspects: {len(left)} not confirmed ({', '.join(left)}): "
+                                   f"more than the rechecks take, and {load} of the {len(measured)} measured again "
+                                   "were cleared: the tournament's load, not findings")
         found += self._across_transports(found, slow_pct)
         for f in found:
             f.pop("_name", None)

@@ -192,6 +192,36 @@ def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_p
 
 
 
+@pytest.mark.parametrize("cleared", [True, False])
+def test_suspects_past_the_rechecks_cap_follow_the_ones_measured_again(cleared):
+    """A loaded tournament: 11 of 28 pairs' latency at 2.5x. The rechecks take 8 (one per endpoint); the
+    3 left out are not findings where most of those measured again were cleared (the load), and stay
+    findings ("not measured again") where those were slow again."""
+    from commbench.benchmarks.cluster_findings import LAT, Evidence
+
+    names = [f"n{i}" for i in range(8)]
+    ev = Evidence(names)
+    slow = {(0, 1), (0, 2), (1, 4), (2, 3), (2, 4), (2, 7), (3, 5), (3, 6), (4, 6), (5, 6), (6, 7)}
+    for a in range(8):
+        for b in range(a + 1, 8):
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": 24.0,
+                    "lat_us": 25.0 + a / 10 if (a, b) in slow else 10.0 + b / 100})
+    plan = ev.recheck_plan(LAT, 25)
+    assert len(plan) == 8 and len(ev.suspects(LAT, 25)) == 11
+    for suspect, _, _ in plan:
+        for role, v in (("probe", 10.1 if cleared else 25.2), ("control", 10.0)):
+            ev.add({"test": "recheck-latency", "suspect": suspect, "role": role, "lat_us": v})
+    for suspect, _, _ in ev.recheck_plan(LAT, 25, second=True):
+        for role, v in (("control-2", 10.0), ("probe-2", 25.1)):
+            ev.add({"test": "recheck-latency", "suspect": suspect, "role": role, "lat_us": v})
+    found, lines = ev.findings(25)
+    left = [f for f in found if "not measured again" in f["note"]]
+    assert len(found) == (0 if cleared else 11) and len(left) == (0 if cleared else 3)
+    told = [line for line in lines if "not confirmed" in line]
+    assert (told[0].startswith("latency suspects: 3 not confirmed") and "8 of the 8 measured again were cleared"
+            in told[0]) if cleared else told == []
+
+
 def test_a_host_lost_mid_run_is_one_finding_and_never_a_probe_or_a_control():
     """Rows only: n5 slow in every pair, then a cable n1 - n2 slow; then n1 is lost (a recheck's pair with
     it failed, the row saying so). The slow host is still rechecked, through pairs without n1; n1's own
