@@ -1,6 +1,7 @@
 """The ways a run ends badly, each with its exit status, and how a rank says so (``say``)."""
 
 import contextlib
+import os
 import sys
 
 
@@ -59,9 +60,18 @@ def shorten(message: str) -> str:
     return f"{message[:keep]} [... {len(message) - 2 * keep} characters ...] {message[-keep:]}"
 
 
+# while fd 2 is caught (core/imports.py: TensorFlow's start-up notices), the real stderr: a watchdog that
+# ends the process in the meantime still says why
+said_to: int | None = None
+
+
 def say(message: str) -> None:
     """``commbench: message`` on stderr in one write, so that lines of ranks sharing a terminal or a pipe
     never run into each other (print writes the text and its newline apart)."""
+    line = f"commbench: {shorten(message)}\n"
     with contextlib.suppress(OSError, ValueError):  # stderr closed: nowhere to say it
-        sys.stderr.write(f"commbench: {shorten(message)}\n")
+        if said_to is not None:
+            os.write(said_to, line.encode(errors="replace"))
+            return
+        sys.stderr.write(line)
         sys.stderr.flush()

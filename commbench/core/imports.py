@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
+from collections.abc import Callable
+
+# what a long import runs in: a run's watchdog sets it (core/run/watchdog.py), so that the other ranks
+# take no silence for a stop while loading TensorFlow's libraries holds this process's GIL
+holding_gil: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
 def installed(name: str) -> bool:
@@ -28,7 +34,7 @@ def import_tensorflow(missing: str):
     import os
     import tempfile
 
-    from commbench.core.errors import Unavailable
+    from commbench.core import errors
 
     if "tensorflow" in sys.modules and sys.modules["tensorflow"] is not None:
         return sys.modules["tensorflow"]
@@ -36,21 +42,23 @@ def import_tensorflow(missing: str):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as caught:
+    with tempfile.TemporaryFile(mode="w+b") as caught, holding_gil():
         os.dup2(caught.fileno(), 2)
+        errors.said_to = saved
         try:
             import tensorflow as tf
         except ImportError:
             tf = None
         finally:
             os.dup2(saved, 2)
+            errors.said_to = None
             os.close(saved)
             caught.seek(0)
             kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
                     if not any(n in line for n in TF_NOISE)]
     sys.stderr.write("".join(kept))
     if tf is None:
-        raise Unavailable(missing)
+        raise errors.Unavailable(missing)
     if not asked:  # TF's Python logger (e.g. its retracing warnings) too, which the variable does not reach
         tf.get_logger().setLevel("ERROR")
     return tf

@@ -182,9 +182,9 @@ class TfGrpcTransport(Transport):
         peer = 1 - world.rank
         if world.rank == 1:
             self.server = tf.distribute.Server(cluster, job_name="worker", task_index=1, protocol="grpc", start=True)
-            world.barrier("tf-grpc-up")
+            world.barrier("tf-grpc-up", patient=True)  # rank 0 may still be importing TensorFlow: alive, not late
             return {peer: TfServerLink(peer, world.describe(peer))}
-        world.barrier("tf-grpc-up")
+        world.barrier("tf-grpc-up", patient=True)
         tf.config.experimental_connect_to_cluster(cluster, job_name="worker", task_index=0, protocol="grpc")
         link = TfDriverLink(tf, peer, world.describe(peer))
         probe = Message((8,))

@@ -116,6 +116,45 @@ def test_abort_answers_every_waiter():
     srv.close()
 
 
+def test_an_excused_rank_is_not_stale_until_its_excuse_ends():
+    """A rank about to hold its GIL (loading TensorFlow's libraries) excuses its heartbeats: silent
+    past stale_after, it is not named; its excuse withdrawn (it beats again), silence counts at once;
+    its own beats in the meantime do not shorten the excuse."""
+    srv = server(2)
+    w0, w1 = client(srv, 0, "watchdog"), client(srv, 1, "watchdog")
+    try:
+        w1.beat(0.3, excuse=30)
+        w1.beat(0.3)  # a beat that got through mid-import
+        time.sleep(0.6)
+        assert w0.beat(0.3)["stale"] == [] and 1 not in srv.departed(0.3)
+        w1.beat(0.3, excuse=0)
+        time.sleep(0.6)
+        assert [r for r, _, _ in w0.beat(0.3)["stale"]] == [1] and 1 in srv.departed(0.3)
+    finally:
+        w0.close()
+        w1.close()
+        srv.close()
+
+
+def test_what_a_rank_says_while_tensorflow_imports_reaches_the_real_stderr(capfd, monkeypatch, tmp_path):
+    """fd 2 is caught while TensorFlow imports (its start-up notices dropped); a watchdog that ends the
+    process meanwhile still says why, on the real stderr, and the catch is undone afterwards."""
+    import sys
+
+    from commbench.core import errors, imports
+
+    (tmp_path / "tensorflow.py").write_text(  # a TensorFlow whose import a watchdog interrupts
+        "import os\nfrom commbench.core.errors import say\nos.write(2, b'oneDNN custom operations are on\\n')\n"
+        "say('rank 1 on host h1 stopped responding')\nraise ImportError('gone')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    with pytest.raises(errors.Unavailable):
+        imports.import_tensorflow("no TensorFlow here")
+    errors.say("after")
+    err = capfd.readouterr().err
+    assert err == "commbench: rank 1 on host h1 stopped responding\ncommbench: after\n" and errors.said_to is None
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.binary(max_size=300))
 def test_a_members_garbage_ends_that_member_only(junk):

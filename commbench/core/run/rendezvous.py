@@ -173,7 +173,10 @@ class StoreServer:
         if m.watchdog:
             self.heartbeats += kind == BEAT
             if kind == BEAT:  # answered when there is news (a rank stale, failed, aborted) or after ``wait``
-                self.beats[m.rank] = (time.monotonic(), m.host)
+                now = time.monotonic()
+                excuse = obj.get("excuse")  # a step that holds the rank's GIL: its beat counts as that much later
+                self.beats[m.rank] = (now + min(600.0, max(0.0, float(excuse))) if excuse is not None else
+                                      max(now, self.beats.get(m.rank, (now, ""))[0]), m.host)
                 stale_after, wait = float(obj.get("stale_after", 60)), min(60.0, float(obj.get("wait", 0)))
                 if wait > 0 and not self._news(stale_after):
                     m.held = (time.monotonic() + wait, stale_after)
@@ -534,12 +537,14 @@ class StoreClient:
         ranks whose heartbeat is older than that many seconds."""
         return self._ask(STATUS, {} if stale_after is None else {"stale_after": stale_after})
 
-    def beat(self, stale_after: float, wait: float = 0.0) -> dict:
+    def beat(self, stale_after: float, wait: float = 0.0, excuse: float | None = None) -> dict:
         """Watchdog connection: report this rank alive; get the run's status back, at once if there is
         news (a rank stale for ``stale_after`` s, failed, aborted), else after ``wait`` s (a long poll:
-        the watchdog sleeps in it). No answer within ``stale_after`` s: rank 0 is stopped or hung."""
+        the watchdog sleeps in it). No answer within ``stale_after`` s: rank 0 is stopped or hung.
+        ``excuse``: this rank may not beat for that many seconds more (0: it beats again)."""
         with self.lock:
-            self._send(BEAT, {"stale_after": stale_after, "wait": wait})
+            self._send(BEAT, {"stale_after": stale_after, "wait": wait,
+                              **({"excuse": excuse} if excuse is not None else {})})
             try:
                 self.sock.settimeout(max(stale_after, wait + 1.0))
                 return read_frame(self.sock, seal=self.seal)[1]

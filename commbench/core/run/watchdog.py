@@ -13,6 +13,10 @@ left GRACE s for the main thread to report itself. In a tolerant run (cluster ev
 stopped peer is left to the waits that need it (core/run/collectives.py); losing rank 0, which
 serves the rendezvous, still ends every rank.
 
+Loading TensorFlow's libraries holds the GIL for seconds on a loaded machine, so this thread cannot
+beat: the import runs ``excused`` (core/imports.py), and the store counts this rank's silence from the
+import's end (at most IMPORT_EXCUSE s), not as a stop.
+
 While a point's timed loop runs (``quiet``), and always in a tolerant run (whose ranks act on
 nothing but an abort, which comes at once), a beat waits up to timeout / 2 s instead of INTERVAL:
 the timing rank has no background wake-ups or rendezvous traffic, and still hears news at once; at
@@ -21,12 +25,14 @@ the timing rank has no background wake-ups or rendezvous traffic, and still hear
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from commbench.core import imports
 from commbench.core.errors import CommbenchError, say
 from commbench.core.run.placement import end_stuck_step
 from commbench.core.run.rendezvous import StoreClient
@@ -35,6 +41,7 @@ INTERVAL = 0.5
 GRACE = 2.0  # for the main thread to report a failure itself
 STALE_GRACE = 1.0  # a heartbeat older than timeout + this is a stopped or hung rank (beats come every timeout / 2)
 ABORT_GRACE = 0.5  # after another rank aborted the run (rank 0 waits up to 3 s for the others to go)
+IMPORT_EXCUSE = 120.0  # s a rank may go without beating while it imports TensorFlow (a loaded machine's worst)
 
 
 class Watchdog:
@@ -52,6 +59,7 @@ class Watchdog:
         self.client.beat(self.timeout)  # registered before any data moves, so a rank stopped early is seen too
         self.thread = threading.Thread(target=self._run, name="commbench-watchdog", daemon=True)
         self.thread.start()
+        imports.holding_gil = lambda: self.excused(IMPORT_EXCUSE)
 
     def _run(self) -> None:
         me = f"rank {self.world.rank} on host {self.world.host}"
@@ -89,6 +97,19 @@ class Watchdog:
         finally:
             self.loud.set()
 
+    @contextmanager
+    def excused(self, seconds: float) -> Iterator[None]:
+        """A step that may hold this process's GIL for seconds (loading TensorFlow's libraries), so this
+        thread cannot beat: the other ranks take its silence for no stop until the step ends, for at
+        most ``seconds``."""
+        with contextlib.suppress(CommbenchError):  # rank 0 gone: the watchdog thread says so itself
+            self.client.beat(self.timeout + STALE_GRACE, 0, excuse=seconds)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(CommbenchError):
+                self.client.beat(self.timeout + STALE_GRACE, 0, excuse=0)
+
     def _die(self, message: str) -> None:
         if self.stopped.is_set():
             return
@@ -98,6 +119,7 @@ class Watchdog:
         os._exit(1)
 
     def stop(self) -> None:
+        imports.holding_gil = contextlib.nullcontext
         self.stopped.set()
         self.loud.set()
         self.client.bye()  # the store closes the connection: a beat being waited in ends now
