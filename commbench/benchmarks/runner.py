@@ -3,9 +3,6 @@ results streamed to a file as they are measured."""
 
 from __future__ import annotations
 
-import os
-import socket
-
 from commbench.benchmarks.base import PAYLOAD, SIZE, Benchmark, Context
 from commbench.core.capture import traffic
 from commbench.core.config.run import RunConfig
@@ -61,9 +58,8 @@ def run_rank(placement: Placement, bench_cls: type[Benchmark], transport_cls: ty
         if world.rank == 0:
             meta.update(bench.metadata(world))
         if config.poll == "busy":  # what else runs here: the run's own ranks left out (MPI's wait spins)
-            ranks = world.allgather_json("cpu-pids", [socket.gethostname(), os.getpid()])
-            if world.rank == 0:
-                ours = [pid for host, pid in ranks if host == ranks[0][0]]
+            ours = run.pids_here()
+            if ours is not None:
                 meta["cpu"] = {**(machine.busy_cpus(exclude=ours) or {}), "spinning": len(ours)}
         columns = [bench.size_column(meta), *bench.columns]
         if world.rank == 0:

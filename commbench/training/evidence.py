@@ -217,3 +217,30 @@ def compute_note(alone: float, inside: Sequence[float], compute: str | None, tra
                "machine that moves from run to run: more runs, --overhead-compute of each)" if calibrated else
                "where the machine was quiet, the training's own processes slowed its workers: calibrate that with "
                "--overhead-compute (launchers/predict.sh brackets each train run with compute-only runs)"))
+
+
+BUSY_SHARE = 0.25  # other work on a quarter of the CPUs or more, on average over a run: a busy machine
+
+
+def busy_note(files: Sequence[tuple[str, str | None]]) -> str | None:
+    """A line where the runs a prediction rests on (train, compute-only, calibration; each ``(option,
+    path)``) shared their machine with other work: their metadata's ``cpu`` (what else kept the CPUs
+    busy, averaged over the run, the run's own processes left out) at BUSY_SHARE of them or more. Other
+    work slows the inputs' runs and the train run it is compared with by different amounts at
+    different times, so a prediction can be off beyond its interval with no other sign. None where
+    every run was quiet or did not say."""
+    busy = []
+    for flag, path in files:
+        if not path:
+            continue
+        shares = [(float(c["busy"]), int(c["cpus"])) for r in presentation.read_checked(path)
+                  if isinstance(c := r.meta.get("cpu"), dict) and isinstance(c.get("busy"), (int, float))
+                  and isinstance(c.get("cpus"), int) and c["cpus"] > 0]
+        worst = max(shares, key=lambda s: s[0] / s[1], default=None)
+        if worst and worst[0] >= BUSY_SHARE * worst[1]:
+            busy.append(f"{worst[0]:.1f} of {worst[1]} CPUs during {flag} {path}")
+    if not busy:
+        return None
+    return (f"warning: other work used {'; '.join(busy)} (the runs' own processes left out): it slows the "
+            "runs behind the prediction and the train run it is compared with by different amounts, so the "
+            "error can exceed the interval; measure on a quiet machine")

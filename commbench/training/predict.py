@@ -89,6 +89,7 @@ from commbench.emulators import tf_ps
 from commbench.profiles import store
 from commbench.training.calibration import Calibration, Runtime, calibrate
 from commbench.training.evidence import (
+    busy_note,
     comm_span,
     compute_note,
     compute_rows,
@@ -455,6 +456,11 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
     if (drift := compute_note(i.inrun, inside, i.opts.compute, i.opts.train,
                                    bool(i.opts.overhead_compute))) is not None:
         lines.append(drift)
+    o = i.opts
+    files = [("--train", o.train), ("--compute", o.compute), *(("--overhead", f) for f in o.overhead or ()),
+             *(("--overhead-compute", f) for f in o.overhead_compute or ())]
+    if (busy := busy_note(files)) is not None:
+        lines.append(busy)
     if i.row and not i.same:
         r = i.row
         lines.append(f"the train run in {i.opts.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "

@@ -26,6 +26,7 @@ from commbench.core.config.options import opt, restate
 from commbench.core.config.run import RunOptions
 from commbench.core.errors import UsageError
 from commbench.core.imports import installed
+from commbench.core.measure import machine
 from commbench.core.measure.harness import median_ci
 from commbench.core.output.presentation import Presentation
 from commbench.core.output.progress import Progress
@@ -197,12 +198,21 @@ def join_tf_cluster(world, o: TrainOptions, rs: Sequence[tuple[str, int]]) -> li
     return endpoints
 
 
+def other_work(run: Session) -> machine.OtherWork | None:
+    """Rank 0: what else its host does from here to the run's end (its ranks' own CPU time left out):
+    the metadata's ``cpu``, which predict warns on (a busy machine moves both the prediction's inputs and
+    the step it is compared with)."""
+    ours = run.pids_here()
+    return machine.OtherWork(ours) if ours is not None else None
+
+
 def run_rank(placement: Placement, o: TrainOptions) -> int:
     options = o.plain()
     with Session(placement, o.timeout, None, options, PACKAGES) as run:
         world = run.world
         rs = roles(o)
         job, index = rs[world.rank]
+        others = other_work(run)
         endpoints = join_tf_cluster(world, o, rs)
         capture = traffic.start(world, run.on_close, root_netns(o.host_set) if o.hosts else None) \
             if o.traffic else None
@@ -284,6 +294,7 @@ def run_rank(placement: Placement, o: TrainOptions) -> int:
                                    by_worker))
             meta = run.metadata("train", {"ranks": world.size, "tf_cluster": cluster_spec(endpoints, rs)})
             meta["metric"] = {"key": "images_s", "better": "higher"}
+            meta["cpu"] = others and others.read()
             meta["variable_devices"] = times.devices  # where TF placed every model and optimizer variable
             step = "a round of one step per worker (W closures, then join)" if o.strategy == "ps" else \
                 "one synchronous step of every worker"
@@ -311,6 +322,7 @@ def compute_only(placement: Placement, o: TrainOptions) -> int:
     compute-only run's over six rounds; ps's idle cluster cost nothing: 0.96-1.02x, docs/training.md)."""
     with Session(placement, o.timeout, None, o.plain(), PACKAGES) as run:
         world = run.world
+        others = other_work(run)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         from commbench.training import tf_loops
 
@@ -331,6 +343,7 @@ def compute_only(placement: Placement, o: TrainOptions) -> int:
                    **compute_row([c[0] for c in computes], [c[1] for c in computes])}
             meta = run.metadata("train-compute", {"ranks": world.size})
             meta["metric"] = {"key": "compute_ms", "better": "lower"}
+            meta["cpu"] = others and others.read()
             print(f"# commbench train --compute-only: {o.model}, {o.workers} workers computing at once, batch "
                   f"{o.batch} per worker, synthetic images; no communication"
                   + (f"; MultiWorkerMirroredStrategy's cluster of {replicas} up, idle" if replicas else "")

@@ -430,3 +430,26 @@ def test_an_uncalibrated_prediction_says_so_and_hedges_its_verdict(tmp_path):
     assert "off by about as much" not in quiet, quiet
     assert pe.compute_note(10.0, [10.5], "c.jsonl", "t.jsonl") is None  # within the drift a quiet machine shows
     assert "differ 0.80x" in pe.compute_note(10.0, [8.0], str(fix / "train.jsonl"), str(fix / "train.jsonl"))
+
+
+@pytest.mark.parametrize("busy", [0.1, 0.4, 1.3])
+def test_predict_warns_where_other_work_shared_the_runs_machine(busy, tmp_path):
+    """A train run's metadata says what else kept the CPUs busy over the run (its own processes left
+    out); a quarter of them or more: predict warns, naming the file and the share."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from commbench.cli import main
+
+    fix = Path(__file__).parent.parent / "fixtures"
+    meta, *rows = map(json.loads, (fix / "train.jsonl").read_text().splitlines())
+    meta["cpu"] = {"busy": busy, "cpus": 2, "seconds": 40.0}
+    train = tmp_path / "t.jsonl"
+    train.write_text("\n".join(map(json.dumps, [meta, *rows])) + "\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["predict", "--p2p", str(fix / "latency_grpc.jsonl"), "--train", str(train)]) == 0
+    warned = [ln for ln in out.getvalue().splitlines() if "other work used" in ln]
+    assert len(warned) == (busy >= 0.5)
+    assert not warned or f"{busy:.1f} of 2 CPUs during --train {train}" in warned[0]

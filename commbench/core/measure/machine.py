@@ -30,19 +30,34 @@ def _process_ticks(pids: list[int]) -> int:
     return total
 
 
+class OtherWork:
+    """CPUs' worth of work done by anything but the ``own`` processes (a run's ranks on this host) from
+    its making to ``read``: what else the machine did meanwhile."""
+
+    def __init__(self, own: list[int]) -> None:
+        self.own, self.began = own, time.monotonic()
+        self.a, self.pa = _cpu_times(), _process_ticks(own)
+
+    def read(self) -> dict | None:
+        """{"busy": 1.3, "cpus": 2, "seconds": 48.0}: the mean CPUs busy with other work, the CPUs the own
+        processes may use together, over how long; None where /proc/stat cannot be read."""
+        b, pb = _cpu_times(), _process_ticks(self.own)
+        if self.a is None or b is None or b[1] <= self.a[1]:
+            return None
+        ncpu = os.cpu_count() or 1
+        busy = max(0, (b[0] - self.a[0]) - (pb - self.pa))
+        return {"busy": round(busy / (b[1] - self.a[1]) * ncpu, 2), "cpus": _usable(self.own) or ncpu,
+                "seconds": round(time.monotonic() - self.began, 1)}
+
+
 def busy_cpus(seconds: float = 0.2, exclude: list[int] | None = None) -> dict | None:
     """CPUs' worth of work done over ``seconds`` by anything but the ``exclude`` processes (the run's own
     ranks, which may spin in their launcher's barrier), and the CPUs those ranks may use together:
     {"busy": 1.3, "cpus": 2}; None where it cannot be read."""
-    own = exclude or []
-    a, pa = _cpu_times(), _process_ticks(own)
+    sample = OtherWork(exclude or [])
     time.sleep(seconds)
-    b, pb = _cpu_times(), _process_ticks(own)
-    if a is None or b is None or b[1] <= a[1]:
-        return None
-    ncpu = os.cpu_count() or 1
-    busy = max(0, (b[0] - a[0]) - (pb - pa))
-    return {"busy": round(busy / (b[1] - a[1]) * ncpu, 2), "cpus": _usable(own) or ncpu}
+    got = sample.read()
+    return got and {"busy": got["busy"], "cpus": got["cpus"]}
 
 
 def _usable(pids: list[int]) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
@@ -80,6 +82,12 @@ class Session:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
         return self
+
+    def pids_here(self) -> list[int] | None:
+        """Rank 0: the process ids of the run's ranks on its host (what ``machine`` leaves out of the
+        machine's other work); None on the other ranks. Every rank calls it."""
+        ranks = self.world.allgather_json("cpu-pids", [socket.gethostname(), os.getpid()])
+        return [pid for host, pid in ranks if host == ranks[0][0]] if self.world.rank == 0 else None
 
     def metadata(self, bench: str, extra: dict) -> dict:
         """The run's metadata: options (with ``extra``), hosts, versions, command line, run id."""
