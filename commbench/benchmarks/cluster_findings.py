@@ -159,7 +159,17 @@ class Evidence:
                 if len(ratios) != 1 or ratios[0][2] >= cuts(slow_pct)[measure]:
                     continue
             plan.append((label(e), *got))
-        return plan[:max(4, len(self.names))]  # the most severe first; more than one per endpoint is the load
+        return plan[:self.recheck_cap()]  # the most severe first; more than one per endpoint is the load
+
+    def recheck_cap(self) -> int:
+        return max(4, len(self.names))
+
+    def past_the_cap(self, measure: str, slow_pct: float) -> set[str]:
+        """The suspects a first pass of rechecks could measure but left out, its cap reached."""
+        found, lost = self.suspects(measure, slow_pct), {self.index[n] for n in self.lost}
+        goodness = self.bw if measure == BW else -self.lat
+        could = [label(e) for e in found if probe_and_control(e, found, self.names, self.topology, goodness, lost)]
+        return set(could[self.recheck_cap():])
 
     # -- the verdict --------------------------------------------------------------------------
     def findings(self, slow_pct: float) -> tuple[list[dict], list[str]]:
@@ -174,13 +184,14 @@ class Evidence:
             measured = [r for r in (recheck_ratios(self.rechecks.get((measure, label(e)), {}), measure)
                                     for e in suspects) if r]
             load = sum(max(x for _, _, x in r) >= cut for r in measured)  # suspects cleared: the load's share
+            capped = self.past_the_cap(measure, slow_pct) if 2 * load > len(measured) else set()
             left: list[str] = []
             for e in suspects:
                 again = self.rechecks.get((measure, label(e)))
                 kind = KIND[e.kind] + ("-latency" if measure == LAT else "")
                 seen = _effect(e, ref, unit, measure)
                 ratios = recheck_ratios(again or {}, measure)
-                if not ratios and 2 * load > len(measured):  # left out of a plan most of whose suspects cleared
+                if not ratios and label(e) in capped:  # left out of a plan most of whose suspects cleared
                     left.append(f"{e.name} {seen.split(',')[0]}")
                     continue
                 if ratios:

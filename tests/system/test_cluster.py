@@ -436,7 +436,9 @@ def test_a_degraded_uplink_is_named_as_its_switchs_uplink_not_as_its_hosts(host_
 
     r, slow = settled(evaluate, lambda got: [(x["kind"], x["a"]) for x in got[1]] == [("slow-uplink", "rack1")])
     assert [(x["kind"], x["a"]) for x in slow] == [("slow-uplink", "rack1")], r.out
-    assert slow[0]["ratio_hi"] > 0.35 and slow[0]["ratio_lo"] < 0.6, slow  # 100 of 200 Mbit/s, shared in rounds
+    assert slow[0]["ratio_lo"] < 0.6, slow  # in the tournament: 100 of 200 Mbit/s, shared by the pairs crossing it
+    alone = [int(x) for x in re.findall(r"again alone [\d.]+ MB/s, a control pair [\d.]+ \((\d+) %\)", slow[0]["note"])]
+    assert alone and all(40 <= x <= 62 for x in alone), slow  # alone: 100 of 200 Mbit/s, on a busy machine too
     again = commbench("findings", str(out))
     assert again.code == 1 and "slow-uplink: rack1:" in again.out, again.err  # the same verdict from the file
 
