@@ -4,11 +4,15 @@ reference and commbench. No commbench import: this is the floor a Python tool st
 
     python bench/floor_loops.py tcp-server PORT
     python bench/floor_loops.py tcp-client PORT SIZE ITERATIONS WARMUP   -> "mean_one_way_us p50_one_way_us"
+    python bench/floor_loops.py tcp-sink PORT
+    python bench/floor_loops.py tcp-stream PORT SIZE SECONDS              -> "MB/s"
     mpiexec -n 2 python bench/floor_loops.py mpi-bw SIZE WINDOWS WARMUP  -> "MB/s" (rank 0)
     mpiexec -n 4 python bench/floor_loops.py allreduce SIZE ITERATIONS WARMUP -> "mean_us" (rank 0)
 
 tcp: a blocking ping-pong on a TCP_NODELAY socket (sendall, then recv_into until the whole message is
-in), as sockperf's ping-pong and commbench -t tcp --poll blocking. mpi-bw: OMB-Py's osu_bw loop (64
+in), as sockperf's ping-pong and commbench -t tcp --poll blocking; tcp-stream: osu_bw's loop over one
+socket (windows of 64 messages sent with sendall, received with recv_into into one buffer, a 4 B ack),
+windows for SECONDS after one second's warm-up, MB/s over the timed windows. mpi-bw: OMB-Py's osu_bw loop (64
 Isend of one buffer, Waitall, a 4 B ack), MB/s from the whole timed loop as OMB-Py and commbench
 compute it. allreduce: OMB-Py's osu_allreduce loop (Allreduce of float32, MPI.SUM), the mean over
 ranks of each rank's mean call.
@@ -75,6 +79,41 @@ def tcp_client(port: int, size: int, iters: int, warmup: int) -> None:
     print(f"{statistics.fmean(ns) / 2e3:.3f} {statistics.median(ns) / 2e3:.3f}", flush=True)
 
 
+def tcp_sink(port: int) -> None:
+    with socket.create_server(("127.0.0.1", port)) as listener:
+        conn, _ = listener.accept()
+    size = int.from_bytes(conn.recv(8), "little")
+    conn.sendall(b"ok")
+    buf = memoryview(bytearray(size))
+    try:
+        while True:
+            for _ in range(64):
+                recv_exactly(conn, buf)
+            conn.sendall(b"ack!")
+    except ConnectionError:
+        return
+
+
+def tcp_stream(port: int, size: int, seconds: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(size.to_bytes(8, "little"))
+    recv_exactly(sock, memoryview(bytearray(2)))
+    out, ack = bytearray((i * 131 + 7) & 0xFF for i in range(size)), memoryview(bytearray(4))
+
+    def window() -> None:
+        for _ in range(64):
+            sock.sendall(out)
+        recv_exactly(sock, ack)
+
+    for deadline in (1.0, float(seconds)):  # a warm-up, then the timed windows (the last counts kept)
+        t0, n, ns = time.perf_counter(), 0, 0
+        while time.perf_counter() - t0 < deadline:
+            ns += stamped(window, 1)[0]
+            n += 1
+    sock.close()
+    print(f"{size * 64 * n / (ns / 1e9) / 1e6:.3f}", flush=True)
+
+
 def mpi_bw(size: int, windows: int, warmup: int) -> None:
     import numpy as np
     from mpi4py import MPI
@@ -127,4 +166,5 @@ def allreduce(size: int, iters: int, warmup: int) -> None:
 if __name__ == "__main__":
     what, *nums = sys.argv[1:]
     args = [int(x) for x in nums]
-    {"tcp-server": tcp_server, "tcp-client": tcp_client, "mpi-bw": mpi_bw, "allreduce": allreduce}[what](*args)
+    {"tcp-server": tcp_server, "tcp-client": tcp_client, "tcp-sink": tcp_sink, "tcp-stream": tcp_stream,
+     "mpi-bw": mpi_bw, "allreduce": allreduce}[what](*args)

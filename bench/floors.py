@@ -2,10 +2,13 @@
 Python, every iteration timed as commbench times it (bench/floor_loops.py), and commbench, in one run,
 interleaved (bench/common.py: rounds, rotating order, raw values as measured).
 
-    .venv/bin/python bench/floors.py [--rounds 5] [--only tcp-lat,mpi-bw,allreduce]
+    .venv/bin/python bench/floors.py [--rounds 5] [--only tcp-lat,tcp-bw,mpi-bw,allreduce]
 
 - tcp-lat: 64 B TCP ping-pong on loopback, mean one-way us: sockperf ping-pong (C) | the plain loop
   (sendall, recv_into; blocking, TCP_NODELAY) | commbench p2p-latency -t tcp (blocking);
+- tcp-bw: 4 MiB messages over one TCP connection for 3 s after 1 s of warm-up, MB/s: iperf3 -l 1M (C,
+  a stream) | osu_bw's loop in plain Python (windows of 64 sendall, a 4 B ack) | commbench
+  p2p-bandwidth -t tcp --time 3;
 - mpi-bw: osu_bw at 8 B (windows of 64, OSU's 100 + 10), MB/s: OMB-Py (one clock read around the whole
   loop) | OMB-Py's loop with each window timed | commbench p2p-bandwidth -t mpi;
 - allreduce: 4 ranks (two cores: oversubscribed, as in vs_osu.py), MPI_Allreduce of float32 at 4 B and
@@ -27,25 +30,27 @@ from pathlib import Path
 
 from common import BIN, Comparison, commbench_rows, free_port, matched_env, need, osu_loops
 from vs_osu import ENV, TARBALL, build, measure, mpiexec, mpiexec_cmd
-from vs_reference import sockperf_latency
+from vs_reference import iperf3_mbs, sockperf_latency
 
 HERE = Path(__file__).resolve().parent
 LOOPS = str(HERE / "floor_loops.py")
-FIGURES = {"tcp-lat": [("tcp-lat", 64)], "mpi-bw": [("bw", 8)], "allreduce": [("allreduce", 4), ("allreduce", 65536)]}
+FIGURES = {"tcp-lat": [("tcp-lat", 64)], "tcp-bw": [("tcp-bw", 4 << 20)], "mpi-bw": [("bw", 8)],
+           "allreduce": [("allreduce", 4), ("allreduce", 65536)]}
 TOOLS = ("reference", "plain", "commbench")
 SECONDS = 3  # sockperf's run; the plain loop and commbench run OSU's 10,000 + 100
 
 
-def plain_tcp(size: int) -> float:
+def plain_tcp(size: int, stream: bool = False) -> float:
     port = free_port()
-    srv = subprocess.Popen([sys.executable, LOOPS, "tcp-server", str(port)])
+    srv = subprocess.Popen([sys.executable, LOOPS, "tcp-sink" if stream else "tcp-server", str(port)])
+    args = ["tcp-stream", str(port), str(size), str(SECONDS)] if stream else \
+        ["tcp-client", str(port), str(size), *map(str, osu_loops("latency", size))]
     try:
         for _ in range(50):  # until it listens
             time.sleep(0.1)
             try:
-                out = subprocess.run([sys.executable, LOOPS, "tcp-client", str(port), str(size),
-                                      *map(str, osu_loops("latency", size))], capture_output=True, text=True,
-                                     check=True, timeout=300).stdout
+                out = subprocess.run([sys.executable, LOOPS, *args], capture_output=True, text=True, check=True,
+                                     timeout=300).stdout
                 return float(out.split()[0])
             except subprocess.CalledProcessError:
                 continue
@@ -57,6 +62,14 @@ def plain_tcp(size: int) -> float:
 
 def value(src: Path, a: argparse.Namespace, env: dict, env_py: dict, tool: str, point: tuple) -> float:
     name, size = point
+    if name == "tcp-bw":
+        if tool == "reference":
+            return iperf3_mbs(SECONDS, "1M")
+        if tool == "plain":
+            return plain_tcp(size, stream=True)
+        rows = commbench_rows(["p2p-bandwidth", "-t", "tcp", "-m", f"{size}:{size}", "--time", str(SECONDS),
+                               "--warmup-time", "1"], env)
+        return float(rows[0]["mb_s"])
     if name == "tcp-lat":
         if tool == "reference":
             return sockperf_latency(size, SECONDS)
@@ -84,9 +97,10 @@ def main() -> None:
     figures = [f for f in a.only.split(",") if f]
     if unknown := set(figures) - set(FIGURES):
         sys.exit(f"floors: unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(FIGURES)}")
-    if "tcp-lat" in figures:
-        need("sockperf")
-    src = build(TARBALL) if set(figures) - {"tcp-lat"} else Path()
+    for figure, tool in (("tcp-lat", "sockperf"), ("tcp-bw", "iperf3")):
+        if figure in figures:
+            need(tool)
+    src = build(TARBALL) if set(figures) - {"tcp-lat", "tcp-bw"} else Path()
     env = matched_env("off", ENV)
     env_py = dict(env, PYTHONPATH=str(src / "python"))
     points = [p for f in figures for p in FIGURES[f]]
@@ -95,8 +109,8 @@ def main() -> None:
     cmp.run(points, lambda tool, point: value(src, a, env, env_py, tool, point))
     print(f"# Python's floor under the gaps: {a.rounds} rounds (order rotating), medians; ratios: medians of "
           "per-round ratios")
-    print("# tcp-lat: mean one-way us (sockperf); bw: MB/s (OMB-Py osu_bw); allreduce: mean us over 4 ranks "
-          "(OMB-Py osu_allreduce)")
+    print("# tcp-lat: mean one-way us (sockperf); tcp-bw: MB/s (iperf3 -l 1M); bw: MB/s (OMB-Py osu_bw); allreduce: "
+          "mean us over 4 ranks (OMB-Py osu_allreduce)")
     print(f"{'figure':10s} {'size':>6s} {'reference':>10s} {'plain':>10s} {'commbench':>10s} {'cb/plain':>9s} "
           f"{'plain/ref':>9s} {'cb/ref':>7s}")
     for p in points:
@@ -104,7 +118,7 @@ def main() -> None:
         print(f"{p[0]:10s} {p[1]:6d} {med['reference']:10.2f} {med['plain']:10.2f} {med['commbench']:10.2f} "
               f"{cmp.ratio('commbench', 'plain', p):9.3f} {cmp.ratio('plain', 'reference', p):9.3f} "
               f"{cmp.ratio('commbench', 'reference', p):7.3f}")
-    print("# bw is higher-better: there a ratio below 1 is the slower; elsewhere above 1 is")
+    print("# tcp-bw and bw are higher-better: there a ratio below 1 is the slower; elsewhere above 1 is")
 
 
 if __name__ == "__main__":
