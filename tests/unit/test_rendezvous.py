@@ -117,22 +117,25 @@ def test_abort_answers_every_waiter():
 
 
 def test_an_excused_rank_is_not_stale_until_its_excuse_ends():
-    """A rank about to hold its GIL (loading TensorFlow's libraries) excuses its heartbeats: silent
-    past stale_after, it is not named; its excuse withdrawn (it beats again), silence counts at once;
-    its own beats in the meantime do not shorten the excuse."""
-    srv = server(2)
-    w0, w1 = client(srv, 0, "watchdog"), client(srv, 1, "watchdog")
+    """A rank about to hold its GIL (loading TensorFlow's libraries) excuses its heartbeats, one way on
+    its main connection: silent past stale_after, it is not named; its excuse withdrawn, silence counts
+    at once; its own beats in the meantime do not shorten the excuse; a rank with no watchdog beating
+    is not brought in by an excuse."""
+    srv = server(3)
+    w0, w1, main1, main2 = client(srv, 0, "watchdog"), client(srv, 1, "watchdog"), client(srv, 1), client(srv, 2)
     try:
-        w1.beat(0.3, excuse=30)
+        w1.beat(0.3)
+        main1.excuse(30)
+        main2.excuse(0)  # rank 2 has no watchdog
         w1.beat(0.3)  # a beat that got through mid-import
         time.sleep(0.6)
-        assert w0.beat(0.3)["stale"] == [] and 1 not in srv.departed(0.3)
-        w1.beat(0.3, excuse=0)
+        assert w0.beat(0.3)["stale"] == [] and not {1, 2} & set(srv.departed(0.3))
+        main1.excuse(0)
         time.sleep(0.6)
         assert [r for r, _, _ in w0.beat(0.3)["stale"]] == [1] and 1 in srv.departed(0.3)
     finally:
-        w0.close()
-        w1.close()
+        for c in (w0, w1, main1, main2):
+            c.close()
         srv.close()
 
 

@@ -27,7 +27,7 @@ from commbench.core.run.framing import FrameError, Seal, Tampered, encode, read_
 from commbench.core.run.gate import BUSY, Gate
 from commbench.core.run.gate import HELLO as GATE_HELLO
 
-HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, FORGET = range(1, 12)
+HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, FORGET, EXCUSE = range(1, 13)
 HELLO_WAIT = 10.0  # s for the rendezvous's challenge and proof, once connected
 assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello and says 'busy' in its ERR frame
 
@@ -170,13 +170,16 @@ class StoreServer:
             if m.watchdog:
                 self.beats.pop(m.rank, None)
             return self._drop(m)
+        if kind == EXCUSE:  # one way, never answered: the rank may be waiting on this very process
+            if m.rank in self.beats:  # its watchdog beats (a stopped one is not brought back)
+                now = time.monotonic()
+                self.beats[m.rank] = (now + min(600.0, max(0.0, float(obj["seconds"]))), m.host)
+            return
         if m.watchdog:
             self.heartbeats += kind == BEAT
             if kind == BEAT:  # answered when there is news (a rank stale, failed, aborted) or after ``wait``
-                now = time.monotonic()
-                excuse = obj.get("excuse")  # a step that holds the rank's GIL: its beat counts as that much later
-                self.beats[m.rank] = (now + min(600.0, max(0.0, float(excuse))) if excuse is not None else
-                                      max(now, self.beats.get(m.rank, (now, ""))[0]), m.host)
+                now = time.monotonic()  # an excused rank's beats do not end its excuse (EXCUSE 0 does)
+                self.beats[m.rank] = (max(now, self.beats.get(m.rank, (now, ""))[0]), m.host)
                 stale_after, wait = float(obj.get("stale_after", 60)), min(60.0, float(obj.get("wait", 0)))
                 if wait > 0 and not self._news(stale_after):
                     m.held = (time.monotonic() + wait, stale_after)
@@ -537,14 +540,12 @@ class StoreClient:
         ranks whose heartbeat is older than that many seconds."""
         return self._ask(STATUS, {} if stale_after is None else {"stale_after": stale_after})
 
-    def beat(self, stale_after: float, wait: float = 0.0, excuse: float | None = None) -> dict:
+    def beat(self, stale_after: float, wait: float = 0.0) -> dict:
         """Watchdog connection: report this rank alive; get the run's status back, at once if there is
         news (a rank stale for ``stale_after`` s, failed, aborted), else after ``wait`` s (a long poll:
-        the watchdog sleeps in it). No answer within ``stale_after`` s: rank 0 is stopped or hung.
-        ``excuse``: this rank may not beat for that many seconds more (0: it beats again)."""
+        the watchdog sleeps in it). No answer within ``stale_after`` s: rank 0 is stopped or hung."""
         with self.lock:
-            self._send(BEAT, {"stale_after": stale_after, "wait": wait,
-                              **({"excuse": excuse} if excuse is not None else {})})
+            self._send(BEAT, {"stale_after": stale_after, "wait": wait})
             try:
                 self.sock.settimeout(max(stale_after, wait + 1.0))
                 return read_frame(self.sock, seal=self.seal)[1]
@@ -570,6 +571,12 @@ class StoreClient:
         """The store drops every key that starts with ``prefix`` (work that every rank is done with)."""
         with self.lock:
             self._send(FORGET, {"prefix": prefix})
+
+    def excuse(self, seconds: float) -> None:
+        """This rank's watchdog may not beat for ``seconds`` (0: it beats again): one way, unanswered,
+        so a rank whose own process serves the store (rank 0, its GIL held) cannot wait on itself."""
+        with contextlib.suppress(PeerError), self.lock:
+            self._send(EXCUSE, {"seconds": seconds})
 
     def abort(self, message: str, code: int) -> None:
         with contextlib.suppress(PeerError), self.lock:

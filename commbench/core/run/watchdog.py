@@ -101,14 +101,14 @@ class Watchdog:
     def excused(self, seconds: float) -> Iterator[None]:
         """A step that may hold this process's GIL for seconds (loading TensorFlow's libraries), so this
         thread cannot beat: the other ranks take its silence for no stop until the step ends, for at
-        most ``seconds``."""
-        with contextlib.suppress(CommbenchError):  # rank 0 gone: the watchdog thread says so itself
-            self.client.beat(self.timeout + STALE_GRACE, 0, excuse=seconds)
+        most ``seconds``. Said one way on the main connection: waiting for an answer could deadlock (rank
+        0's GIL held by TensorFlow waiting for this rank, and its store, in the same process, unable to
+        answer), and this thread's connection may be held by a beat waiting for the same store."""
+        self.world.store.excuse(seconds)
         try:
             yield
         finally:
-            with contextlib.suppress(CommbenchError):
-                self.client.beat(self.timeout + STALE_GRACE, 0, excuse=0)
+            self.world.store.excuse(0)
 
     def _die(self, message: str) -> None:
         if self.stopped.is_set():
