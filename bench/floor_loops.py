@@ -38,9 +38,11 @@ def stamped(step, n: int) -> list[int]:
 
 
 def recv_exactly(sock: socket.socket, view: memoryview) -> None:
+    """The whole message: MSG_WAITALL (the kernel wakes the receiver once it is all in, as commbench's
+    tcp transport and most MPI libraries' TCP paths receive), recv_into again only if a signal cut it."""
     got = 0
     while got < len(view):
-        k = sock.recv_into(view[got:])
+        k = sock.recv_into(view[got:], len(view) - got, socket.MSG_WAITALL)
         if not k:
             raise ConnectionError("peer closed")
         got += k

@@ -5,7 +5,7 @@ interleaved (bench/common.py: rounds, rotating order, raw values as measured).
     .venv/bin/python bench/floors.py [--rounds 5] [--only tcp-lat,tcp-bw,mpi-bw,allreduce]
 
 - tcp-lat: 64 B TCP ping-pong on loopback, mean one-way us: sockperf ping-pong (C) | the plain loop
-  (sendall, recv_into; blocking, TCP_NODELAY) | commbench p2p-latency -t tcp (blocking);
+  (sendall, recv_into with MSG_WAITALL; blocking, TCP_NODELAY) | commbench p2p-latency -t tcp (blocking);
 - tcp-bw: 4 MiB messages over one TCP connection for 3 s after 1 s of warm-up, MB/s: iperf3 -l 1M (C,
   a stream) | osu_bw's loop in plain Python (windows of 64 sendall, a 4 B ack) | commbench
   p2p-bandwidth -t tcp --time 3;
