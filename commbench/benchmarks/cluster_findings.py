@@ -146,30 +146,27 @@ class Evidence:
         """(suspect label, probe pair, control pair) for each suspect that can be measured again, at most
         one per endpoint (hosts, switches and uplinks first, then cables slowest first); with ``second``,
         those the first pass found still slow (measured again, control first)."""
-        found = self.suspects(measure, slow_pct)
-        plan = []
+        plan = self._measurable(measure, self.suspects(measure, slow_pct))
+        if second:
+            cut = cuts(slow_pct)[measure]
+            plan = [p for p in plan if len(r := recheck_ratios(self.rechecks.get((measure, p[0]), {}), measure)) == 1
+                    and r[0][2] < cut]
+        return plan[:self._cap()]
+
+    def _measurable(self, measure: str, found: list[Explanation]) -> list[
+            tuple[str, tuple[int, int], tuple[int, int]]]:
+        """(label, probe, control) for each of the suspects ``found`` that has a probe and a control pair."""
         lost = {self.index[n] for n in self.lost}
-        for e in found:
-            got = probe_and_control(e, found, self.names, self.topology, self.bw if measure == BW else -self.lat,
-                                    lost)
-            if got is None:
-                continue
-            if second:
-                ratios = recheck_ratios(self.rechecks.get((measure, label(e)), {}), measure)
-                if len(ratios) != 1 or ratios[0][2] >= cuts(slow_pct)[measure]:
-                    continue
-            plan.append((label(e), *got))
-        return plan[:self.recheck_cap()]  # the most severe first; more than one per endpoint is the load
-
-    def recheck_cap(self) -> int:
-        return max(4, len(self.names))
-
-    def past_the_cap(self, measure: str, slow_pct: float) -> set[str]:
-        """The suspects a first pass of rechecks could measure but left out, its cap reached."""
-        found, lost = self.suspects(measure, slow_pct), {self.index[n] for n in self.lost}
         goodness = self.bw if measure == BW else -self.lat
-        could = [label(e) for e in found if probe_and_control(e, found, self.names, self.topology, goodness, lost)]
-        return set(could[self.recheck_cap():])
+        return [(label(e), *got) for e in found
+                if (got := probe_and_control(e, found, self.names, self.topology, goodness, lost)) is not None]
+
+    def past_the_cap(self, measure: str, found: list[Explanation]) -> set[str]:
+        """The suspects (of ``found``) a first pass of rechecks could measure but left out, its cap reached."""
+        return {lab for lab, _, _ in self._measurable(measure, found)[self._cap():]}
+
+    def _cap(self) -> int:
+        return max(4, len(self.names))  # the most severe first; more than one per endpoint is the load
 
     # -- the verdict --------------------------------------------------------------------------
     def findings(self, slow_pct: float) -> tuple[list[dict], list[str]]:
@@ -184,7 +181,7 @@ class Evidence:
             measured = [r for r in (recheck_ratios(self.rechecks.get((measure, label(e)), {}), measure)
                                     for e in suspects) if r]
             load = sum(max(x for _, _, x in r) >= cut for r in measured)  # suspects cleared: the load's share
-            capped = self.past_the_cap(measure, slow_pct) if 2 * load > len(measured) else set()
+            capped = self.past_the_cap(measure, suspects) if 2 * load > len(measured) else set()
             left: list[str] = []
             for e in suspects:
                 again = self.rechecks.get((measure, label(e)))
