@@ -49,7 +49,7 @@ def results_page() -> str:
              "when it is written). A run's file starts with its metadata (options, hosts, versions, command "
              "line); a CSV's header lists the run's declared keys, known before its first row. Units: us "
              "microseconds, ms milliseconds, MB/s and GB/s in 10^6 and 10^9 bytes per second, B bytes, KiB 1024 "
-             "bytes. See [results.md](../results.md) for reading them with pandas.", "",
+             "bytes. See [usage.md](../usage.md#results-files) for reading them with pandas.", "",
              "## Every benchmark's rows", "", *key_table(RUNNER), ""]
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, cls in benchmarks.registry().items():
