@@ -139,6 +139,23 @@ def test_an_excused_rank_is_not_stale_until_its_excuse_ends():
         srv.close()
 
 
+def test_a_stopped_watchdog_excuses_nothing():
+    """A watchdog the run's end stopped (an abort stops it without ``stop()``) may still be the import
+    hook: an import then says nothing to a store that is closing; a live one excuses and withdraws."""
+    from commbench.core.run.watchdog import Watchdog
+
+    sent: list[float] = []
+    dog = Watchdog.__new__(Watchdog)  # only what ``excused`` reads: the stop flag and the main connection
+    dog.stopped = threading.Event()
+    dog.world = type("World", (), {"store": type("Store", (), {"excuse": staticmethod(sent.append)})()})()
+    with dog.excused(120):
+        assert sent == [120]
+    dog.stopped.set()
+    with dog.excused(120):
+        pass
+    assert sent == [120, 0]
+
+
 def test_what_a_rank_says_while_tensorflow_imports_reaches_the_real_stderr(capfd, monkeypatch, tmp_path):
     """fd 2 is caught while TensorFlow imports (its start-up notices dropped); a watchdog that ends the
     process meanwhile still says why, on the real stderr, and the catch is undone afterwards."""

@@ -103,7 +103,11 @@ class Watchdog:
         thread cannot beat: the other ranks take its silence for no stop until the step ends, for at
         most ``seconds``. Said one way on the main connection: waiting for an answer could deadlock (rank
         0's GIL held by TensorFlow waiting for this rank, and its store, in the same process, unable to
-        answer), and this thread's connection may be held by a beat waiting for the same store."""
+        answer), and this thread's connection may be held by a beat waiting for the same store. A
+        stopped watchdog (the run ended, however) excuses nothing: nobody counts its beats."""
+        if self.stopped.is_set():
+            yield
+            return
         self.world.store.excuse(seconds)
         try:
             yield
