@@ -208,6 +208,11 @@ class Inputs:
         """The compute time inside training (ms a step)."""
         return self.compute.mid * self.load.mid
 
+    @property
+    def own_computes(self) -> list[float]:
+        """The compute time each compared run measured inside itself, between its steps (ms, its median)."""
+        return [own_compute(r).mid for r in self.rows if r.get("compute_ms") is not None]
+
 
 def gather(o: PredictOptions) -> Inputs:
     """The link, the shape, the compute time and the calibration from the options and the files."""
@@ -353,7 +358,7 @@ def compared(i: Inputs, pred: Prediction, slow: Prediction, fast: Prediction, me
     m = meas.mid if meas else None
     mean_step = i.shape.workers * i.shape.batch / m * 1e3 if m else None  # the mean step, as images/s is
     meas_beyond = mean_step - i.inrun if mean_step is not None else None
-    own = [own_compute(r).mid for r in i.rows if r.get("compute_ms") is not None] if m else []
+    own = i.own_computes if m else []
     comm_meas = mean_step - float(np.median(own)) if own and mean_step is not None else None
     each = [comm_span(r) for r in i.rows if r.get("compute_ms") is not None and r.get("images_s")] if own else []
     each = [] if None in each else each  # a repeat without an interval: how finely they measured it is unknown
@@ -452,8 +457,7 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
     if not i.measured:  # the minimum bandwidth is the model's: a measured communication has none
         lines.append(min_bandwidth_line(shape.workers, out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"],
                                         out["min_beta_mb_s"]))
-    inside = [own_compute(r).mid for r in i.rows if r.get("compute_ms") is not None]
-    if (drift := compute_note(i.inrun, inside, i.opts.compute, i.opts.train,
+    if (drift := compute_note(i.inrun, i.own_computes, i.opts.compute, i.opts.train,
                                    bool(i.opts.overhead_compute))) is not None:
         lines.append(drift)
     o = i.opts
