@@ -80,6 +80,7 @@ import json
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -208,10 +209,10 @@ class Inputs:
         """The compute time inside training (ms a step)."""
         return self.compute.mid * self.load.mid
 
-    @property
-    def own_computes(self) -> list[float]:
+    @cached_property  # read by the comparison and by the drift note
+    def own_computes(self) -> tuple[float, ...]:
         """The compute time each compared run measured inside itself, between its steps (ms, its median)."""
-        return [own_compute(r).mid for r in self.rows if r.get("compute_ms") is not None]
+        return tuple(own_compute(r).mid for r in self.rows if r.get("compute_ms") is not None)
 
 
 def gather(o: PredictOptions) -> Inputs:
@@ -358,7 +359,7 @@ def compared(i: Inputs, pred: Prediction, slow: Prediction, fast: Prediction, me
     m = meas.mid if meas else None
     mean_step = i.shape.workers * i.shape.batch / m * 1e3 if m else None  # the mean step, as images/s is
     meas_beyond = mean_step - i.inrun if mean_step is not None else None
-    own = i.own_computes if m else []
+    own = i.own_computes if m else ()
     comm_meas = mean_step - float(np.median(own)) if own and mean_step is not None else None
     each = [comm_span(r) for r in i.rows if r.get("compute_ms") is not None and r.get("images_s")] if own else []
     each = [] if None in each else each  # a repeat without an interval: how finely they measured it is unknown
