@@ -172,7 +172,8 @@ def sweep(out: Path, pcts=(15, 20, 25, 30, 35)) -> str:
     run's own 25 % the same as the run's; elsewhere a suspect the run did not measure again stands
     unconfirmed, so that column shows the attribution alone for those."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from commbench.benchmarks.cluster_findings import read_evidence
+    from commbench.core.analysis.evidence import read_evidence
+    from commbench.core.analysis.verdict import findings
 
     runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines() if x.strip()]
     runs = [r for r in runs if r["exit"] in (0, 1)]
@@ -189,7 +190,7 @@ def sweep(out: Path, pcts=(15, 20, 25, 30, 35)) -> str:
                 _, ev = read_evidence(str(out / r["file"]))
                 index = {n: str(i) for i, n in enumerate(sorted(ev.names, key=lambda n: int(n[3:].split(".")[0])))}
                 found = []
-                for f in ev.findings(p)[0]:
+                for f in findings(ev, p)[0]:
                     if f["kind"].startswith("slow"):
                         ends = sorted((index[x] for x in (f.get("a"), f.get("b")) if x in index), key=int)
                         found.append({"kind": f["kind"], "what": f["a"] if "uplink" in f["kind"] else "-".join(ends)})

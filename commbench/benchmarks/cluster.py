@@ -23,28 +23,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import overload
 
 import numpy as np
 
 from commbench.benchmarks.base import WRONG, Benchmark, Context, measure_point
-from commbench.benchmarks.cluster_findings import (
-    BW,
-    LAT,
-    RECHECK,
-    Evidence,
-    load_reference,
-    read_evidence,
-    same_cluster,
-    verdict,
-)
 from commbench.benchmarks.p2p_bandwidth import BandwidthOptions, P2PBandwidth
 from commbench.benchmarks.p2p_latency import P2PLatency
-from commbench.core.analysis import topology
+from commbench.core.analysis import kinds, topology
+from commbench.core.analysis.evidence import BW, LAT, RECHECK, Evidence, placed, read_evidence
+from commbench.core.analysis.verdict import findings_lines, load_reference, same_cluster, verdict
 from commbench.core.config.argtypes import DURATION, integer, number
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions, RunConfig
@@ -309,7 +302,7 @@ class ClusterOptions(Options):
     resume: str = opt("", metavar="FILE",
                       help="continue the cluster run in FILE (one killed part way, same options and hosts): its "
                            "measured rows are kept, not measured again, and only the rest is measured (-o may be "
-                           "FILE itself)")
+                           "FILE itself where it is .jsonl, which is appended to)")
     reference: str = opt("", metavar="REF",
                          help="expected values per class of links (CSV link,metric,expected,warn_pct,fail_pct): each "
                               "class's median pair is checked against them")
@@ -350,9 +343,7 @@ class Cluster(Benchmark):
             key("min_mb_s", "MB/s", "a cut's slowest pair", optional=True),
             key("pairs", "count", "pairs in a cut", optional=True),
             key("failed", "count", "pairs of a cut that failed", optional=True),
-            key("kind", doc="a finding's kind: slow-host, slow-switch, slow-uplink, slow-group (hosts that share "
-                "what no topology names), slow-link (a cable), each also as -latency; slow-ring-link, failed",
-                optional=True),
+            key("kind", doc=kinds.doc(), optional=True),
             key("via", doc="the transport of a pair measured over --transports' others (rows without it: -t's)",
                 optional=True),
             key("suspect", doc="a recheck's suspect: host NAME, switch NAME, uplink NAME, group HOSTLIST or cable "
@@ -401,6 +392,10 @@ class Cluster(Benchmark):
             read_evidence(opts.baseline)
         if opts.resume:
             read_evidence(opts.resume)
+            if common.output and Path(common.output).suffix == ".csv" and _same_file(common.output, opts.resume):
+                raise UsageError(f"--resume {opts.resume} -o {common.output}: a CSV results file is written anew, so "
+                                 "a run killed before its end would lose the rows it resumes: give -o another file, "
+                                 "or resume into a .jsonl (appended to)")
         return n
 
     @classmethod
@@ -484,10 +479,8 @@ class Cluster(Benchmark):
                 names = labels(world.hosts, chosen)
                 plan: dict = {"chosen": chosen, "names": names}
                 if self.opts.topology:
-                    topo = topology.load(self.opts.topology).for_hosts([world.hosts[r] for r in chosen])
-                    plan["topology"] = {"switch_of": {n: topo.switch_of[world.hosts[r]]
-                                                      for n, r in zip(names, chosen, strict=True)},
-                                        "parent": topo.parent}
+                    topo = placed(topology.load(self.opts.topology), names)
+                    plan["topology"] = {"switch_of": topo.switch_of, "parent": topo.parent}
                 if self.opts.baseline:  # before anything is measured: a baseline of other hosts is bad input
                     self.baseline = (self.opts.baseline, *read_evidence(self.opts.baseline))
                     same_cluster(self.baseline[2].names, names, f"--baseline {self.opts.baseline}")
@@ -697,7 +690,7 @@ class Cluster(Benchmark):
             yield from self._pairs(ctx, "alone", n, [(b0, i)], latency=False)
 
     def _recheck(self, ctx: Context, measure: str, via: str | None = None) -> Iterator[tuple[Payload, dict | None]]:
-        """Measure each suspect again (cluster_findings.py): a probe pair through it alone, then a
+        """Measure each suspect again (core/analysis/evidence.py): a probe pair through it alone, then a
         control pair of hosts no suspect concerns, so a tournament's cross-traffic or a busy moment is
         not named: a slow NIC, cable or uplink is slow again."""
         rnd = 0
@@ -1013,19 +1006,11 @@ class Cluster(Benchmark):
             [{"test": "finding", **f} for f in found] + [{"test": "summary", "note": s} for s in summary]
 
 
-def findings_lines(endpoints: int, slow_pct: float, summary: list[str], found: list[dict]) -> list[str]:
-    """The block below the table (and what ``commbench findings`` prints)."""
-    return [f"# findings ({endpoints} endpoints; {slow_pct:g} % below the reference (latency: {2 * slow_pct:g} % "
-            "above), out of the spread, and again when measured alone):",
-            *(f"#   {s}" for s in summary),
-            *([f"#   {f['kind']}: {f['note']}" for f in found] or
-              ["#   no outliers: every host, switch and link within the threshold"])]
-
-
-def _result(world: World, key: str, rank: int) -> dict:
-    """Rank 0: the result a group's first rank published at key, or why it never will (it left the run)."""
-    blob = world.wait_key(key, rank, patient=True, survivors=True)
-    return json.loads(blob) if blob is not None else {"error": world.gone(rank) or "no result"}
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # -o not there yet: another file
+        return False
 
 
 def _pair_key(a: str, b: str) -> tuple:

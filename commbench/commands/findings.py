@@ -1,6 +1,6 @@
 """``commbench findings FILE [--slow-pct P] [--topology FILE] [--baseline OLD] [--reference REF]`` and
 ``commbench diff OLD NEW``: a cluster run's verdict, derived again from its results file alone, as the
-run derived it (benchmarks/cluster_findings.py): the same rows give the same findings. ``--topology``
+run derived it (core/analysis/verdict.py): the same rows give the same findings. ``--topology``
 judges a run with a topology it was not given; ``--slow-pct`` at another threshold; ``--baseline``
 (or ``diff``) says what changed since an earlier run of the same cluster beyond the noise of both;
 ``--reference`` checks each class of links against expected values with a warn and a fail band.
@@ -16,17 +16,17 @@ OpenMetrics/Prometheus text format (prometheus_client), for node_exporter's text
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
-from commbench.benchmarks.cluster import findings_lines
-from commbench.benchmarks.cluster_findings import REGRESSIONS, load_reference, read_evidence, verdict
 from commbench.commands import command
+from commbench.core.analysis import kinds
+from commbench.core.analysis.evidence import read_evidence
+from commbench.core.analysis.verdict import drained, findings_lines, load_reference, one_line, verdict
 from commbench.core.config.argtypes import number
 from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
+from commbench.core.output.results import write_whole
 
 
 @dataclass(frozen=True)
@@ -69,33 +69,34 @@ def add_parser(sub) -> None:
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
-           reference: str | None = None, metrics: str | None = None) -> tuple[list[str], int, list[dict]]:
-    """(the lines, how many findings, regressions and failed references, the finding rows); with
-    ``metrics``, the run's figures written there."""
+           reference: str | None = None, metrics: str | None = None) -> tuple[list[str], int, list[dict], list[str]]:
+    """(the lines, how many findings, regressions and failed references, the finding rows, the endpoint
+    names the files gave that are no host's); with ``metrics``, the run's figures written there."""
     expected = load_reference(reference) if reference else None
     run, ev = read_evidence(path, topo_file)
     pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
     if not isinstance(pct, (int, float)) or not 0 < pct < 100:
         raise UsageError(f"{path}: the run's slow_pct is {str(pct)[:20]!r}, not a percentage; give --slow-pct")
-    found, summary = verdict(ev, float(pct), (baseline, *read_evidence(baseline, topo_file)) if baseline else None,
-                             expected)
+    old = (baseline, *read_evidence(baseline, topo_file)) if baseline else None
+    found, summary = verdict(ev, float(pct), old, expected)
     summary.insert(0, f"derived again from {path} (run {run.meta.get('run_id', '?')} of {run.meta.get('start', '?')}, "
                       f"{run.meta.get('options', {}).get('transport', '?')})")
-    bad = [f for f in found if f["kind"].startswith(("slow", "failed", "reference-fail", *REGRESSIONS))]
+    bad = [f for f in found if kinds.fails(f)]
     if metrics:
         write_metrics(metrics, run.meta, ev, found)
-    return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found
+    refused = ev.refused + (old[2].refused if old else [])
+    return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found, refused
 
 
 def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
     """The run's figures in the Prometheus text format, written as node_exporter's textfile collector
-    wants it (prometheus_client's write_to_textfile: a temporary file renamed into place): per link
+    wants it (a temporary file renamed into place: write_whole): per link
     (a pair of hosts) its bandwidth and latency, per host the median of its pairs, per kind the
     findings, and when the run started. Labels: hosts, the transport, the cluster's endpoints."""
     import numpy as np
 
     try:
-        from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+        from prometheus_client import CollectorRegistry, Gauge, generate_latest
     except ImportError:
         raise UsageError("--metrics needs prometheus_client: pip install 'commbench[metrics]'") from None
 
@@ -114,57 +115,37 @@ def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
                     link[m].labels(a, ev.names[j], transport).set(float(values[i, j]))
             if np.isfinite(values[i]).any():
                 host[m].labels(a, transport).set(float(np.nanmedian(values[i])))
-    kinds = Gauge("commbench_findings", "findings of the run, by kind", ["kind", "transport"], registry=reg)
-    for kind in sorted({f["kind"] for f in found}):
-        kinds.labels(kind, transport).set(sum(f["kind"] == kind for f in found))
+    per_kind = Gauge("commbench_findings", "findings of the run, by kind", ["kind", "transport"], registry=reg)
+    for k in kinds.KINDS.values():  # every declared kind, 0 where none: a zero is not a missing series
+        per_kind.labels(k.metric, transport).set(sum(f["kind"] == k.name for f in found))
     started = Gauge("commbench_run_start_timestamp_seconds", "when the run started", ["transport"], registry=reg)
     with contextlib.suppress(TypeError, ValueError):
         started.labels(transport).set(datetime.fromisoformat(str(meta.get("start"))).timestamp())
-    try:
-        write_to_textfile(path, reg)
-    except OSError as exc:
-        raise UsageError(f"cannot write the metrics file {path!r}: {exc.strerror}") from None
-
-
-REASON = 120  # characters of a drain reason
-DRAIN = ("slow-host", "slow-host-latency", "lost-host", "lost-host-latency")  # and a host's own failed line
-
-
-def drained(found: list[dict]) -> dict[str, str]:
-    """Slurm node -> the reason to drain it (the first finding that names it): an endpoint ``host/rN``
-    (several ranks a host) is its host."""
-    out: dict[str, str] = {}
-    for f in found:
-        if f["kind"] in DRAIN or (f["kind"] == "failed" and f.get("b") is None and f.get("a")):
-            host = re.sub(r"/r\d+$", "", str(f["a"]))
-            reason = re.sub(r"[^ -~]+", " ", f"commbench {f['kind']}: {f.get('note') or host}")
-            if len(reason) > REASON:  # Slurm shows a node's reason on one line: cut at a word, marked
-                reason = reason[:REASON - 3].rsplit(" ", 1)[0] + "..."
-            out.setdefault(host, reason.replace('"', "'"))
-    return out
+    write_whole(path, generate_latest(reg), "metrics file", "give --metrics a new file, or a regular one, in a "
+                "directory of your own")
 
 
 def write_drain_list(path: str, hosts: dict[str, str]) -> None:
+    """The hosts as one Slurm hostlist line (empty: none), their reasons in ``path``.reasons (host, a
+    tab, the reason), each file replaced whole."""
     import hostlist
 
-    from commbench.commands.report import fresh
-
-    try:
-        with fresh(Path(path)) as f:
-            f.write((hostlist.collect_hostlist(sorted(hosts)) + "\n" if hosts else "").encode())
-        with fresh(Path(path + ".reasons")) as f:
-            f.write("".join(f"{h}\t{why}\n" for h, why in sorted(hosts.items())).encode())
-    except OSError as exc:
-        raise UsageError(f"cannot write the drain list {path!r}: {exc.strerror}; give --drain-list a path in a "
-                         "directory of your own") from None
+    fix = "give --drain-list a new file, or a regular one, in a directory of your own"
+    write_whole(path + ".reasons", "".join(f"{h}\t{why}\n" for h, why in sorted(hosts.items())).encode(),
+                "drain list's reasons", fix)
+    write_whole(path, (hostlist.collect_hostlist(sorted(hosts)) + "\n" if hosts else "").encode(), "drain list", fix)
 
 
 def run(o: FindingsOptions | DiffOptions) -> int:
-    lines, count, found = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics)
+    lines, count, found, refused = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics)
     print("\n".join(lines))
     if o.drain_list:
         hosts = drained(found)
         write_drain_list(o.drain_list, hosts)
         print(f"# drain list: {len(hosts)} host(s) written to {o.drain_list}" + (
             f" ({', '.join(hosts)}); reasons in {o.drain_list}.reasons" if hosts else ""))
+    if refused:  # after the verdict on the rest: a forged name must not keep the slow hosts from the drain list
+        raise UsageError(f"{o.file}: {len(refused)} endpoint name(s) that are no host's ({one_line(refused[0][:60])!r}"
+                         f"{' and more' if len(refused) > 1 else ''}: letters, digits, . _ - only): their rows were "
+                         "left out of the verdict and the drain list; was the file edited?")
     return 1 if count else 0

@@ -246,7 +246,7 @@ def cluster_figures(plt, cl, out: Path, stem: str, transport: str) -> list[tuple
     marked; the title is the verdict, the findings and summary a table."""
     import numpy as np
 
-    from commbench.benchmarks.cluster_findings import BW, LAT, from_rows
+    from commbench.core.analysis.evidence import BW, LAT, from_rows
 
     if not (cl["test"] == "pairwise").any():
         return []  # rings and cuts alone: their rows are in the results file

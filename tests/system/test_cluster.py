@@ -533,13 +533,13 @@ def test_the_findings_of_a_saved_run_are_derived_again_the_same(tmp_path):
             "hosts": names}
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
-    lines, count, _ = derive(str(path))
+    lines, count, _, _ = derive(str(path))
     assert count == 1 and any("slow-host: h2:" in x and "not measured again" in x for x in lines), lines
     r = commbench("findings", str(path))
     assert r.code == 1 and "slow-host: h2" in r.out, r.err
     topo = tmp_path / "t.csv"
     topo.write_text("host,switch\n" + "".join(f"{n},s{i // 3}\n" for i, n in enumerate(names)))
-    lines, count, _ = derive(str(path), topo_file=str(topo))
+    lines, count, _, _ = derive(str(path), topo_file=str(topo))
     assert count == 1 and any("switch s0: 3 hosts" in x for x in lines)
     healthy = tmp_path / "ok.jsonl"
     healthy.write_text("\n".join(json.dumps(x) for x in [meta, *({**x, "mb_s": 20.0} for x in rows)]) + "\n")

@@ -4,9 +4,11 @@ files (Slurm's topology.conf, host,switch CSV) parse, round-trip, and refuse bad
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from commbench.core.analysis.attribution import explain, median_ci
@@ -14,6 +16,9 @@ from commbench.core.analysis.topology import Topology, parse_conf, parse_csv
 from commbench.core.errors import UsageError
 
 CUT = 0.75  # 25 % off
+# the same examples every run (a test that passes or fails by its draw proves nothing); found cases stay
+# as @example; COMMBENCH_FUZZ_EXPLORE=1 draws new ones to look for more
+FIXED = os.environ.get("COMMBENCH_FUZZ_EXPLORE") != "1"
 
 
 def racks(k: int, per: int) -> Topology:
@@ -30,10 +35,14 @@ def matrix(k: int, rate, noise: float, seed: int) -> np.ndarray:
     return m
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120 if FIXED else 3000, deadline=None, derandomize=FIXED)
 @given(per=st.sampled_from([3, 4, 6]), nracks=st.integers(2, 4), noise=st.floats(0, 0.05),
        fault=st.sampled_from(["none", "host", "two-hosts", "cable", "uplink", "switch"]),
        level=st.floats(0.2, 0.5), seed=st.integers(0, 2**16), where=st.integers(0, 10**6), topo=st.booleans())
+# two slow hosts under different switches of three, no noise: their switches' healthy pairs inside are too
+# few to be the spread, and the slow pairs taken for it hid both
+@example(per=3, nracks=2, noise=0.0, fault="two-hosts", level=0.5, seed=0, where=3, topo=True)
+@example(per=3, nracks=2, noise=0.0, fault="two-hosts", level=0.5, seed=0, where=0 + 6 * 4, topo=True)
 def test_the_planted_fault_is_the_explanation(per, nracks, noise, fault, level, seed, where, topo):
     assume(fault != "switch" or nracks > 2)  # a slow switch of two: half the hosts are slow (the reference's limit)
     k = per * nracks

@@ -119,7 +119,7 @@ def test_outliers_find_the_planted_value_and_nothing_in_noise():
 def test_a_load_bound_tournament_measures_each_host_alone():
     """Rows only: the best pair alone at 118 MB/s against a tournament reference of 44 is load-bound; each
     host alone beside the best then makes the slow one a suspect that the attribution of the rounds missed."""
-    from commbench.benchmarks.cluster_findings import BW, Evidence
+    from commbench.core.analysis.evidence import BW, Evidence
 
     names = [f"n{i}" for i in range(6)]
     ev = Evidence(names)
@@ -142,7 +142,8 @@ def test_a_budgeted_run_names_no_one_pair_suspect_it_could_not_measure_again(bud
     """Rows only, a sparse matrix as --budget leaves it: one pair's latency out of the spread is a
     finding (not measured again) in a full run, a suspect named as not confirmed in a budgeted one; a
     host slow in every pair it is in stays a finding either way."""
-    from commbench.benchmarks.cluster_findings import Evidence
+    from commbench.core.analysis.evidence import Evidence
+    from commbench.core.analysis.verdict import findings
 
     names = [f"n{i}" for i in range(12)]
     ev = Evidence(names, budgeted=budgeted)
@@ -152,7 +153,7 @@ def test_a_budgeted_run_names_no_one_pair_suspect_it_could_not_measure_again(bud
             bw, lat = (12 if 3 in (a, b) else 24), (90.0 if (a, b) == (0, 11) else 25.0)
             ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": bw * (1 + rng.normal(0, .01)),
                     "lat_us": lat * (1 + rng.normal(0, .01))})
-    found, lines = ev.findings(25)
+    found, lines = findings(ev, 25)
     kinds = {(f["kind"], f["a"]) for f in found}
     assert ("slow-host", "n3") in kinds
     assert (("slow-link-latency", "n0") in kinds) != budgeted
@@ -163,8 +164,9 @@ def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_p
     """Each suspect's probe pair goes through it (a host with a partner in its own switch; an uplink
     from behind it to outside it) and its control pair concerns no suspect; a suspect slow in both
     passes is named, one fast again is cleared."""
-    from commbench.benchmarks.cluster_findings import BW, Evidence, probe_and_control
+    from commbench.core.analysis.evidence import BW, Evidence, probe_and_control
     from commbench.core.analysis.topology import Topology
+    from commbench.core.analysis.verdict import findings
 
     names = [f"n{i}" for i in range(8)]
     topo = Topology({n: f"r{i // 4}" for i, n in enumerate(names)}, {"r0": "spine", "r1": "spine"})
@@ -182,11 +184,11 @@ def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_p
     assert ev.recheck_plan(BW, 25, second=True) == [("host n5", probe, control)]  # slow once: once more
     for role, v in (("control-2", 23.8), ("probe-2", 6.1)):
         ev.add({"test": "recheck", "suspect": "host n5", "role": role, "mb_s": v})
-    found, cleared = ev.findings(25)
+    found, cleared = findings(ev, 25)
     assert [(f["kind"], f["a"]) for f in found] == [("slow-host", "n5")] and not cleared
     assert found[0]["ratio_lo"] <= found[0]["ratio"] <= found[0]["ratio_hi"] and 0.2 < found[0]["ratio"] < 0.3
     ev.rechecks[(BW, "host n5")]["probe-2"] = 22.0  # fast the second time: a busy moment, cleared
-    found, cleared = ev.findings(25)
+    found, cleared = findings(ev, 25)
     assert found == [] and "cleared" in cleared[0]
 
 
@@ -197,7 +199,8 @@ def test_suspects_past_the_rechecks_cap_follow_the_ones_measured_again(cleared):
     """A loaded tournament: 11 of 28 pairs' latency at 2.5x. The rechecks take 8 (one per endpoint); the
     3 left out are not findings where most of those measured again were cleared (the load), and stay
     findings ("not measured again") where those were slow again."""
-    from commbench.benchmarks.cluster_findings import LAT, Evidence
+    from commbench.core.analysis.evidence import LAT, Evidence
+    from commbench.core.analysis.verdict import findings
 
     names = [f"n{i}" for i in range(8)]
     ev = Evidence(names)
@@ -214,7 +217,7 @@ def test_suspects_past_the_rechecks_cap_follow_the_ones_measured_again(cleared):
     for suspect, _, _ in ev.recheck_plan(LAT, 25, second=True):
         for role, v in (("control-2", 10.0), ("probe-2", 25.1)):
             ev.add({"test": "recheck-latency", "suspect": suspect, "role": role, "lat_us": v})
-    found, lines = ev.findings(25)
+    found, lines = findings(ev, 25)
     left = [f for f in found if "not measured again" in f["note"]]
     assert len(found) == (0 if cleared else 11) and len(left) == (0 if cleared else 3)
     told = [line for line in lines if "not confirmed" in line]
@@ -226,7 +229,8 @@ def test_a_host_lost_mid_run_is_one_finding_and_never_a_probe_or_a_control():
     """Rows only: n5 slow in every pair, then a cable n1 - n2 slow; then n1 is lost (a recheck's pair with
     it failed, the row saying so). The slow host is still rechecked, through pairs without n1; n1's own
     cable is no finding of its own but said in n1's one failed finding."""
-    from commbench.benchmarks.cluster_findings import BW, Evidence
+    from commbench.core.analysis.evidence import BW, Evidence
+    from commbench.core.analysis.verdict import findings
 
     names = [f"n{i}" for i in range(8)]
     ev = Evidence(names)
@@ -239,7 +243,7 @@ def test_a_host_lost_mid_run_is_one_finding_and_never_a_probe_or_a_control():
             "error": "rank 1 on host n1 stopped responding (no heartbeat for 12 s)", "lost": "n1"})
     plan = ev.recheck_plan(BW, 25)
     assert [s for s, _, _ in plan] == ["host n5"] and all(1 not in p + c for _, p, c in plan)
-    found, _ = ev.findings(25)
+    found, _ = findings(ev, 25)
     assert [(f["kind"], f["a"]) for f in found] == [("slow-host", "n5"), ("failed", "n1")]
     note = found[1]["note"]
     assert note.startswith("n1 lost: 1 pair(s) failed") and "stopped responding" in note

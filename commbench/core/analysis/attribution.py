@@ -206,14 +206,19 @@ def explain(names: Sequence[str], values: np.ndarray, topo: Topology | None, cut
     soft = (1 + cut) / 2
     looks_fine = {i for i, m in enumerate(per_host)
                   if m == m and (m / ref if higher else ref / m) >= soft}
-    local = [p for p in local_pairs(names, pairs, topo) if p[0] in looks_fine and p[1] in looks_fine]
+    healthy = [p for p in pairs if p[0] in looks_fine and p[1] in looks_fine]
+    local = set(local_pairs(names, healthy, topo))
 
     def spread(open_pairs: set[Pair]) -> float:
         """The healthy pairs' spread: the MAD of log ratios around the reference (log 1 = 0) over the
-        pairs inside a switch between hosts that look fine, that no explanation took (all pairs left
-        where fewer than 3 are)."""
-        mine = [r[p] for p in local if p in open_pairs]
-        mine = mine if len(mine) >= 3 else [r[p] for p in open_pairs]
+        pairs between hosts that look fine, that no explanation took: those inside a switch where 3 or
+        more are (an uplink's pairs are not the spread), else all of them, else every pair left (small
+        switches with slow hosts in them: their pairs would be taken for the spread and hide them)."""
+        mine: list[float] = []
+        for tier in (local, healthy, open_pairs):
+            mine = [r[p] for p in tier if p in open_pairs]
+            if len(mine) >= 3:
+                break
         return float(np.median(np.abs(np.log(np.maximum(mine, 1e-12))))) if mine else 0.0
 
     def stands_out(ratio: float, n: int, mad: float) -> bool:

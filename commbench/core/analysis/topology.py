@@ -29,7 +29,7 @@ from commbench.core.errors import UsageError
 from commbench.core.output.results import read_text_file
 
 MAX_LINES = 1_000_000
-NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # used with fullmatch ($ would let a trailing newline in)
 KEYS = {"switchname", "nodes", "switches", "linkspeed"}
 
 
@@ -85,14 +85,16 @@ class Topology:
         used = {x for s in placed.values() for x in self.chain(s)}
         return Topology(placed, {k: v for k, v in self.parent.items() if k in used})
 
-    def as_json(self) -> dict:
-        return {"switch_of": dict(self.switch_of), "parent": dict(self.parent)}
-
     @classmethod
     def from_json(cls, data: object, source: str) -> Topology:
         """A topology as a results file keeps it (checked: a string map each, and a tree)."""
         if not isinstance(data, dict) or not all(_str_map(data.get(k)) for k in ("switch_of", "parent")):
             raise UsageError(f"{source}: the metadata's topology is not a host -> switch table; was the file edited?")
+        switches = [*data["switch_of"].values(), *data["parent"], *data["parent"].values()]
+        bad = next((n for n in switches if not NAME.fullmatch(n)), None)
+        if bad is not None:
+            raise UsageError(f"{source}: the metadata's topology names switch {bad[:40]!r}, not a switch name "
+                             "(letters, digits, . _ -); was the file edited?")
         topo = cls(dict(data["switch_of"]), dict(data["parent"]))
         _check_tree(topo.parent, source)
         return topo
@@ -129,7 +131,7 @@ def _expand(text: str, where: str) -> list[str]:
         names = hostlist.expand_hostlist(text)
     except hostlist.BadHostlist as exc:
         raise UsageError(f"{where}: {text[:60]!r} is not a Slurm hostlist ({exc}); e.g. node[0-15]") from None
-    bad = next((n for n in names if not NAME.match(n)), None)
+    bad = next((n for n in names if not NAME.fullmatch(n)), None)
     if bad is not None:
         raise UsageError(f"{where}: {bad[:60]!r} is not a host or switch name (letters, digits, . _ -)")
     return names
@@ -171,7 +173,7 @@ def parse_conf(text: str, where: str) -> Topology:
                 raise UsageError(f"{here}: {k}= given twice")
             fields[k.lower()] = v
         name = fields.get("switchname")
-        if not name or not NAME.match(name):
+        if not name or not NAME.fullmatch(name):
             raise UsageError(f"{here}: each line names its switch: SwitchName=NAME (letters, digits, . _ -)")
         if name in defined:
             raise UsageError(f"{here}: switch {name} is defined twice")
@@ -205,7 +207,7 @@ def parse_csv(text: str, where: str) -> Topology:
             continue
         if no == 1 and [c.lower() for c in cells] == ["host", "switch"]:
             continue
-        if len(cells) != 2 or not all(NAME.match(c) for c in cells):
+        if len(cells) != 2 or not all(NAME.fullmatch(c) for c in cells):
             raise UsageError(f"{where} line {no}: give host,switch (two names of letters, digits, . _ -), not "
                              f"{','.join(cells)[:60]!r}")
         h, s = cells

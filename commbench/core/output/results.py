@@ -20,6 +20,7 @@ import os
 import platform
 import stat
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,36 @@ def _check_output(p: Path, path: str) -> Path:
     if not existed:
         p.unlink()
     return p
+
+
+def write_whole(path: str, data: bytes, what: str, fix: str) -> None:
+    """``data`` as the whole of the file at ``path``, or nothing: written to a new temporary file beside
+    it, then renamed into place, so a reader (Slurm, node_exporter) sees the old file or the new one,
+    never a part. Only a regular file or a new name is replaced: a FIFO, device, socket or symbolic link
+    there is refused (UsageError naming ``what`` and ``fix``), so root never replaces ``/dev/null``
+    or writes through a link someone else left."""
+    p = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{what} {path!r} is not a regular file (a directory, link, FIFO, device or socket); "
+                             f"{fix}")
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.")
+    except OSError as exc:
+        raise UsageError(f"cannot write the {what} {path!r}: {exc.strerror}; {fix}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UsageError(f"cannot write the {what} {path!r}: {exc.strerror}; {fix}") from None
 
 
 def versions(*packages: str) -> dict[str, str]:

@@ -152,10 +152,6 @@ class LinkStore:
         if self.broken:
             raise PeerError(self.broken)
 
-    def forget(self, prefix: str) -> None:
-        for k in [k for k in self.values if k.startswith(prefix)]:
-            del self.values[k]
-
     def close(self) -> None:
         self.selector.close()
         self.sock.close()

@@ -27,7 +27,7 @@ from commbench.core.run.framing import FrameError, Seal, Tampered, encode, read_
 from commbench.core.run.gate import BUSY, Gate
 from commbench.core.run.gate import HELLO as GATE_HELLO
 
-HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, FORGET, EXCUSE = range(1, 13)
+HELLO, OK, ERR, SET, GET, VALUE, ABORT, BYE, STATUS, BEAT, EXCUSE = range(1, 12)
 HELLO_WAIT = 10.0  # s for the rendezvous's challenge and proof, once connected
 assert (HELLO, ERR) == (GATE_HELLO, BUSY)  # the gate reads the store's hello and says 'busy' in its ERR frame
 
@@ -204,11 +204,6 @@ class StoreServer:
         elif kind == STATUS:
             stale = obj.get("stale_after")
             self._send(m, OK, self._status(float(stale) if isinstance(stale, (int, float)) else None))
-        elif kind == FORGET:
-            prefix = str(obj["prefix"])
-            with self.cond:
-                for k in [k for k in self.data if k.startswith(prefix)]:
-                    del self.data[k]
 
     def _set(self, key: str, blob: bytes) -> None:
         taken = False
@@ -566,11 +561,6 @@ class StoreClient:
                 return read_frame(self.sock, seal=self.seal)[1]
             except (OSError, ConnectionError, FrameError) as exc:
                 raise self._lost(exc) from None
-
-    def forget(self, prefix: str) -> None:
-        """The store drops every key that starts with ``prefix`` (work that every rank is done with)."""
-        with self.lock:
-            self._send(FORGET, {"prefix": prefix})
 
     def excuse(self, seconds: float) -> None:
         """This rank's watchdog may not beat for ``seconds`` (0: it beats again): one way, unanswered,

@@ -1,0 +1,141 @@
+"""Every kind of finding a cluster verdict can give, declared once: what it names, what it means,
+whether it fails the verdict, whether it drains the host it names, and what it is judged on.
+
+The verdict (verdict.py) makes rows of these kinds; ``findings`` and ``diff`` decide their exit status,
+the drain list, the metrics and the results key's documentation from this table, never from the
+kind's spelling. A new kind of fault is its entry here and the code that produces its evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# what a kind names (the factors of attribution.py, and what a run or a comparison adds)
+FACTORS = ("host", "switch", "uplink", "group", "cable", "ring-link", "endpoint", "cluster", "links")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A figure pairs are judged on."""
+
+    name: str  # bandwidth, latency
+    key: str  # its column in the rows
+    unit: str
+    higher: bool  # higher is better
+    digits: int  # decimals it is shown with
+
+    def __str__(self) -> str:
+        return self.name
+
+    def cut(self, slow_pct: float) -> float:
+        """The ratio to the reference (as a share of its goodness) below which a pair is slow:
+        bandwidth --slow-pct below it; latency twice --slow-pct above it (latency moves more)."""
+        share = slow_pct / 100
+        return 1 - share if self.higher else 1 / (1 + 2 * share)
+
+
+BANDWIDTH = Measure("bandwidth", "mb_s", "MB/s", True, 1)
+LATENCY = Measure("latency", "lat_us", "us", False, 2)
+MEASURES = {m.name: m for m in (BANDWIDTH, LATENCY)}
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    factor: str  # what it names (FACTORS)
+    source: str  # run (one run's verdict), baseline (against an earlier run), reference (expected values)
+    meaning: str  # one sentence: what it says
+    fails: bool  # the verdict fails (findings and diff exit 1)
+    drains: bool  # the host it names goes on the drain list
+    measure: Measure | None = None
+
+    @property
+    def metric(self) -> str:
+        """Its label value in the metrics (commbench_findings{kind=...})."""
+        return self.name
+
+
+_WHAT = {"host": "a host slow in every pair it is in", "switch": "a switch slow for every host under it",
+         "uplink": "a switch's uplink slow for every pair through it",
+         "group": "hosts slow to the others but not among themselves (what they share no topology names)",
+         "cable": "one pair slow alone (its cable, or a port of either host)"}
+_CHANGED = {"host": "host", "switch": "switch", "uplink": "uplink", "group": "group", "cable": "link"}
+
+
+def _declare() -> dict[str, Kind]:
+    out: list[Kind] = []
+    for m, tail in ((BANDWIDTH, ""), (LATENCY, "-latency")):
+        for factor, what in _WHAT.items():
+            word = "slow-link" if factor == "cable" else f"slow-{factor}"
+            out.append(Kind(word + tail, factor, "run", f"{what} ({m.name}), confirmed when measured again alone",
+                            fails=True, drains=factor == "host", measure=m))
+        for factor, word in _CHANGED.items():
+            out.append(Kind(f"lost-{word}{tail}", factor, "baseline",
+                            f"a {factor} whose pairs lost {m.name} since the baseline, beyond both runs' noise",
+                            fails=True, drains=factor == "host", measure=m))
+            out.append(Kind(f"gained-{word}{tail}", factor, "baseline",
+                            f"a {factor} whose pairs gained {m.name} since the baseline", fails=False, drains=False,
+                            measure=m))
+        out.append(Kind(f"lost-cluster{tail}", "cluster", "baseline",
+                        f"every pair moved together: the median pair lost {m.name} since the baseline", fails=True,
+                        drains=False, measure=m))
+    out += [
+        Kind("slow-ring-link", "ring-link", "run", "a ring's link off the ring's median, not explained by a finding "
+             "and not healthy as a pair", fails=True, drains=False, measure=BANDWIDTH),
+        Kind("failed", "endpoint", "run", "an endpoint lost or failing its pairs (a host: drained), or one failed "
+             "pair", fails=True, drains=True),
+        Kind("new", "links", "baseline", "a finding that the baseline did not have", fails=True, drains=False),
+        Kind("fixed", "links", "baseline", "a finding of the baseline that this run measured and did not find",
+             fails=False, drains=False),
+        Kind("new-host", "host", "baseline", "an endpoint not in the baseline", fails=False, drains=False),
+        Kind("gone-host", "host", "baseline", "an endpoint of the baseline not in this run", fails=False,
+             drains=False),
+        Kind("reference-fail", "links", "reference", "a class of links' median beyond --reference's fail band",
+             fails=True, drains=False),
+        Kind("reference-warn", "links", "reference", "a class of links' median beyond --reference's warn band",
+             fails=False, drains=False),
+    ]
+    return {k.name: k for k in out}
+
+
+KINDS = _declare()
+
+
+def kind(name: str) -> Kind:
+    """The declared kind of that name (KeyError: the verdict made a kind no one declared)."""
+    return KINDS[name]
+
+
+def slow(factor: str, measure: Measure) -> Kind:
+    """The run's finding for a slow ``factor`` (attribution's kind) judged on ``measure``."""
+    word = "slow-link" if factor == "cable" else f"slow-{factor}"
+    return KINDS[word + ("" if measure.higher else "-latency")]
+
+
+def changed(sign: str, factor: str, measure: Measure) -> Kind:
+    """A baseline comparison's row: ``sign`` lost or gained, for a ``factor`` on ``measure``."""
+    return KINDS[f"{sign}-{_CHANGED[factor]}" + ("" if measure.higher else "-latency")]
+
+
+def fails(row: dict) -> bool:
+    return KINDS[row["kind"]].fails
+
+
+def drains(row: dict) -> bool:
+    """Whether a finding row puts the host it names on the drain list: a kind that drains, and for
+    ``failed`` an endpoint's own line (one naming a pair names no host alone)."""
+    k = KINDS[row["kind"]]
+    return k.drains and bool(row.get("a")) and (k.factor != "endpoint" or row.get("b") is None)
+
+
+def is_slow_finding(row: dict) -> bool:
+    """A run's slow-* finding of a host, switch, uplink, group or cable (what attribution names)."""
+    k = KINDS[row["kind"]]
+    return k.source == "run" and k.factor in _WHAT
+
+
+def doc() -> str:
+    """The results key's documentation: every kind (those judged on latency named once, as -latency)."""
+    return "a finding's kind: " + "; ".join(f"{k.name} ({k.meaning})" for k in KINDS.values()
+                                           if k.measure is not LATENCY) + \
+        "; each kind judged on bandwidth of a host, switch, uplink, group, cable or the cluster also as -latency"

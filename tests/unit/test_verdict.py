@@ -1,0 +1,230 @@
+"""The verdict offline, in-process: ``commbench findings`` and ``commbench diff`` over small synthetic
+results files give the same output every time (golden lines, pyperf-style), exit as the finding
+kinds' declarations say, and take no name from a file that a host could not have."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commbench.cli import main
+from commbench.core.analysis import kinds
+from commbench.core.analysis.evidence import ENDPOINT, from_rows
+from commbench.core.analysis.verdict import drained, one_line
+
+
+def write_run(path: Path, names: list[str], rate, *, lat=None, topology: dict | None = None,
+              transports: tuple[str, ...] = (), recheck: dict | None = None, failed: tuple = (),
+              start: str = "2026-12-01T00:00:00") -> Path:
+    """A cluster run's results file: every pair of ``names`` at ``rate(a, b)`` MB/s (and ``lat(a, b)``
+    us), measured over -t tcp and each of ``transports``; ``recheck``: suspect -> (probe, control)
+    MB/s, both passes; ``failed``: (a, b, lost) pairs that failed."""
+    meta = {"type": "meta", "bench": "cluster", "run_id": f"r{len(names)}", "start": start,
+            "options": {"transport": "tcp", "slow_pct": 25.0, "tests": "pairwise", "budget": None},
+            "hosts": [n.split("/")[0] for n in names], "endpoints": names}
+    if topology is not None:
+        meta["topology"] = topology
+    rows = []
+    for i, a in enumerate(names):
+        for j in range(i + 1, len(names)):
+            b = names[j]
+            if any({a, b} == {x, y} for x, y, _ in failed):
+                lost = next(z for x, y, z in failed if {a, b} == {x, y})
+                rows.append({"test": "pairwise", "round": 1, "a": a, "b": b, "a_rank": i, "b_rank": j,
+                             "error": f"rank of {lost} died", "lost": lost})
+                continue
+            for via in ("", *transports):
+                row = {"test": "pairwise", "round": 1, "a": a, "b": b, "a_rank": i, "b_rank": j,
+                       "mb_s": float(rate(a, b)), "lat_us": float(lat(a, b) if lat else 20.0)}
+                rows.append({**row, "via": via} if via else row)
+    for suspect, (probe, control) in (recheck or {}).items():
+        for n in ("", "-2"):
+            for role, v in (("probe", probe), ("control", control)):
+                rows.append({"test": "recheck", "round": 1, "a": names[0], "b": names[1], "suspect": suspect,
+                             "role": role + n, "mb_s": float(v)})
+    with path.open("w") as f:
+        f.write(json.dumps(meta) + "\n")
+        for r in rows:
+            f.write(json.dumps({"type": "row", **r}) + "\n")
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, list[str], str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+HOSTS = [f"n{i}" for i in range(6)]
+
+
+def healthy(a, b):
+    return 100.0
+
+
+def slow_n3(a, b):
+    return 50.0 if "n3" in (a, b) else 100.0
+
+
+def test_findings_of_a_slow_host_golden(tmp_path, capsys):
+    f = write_run(tmp_path / "run.jsonl", HOSTS, slow_n3, recheck={"host n3": (50, 100)})
+    code, lines, err = run(capsys, "findings", str(f), "--drain-list", str(tmp_path / "drain"))
+    assert code == 1 and err == ""
+    assert lines[1:] == [
+        f"#   derived again from {f} (run r6 of 2026-12-01T00:00:00, tcp)",
+        "#   pairwise: reference 100.0 MB/s, 20.00 us (the median host's); slowest pair 50.0 MB/s",
+        "#   slow-host: n3: 50.0 MB/s, 50 % (95 % CI 50-50 %) of the reference 100.0 MB/s over every pair it is in "
+        "(5 of 5 pairs slow); again alone 50.0 MB/s, a control pair 100.0 (50 %); again alone 50.0 MB/s, a control "
+        "pair 100.0 (50 %)",
+        f"# drain list: 1 host(s) written to {tmp_path / 'drain'} (n3); reasons in {tmp_path / 'drain'}.reasons"]
+    assert (tmp_path / "drain").read_text() == "n3\n"
+
+
+def test_a_healthy_new_host_is_no_regression(tmp_path, capsys):
+    """diff exits 0 when a healthy host joins (its kind, new-host, does not fail the verdict)."""
+    old = write_run(tmp_path / "old.jsonl", HOSTS, healthy)
+    new = write_run(tmp_path / "new.jsonl", [*HOSTS, "n6"], healthy, start="2026-12-08T00:00:00")
+    code, lines, err = run(capsys, "diff", str(old), str(new))
+    assert (code, err) == (0, ""), (lines, err)
+    assert "#   new-host: n6: not in the baseline of 2026-12-01" in lines
+    code, lines, _ = run(capsys, "diff", str(new), str(old))  # and one that left: said, no regression
+    assert code == 0 and "#   gone-host: n6: in the baseline of 2026-12-08, not in this run" in lines
+
+
+def test_diff_names_what_lost_and_fails(tmp_path, capsys):
+    old = write_run(tmp_path / "old.jsonl", HOSTS, healthy)
+    new = write_run(tmp_path / "new.jsonl", HOSTS, slow_n3, recheck={"host n3": (50, 100)})
+    code, lines, _ = run(capsys, "diff", str(old), str(new))
+    assert code == 1
+    assert any(line.startswith("#   lost-host: host n3 lost 50 % since 2026-12-01") for line in lines), lines
+    assert "#   new: slow-host n3 (not in the baseline of 2026-12-01)" in lines
+
+
+def test_fixed_only_where_the_new_run_measured_it(tmp_path, capsys):
+    """A finding of the baseline is fixed only where the new run measured it again: a host the new run
+    did not measure is neither fixed nor new."""
+    old = write_run(tmp_path / "old.jsonl", HOSTS, slow_n3, recheck={"host n3": (50, 100)})
+    new = write_run(tmp_path / "new.jsonl", HOSTS, healthy)
+    _, lines, _ = run(capsys, "diff", str(old), str(new))
+    assert "#   fixed: slow-host n3 (in the baseline of 2026-12-01, not now)" in lines
+    gone = write_run(tmp_path / "gone.jsonl", [h for h in HOSTS if h != "n3"], healthy)
+    _, lines, _ = run(capsys, "diff", str(old), str(gone))
+    assert not any(line.startswith("#   fixed") for line in lines), lines
+
+
+TOPO = {"switch_of": {h: f"r{i // 3}" for i, h in enumerate(HOSTS)}, "parent": {"r0": "spine", "r1": "spine"}}
+
+
+def test_findings_topology_reaches_every_transport(tmp_path, capsys):
+    """--topology judges the pairs over --transports' others too: the same rows with the topology given
+    offline or kept in the run's metadata give the same verdict (a degraded uplink over every transport,
+    not over tcp only)."""
+    names = [f"n{i}" for i in range(9)]
+    conf = tmp_path / "topo.conf"
+    conf.write_text("SwitchName=r0 Nodes=n[0-2]\nSwitchName=r1 Nodes=n[3-5]\nSwitchName=r2 Nodes=n[6-8]\n"
+                    "SwitchName=spine Switches=r[0-2]\n")
+    topo = {"switch_of": {h: f"r{i // 3}" for i, h in enumerate(names)}, "parent": {f"r{j}": "spine" for j in range(3)}}
+
+    def uplink(a, b):
+        return 50.0 if (a in names[3:6]) != (b in names[3:6]) else 100.0
+
+    plain = write_run(tmp_path / "plain.jsonl", names, uplink, transports=("mpi",), recheck={"uplink r1": (50, 100)})
+    kept = write_run(tmp_path / "kept.jsonl", names, uplink, transports=("mpi",), topology=topo,
+                     recheck={"uplink r1": (50, 100)})
+    _, offline, _ = run(capsys, "findings", str(plain), "--topology", str(conf))
+    _, live, _ = run(capsys, "findings", str(kept))
+    finding = [line for line in offline if line.startswith("#   slow-")]
+    assert finding == [line for line in live if line.startswith("#   slow-")]
+    assert len(finding) == 1 and finding[0].startswith("#   slow-uplink: r1:"), finding
+    assert "slow over every transport (tcp, mpi)" in finding[0], finding
+
+
+def test_findings_topology_places_several_ranks_a_host(tmp_path, capsys):
+    """A --per-host all run names its endpoints host/rN: --topology places each under its host's switch."""
+    names = [f"n{i // 2}/r{i}" for i in range(8)]
+    conf = tmp_path / "topo.conf"
+    conf.write_text("SwitchName=r0 Nodes=n[0-1]\nSwitchName=r1 Nodes=n[2-3]\nSwitchName=spine Switches=r[0-1]\n")
+    f = write_run(tmp_path / "all.jsonl", names, lambda a, b: 100.0)
+    code, lines, err = run(capsys, "findings", str(f), "--topology", str(conf))
+    assert (code, err) == (0, ""), err
+    assert "#   switch r0: 4 hosts, median pair 100.0 MB/s inside, 100.0 to the others" in lines
+
+
+def test_a_hostile_host_name_is_refused_and_the_slow_hosts_still_drained(tmp_path, capsys):
+    hostile = "n8 reason=evil nodename=login1"
+    names = [*HOSTS, hostile, "n9\nno outliers", "n[1-3]", "n\x1b]0;x\x07"]
+    f = write_run(tmp_path / "run.jsonl", names, slow_n3, recheck={"host n3": (50, 100)},
+                  failed=((hostile, "n0", hostile), (hostile, "n1", hostile), (hostile, "n2", hostile)))
+    drain = tmp_path / "drain"
+    code, lines, err = run(capsys, "findings", str(f), "--drain-list", str(drain))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "4 endpoint name(s) that are no host's ('n8 reason=evil nodename=login1' and more" in err, err
+    assert drain.read_text() == "n3\n"
+    assert drain.with_name("drain.reasons").read_text().splitlines()[0].startswith("n3\tcommbench slow-host: n3:")
+    assert not any("no outliers" in line or "login1" in line for line in lines), lines
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.text(min_size=1, max_size=80))
+def test_no_name_from_a_file_reaches_the_drain_list_unless_a_host_could_have_it(name):
+    ev = from_rows({"endpoints": ["n0", "n1", name]}, [], "t")
+    assert (name in ev.names) == bool(ENDPOINT.fullmatch(name)) and (name in ev.refused) != (name in ev.names)
+    hosts = drained([{"kind": "slow-host", "a": name, "note": name}, {"kind": "failed", "a": name, "b": None,
+                                                                      "note": name}])
+    for host, why in hosts.items():
+        assert ENDPOINT.fullmatch(host) and "/" not in host
+        assert why.isprintable() and why.isascii() and "\n" not in why
+    assert "\n" not in one_line(name)
+
+
+def test_every_kind_the_verdict_makes_is_declared():
+    """The declarations decide exit status and the drain list: failing kinds are the slow, failed,
+    lost and new ones and a failed reference; only host findings drain."""
+    assert kinds.kind("new-host").fails is False and kinds.kind("gone-host").fails is False
+    assert {k.name for k in kinds.KINDS.values() if k.drains} == {
+        "slow-host", "slow-host-latency", "lost-host", "lost-host-latency", "failed"}
+    assert kinds.drains({"kind": "failed", "a": "n1", "b": None}) and not kinds.drains(
+        {"kind": "failed", "a": "n1", "b": "n2"})
+    for factor in ("host", "switch", "uplink", "group", "cable"):
+        for m in (kinds.BANDWIDTH, kinds.LATENCY):
+            assert kinds.slow(factor, m).fails and kinds.changed("lost", factor, m).fails
+            assert not kinds.changed("gained", factor, m).fails
+
+
+@pytest.mark.parametrize("target", ["fifo", "link"])
+def test_the_drain_list_replaces_only_a_regular_file(tmp_path, capsys, target):
+    import os
+
+    f = write_run(tmp_path / "run.jsonl", HOSTS, slow_n3, recheck={"host n3": (50, 100)})
+    out = tmp_path / "drain"
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    if target == "fifo":
+        os.mkfifo(out)
+    else:
+        out.symlink_to(victim)
+    code, _, err = run(capsys, "findings", str(f), "--drain-list", str(out))
+    assert code == 2 and "is not a regular file" in err and len(err.strip().splitlines()) == 1
+    assert victim.read_text() == "keep\n"
+
+
+def test_resuming_a_csv_into_itself_is_refused(tmp_path):
+    """A CSV results file is written anew: resuming it into itself would lose its rows to a kill."""
+    from commbench.benchmarks.cluster import Cluster, ClusterOptions
+    from commbench.core.config.run import CommonOptions
+    from commbench.core.errors import UsageError
+    from commbench.core.output.results import ResultsWriter
+
+    p = tmp_path / "run.csv"
+    w = ResultsWriter(p, {"type": "meta", "bench": "cluster", "run_id": "r", "options": {"transport": "tcp"},
+                          "endpoints": ["n0", "n1"]}, ["test", "a", "b", "mb_s"])
+    w.row({"test": "pairwise", "a": "n0", "b": "n1", "mb_s": 10.0})
+    w.close()
+    with pytest.raises(UsageError, match="a CSV results file is written anew"):
+        Cluster.ranks(ClusterOptions(resume=str(p)), CommonOptions(output=str(p), np=2))
+    assert Cluster.ranks(ClusterOptions(resume=str(p)), CommonOptions(output=str(tmp_path / "b.csv"), np=2)) == 2
+    assert p.read_text().count("\n") == 3  # untouched
