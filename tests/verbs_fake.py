@@ -29,6 +29,16 @@ QPNS = itertools.count(0x100)
 PIN_S = 0.002  # s to register user memory
 
 
+def registered(pd) -> list:
+    """The regions registered in ``pd`` now: a WeakSet another rank's thread may add to while it is read
+    (its iteration then raises), so read again until a whole snapshot is had."""
+    while True:
+        try:
+            return list(pd.mrs)
+        except RuntimeError:  # changed size during iteration
+            continue
+
+
 class Stats:
     posts = 0  # ibv_post_send calls (each may carry several work requests)
     posted_sends = 0
@@ -250,7 +260,7 @@ class FakeQP:
         inline = wr.send_flags & e.IBV_SEND_INLINE
         data = b""
         for s in wr.sg[:wr.num_sge]:
-            if not inline and not any(m.lkey == s.lkey and m.covers(s.addr, s.length) for m in list(self.pd.mrs)):
+            if not inline and not any(m.lkey == s.lkey and m.covers(s.addr, s.length) for m in registered(self.pd)):
                 return None
             data += ctypes.string_at(s.addr, s.length)
         return data
@@ -290,7 +300,7 @@ class FakeQP:
         if peer is None or peer.state != "rts":
             return e.IBV_WC_RETRY_EXC_ERR
         writable = any(m.rkey == wr.rkey and m.covers(wr.remote_addr, len(data))
-                       and m.access & e.IBV_ACCESS_REMOTE_WRITE for m in list(peer.pd.mrs))
+                       and m.access & e.IBV_ACCESS_REMOTE_WRITE for m in registered(peer.pd))
         if wr.opcode in (e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM) and not writable:
             return e.IBV_WC_REM_ACCESS_ERR
         if wr.opcode == e.IBV_WR_RDMA_WRITE:  # one-sided: no receive consumed, nothing on the peer's CQ
