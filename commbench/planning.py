@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class Parser(argparse.ArgumentParser):
     """argparse with errors as one line (UsageError) instead of usage text and a traceback-free exit."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
@@ -53,7 +53,8 @@ def add_benchmark(sub, name: str, cls: type[Benchmark], transports: dict) -> Non
     from commbench.benchmarks.base import Benchmark
 
     p = sub.add_parser(name, help=cls.help, description=f"{cls.help}. Units: {cls.units}.")
-    add_common(p, transports, own_sizes=cls.plan_points.__func__ is not Benchmark.plan_points.__func__,
+    own = getattr(cls.plan_points, "__func__", None) is not getattr(Benchmark.plan_points, "__func__", None)
+    add_common(p, transports, own_sizes=own,
                payloads=cls.payloads)
     cls.add_arguments(p)
     p.set_defaults(func=run_benchmark, bench=cls, **cls.common_defaults)
@@ -77,23 +78,23 @@ def plan_points(o: CommonOptions) -> tuple[list[Payload], str | None]:
         prof = load(o.payload)
         mb = prof.nbytes / 1e6
         sizes = tuple(t.nbytes for t in prof.tensors)
-        spec = (f"gradient tensors of {prof.name}: {len(prof.tensors)} buffers, {mb:.2f} MB "
+        described = (f"gradient tensors of {prof.name}: {len(prof.tensors)} buffers, {mb:.2f} MB "
                 f"({prof.meta.get('source', 'profile')})")
         k = o.tensors_per_message
         if k is None:
-            return [Payload(f"{prof.name}[{len(sizes)}]={mb:.1f}MB", sizes, "model")], spec
+            return [Payload(f"{prof.name}[{len(sizes)}]={mb:.1f}MB", sizes, "model")], described
         return ([Payload(f"{prof.name}[{i}:{min(i + k, len(sizes))}]={sum(sizes[i:i + k]) / 1e6:.2f}MB",
                          sizes[i:i + k], "model") for i in range(0, len(sizes), k)],
-                spec + f", {k} tensors a message")
+                described + f", {k} tensors a message")
     if o.payload:
-        scheme, _, model = o.payload.partition(":")
+        name, _, model = o.payload.partition(":")
         pool = None
         if model:
             from commbench.profiles.store import load
 
             prof = load(model)
             pool = prof.sizes_by_category()
-        spec = SchemeSpec(scheme, o.buffers, tuple(c.strip().upper() for c in o.categories.split(",")),
+        spec = SchemeSpec(name, o.buffers, tuple(c.strip().upper() for c in o.categories.split(",")),
                           {"S": parse_size(o.small_size, "--small-size"),
                            "M": parse_size(o.medium_size, "--medium-size"),
                            "L": parse_size(o.large_size, "--large-size")},
@@ -105,8 +106,8 @@ def plan_points(o: CommonOptions) -> tuple[list[Payload], str | None]:
                            f"{payload.label}")
     text = DEFAULT_SIZES if o.message_size is None else o.message_size
     if "," in text:
-        sizes = [parse_size(s, "message size") for s in text.split(",")]
-        return [Payload(str(s), (s,)) for s in sizes], None
+        listed = [parse_size(s, "message size") for s in text.split(",")]
+        return [Payload(str(s), (s,)) for s in listed], None
     return sweep_payloads(*parse_range(text)), None
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -192,6 +193,10 @@ class Sync:
         self.rank, self.barrier, self.bcast, self.quiet = rank, barrier, bcast, quiet
         self.window = [0, 0]  # wall clock (ns) from the first timed iteration to the last: --traffic's window
 
+    def bcast_count(self, key: str, count: int | None) -> int:
+        """Rank 0's ``count`` (an iteration count it decided), on every rank."""
+        return int(cast(int, self.bcast(key, count)))
+
     def timed(self, side: Side, n: int) -> tuple[np.ndarray | None, int]:
         """n timed iterations with the process quiet."""
         start = time.time_ns()
@@ -219,7 +224,7 @@ def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side:
             if loops.capped:  # rank 0 judges from its warm-up how many iterations fit the cap
                 fit = max(MIN_CAPPED, int(loops.point_cap * 1e9 / per_iteration(warm, wall, warmup, side.calls))) \
                     if sync.rank == 0 else None
-                fit = int(sync.bcast("cap", fit))  # type: ignore[arg-type]
+                fit = sync.bcast_count("cap", fit)
                 if fit < n:
                     n, stop = fit, "cap"
         sync.barrier()
@@ -228,19 +233,19 @@ def measure(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, side:
     per = _calibrate(sync, loops, defaults, nbytes, side)
     sync.barrier()
     if loops.time is not None:
-        return _for_time(sync, loops, side, per)
-    return _until_precise(sync, loops, side, per)
+        return _for_time(sync, loops.time, side, per)
+    return _until_precise(sync, loops, side, per, cast(float, loops.precision))  # neither counted nor timed
 
 
-def _for_time(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
+def _for_time(sync: Sync, seconds: float, side: Side, per: float) -> Timing:
     """Batches of at most TIME_BATCH_S s until rank 0's timed wall clock reaches --time, the rate
     re-measured from each batch (a warm-up's estimate alone ran a 1,800 s point for 1,457 s when the
     machine sped up); the samples kept in fixed memory (samples.Reservoir: every one up to its cap)."""
-    budget = loops.time * 1e9
+    budget = seconds * 1e9
     keep: Reservoir | None = None
     n = wall = 0
     decision = max(1, int(min(budget, TIME_BATCH_S * 1e9) / per)) if sync.rank == 0 else None
-    batch = int(sync.bcast("loops", decision))  # type: ignore[arg-type]
+    batch = sync.bcast_count("loops", decision)
     while batch:
         samples, w = sync.timed(side, batch)
         n, wall = n + batch, wall + w
@@ -251,7 +256,7 @@ def _for_time(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
             per = max(w / batch, 1.0)
             left = budget - wall
             decision = max(1, int(min(left, TIME_BATCH_S * 1e9) / per)) if left > per / 2 else 0
-        batch = int(sync.bcast("loops", decision))  # type: ignore[arg-type]
+        batch = sync.bcast_count("loops", decision)
     return Timing(n, wall, keep.values() if keep else None, "time", side.calls)
 
 
@@ -275,7 +280,7 @@ def _calibrate(sync: Sync, loops: Loops, defaults: LoopDefaults, nbytes: int, si
             return float(per)
 
 
-def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
+def _until_precise(sync: Sync, loops: Loops, side: Side, per: float, precision: float) -> Timing:
     """Batches growing geometrically (FIRST_BATCH_S doubling to BATCH_S) until rank 0's samples give
     a median CI within --precision or --max-time is spent."""
     batch = max(MIN_PRECISION_SAMPLES, int(FIRST_BATCH_S * 1e9 / per))
@@ -292,7 +297,7 @@ def _until_precise(sync: Sync, loops: Loops, side: Side, per: float) -> Timing:
                 raise UsageError("--precision needs a benchmark whose rank 0 times every iteration")
             whole = samples if whole is None else np.concatenate([whole, samples])
             pct = ci_halfwidth_pct(np.sort(whole))
-            decision = "precision" if pct is not None and pct <= loops.precision else \
+            decision = "precision" if pct is not None and pct <= precision else \
                 "max-time" if wall / 1e9 >= loops.max_time else ""
         stop = sync.bcast("precision", decision)
         if stop:

@@ -39,7 +39,7 @@ def _own_address(host: str) -> str:
     """The local address ``host`` names, to listen on; every interface where it names none here
     (e.g. behind NAT, where the name resolves to an address this machine does not hold)."""
     try:
-        addr = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        addr = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
         with socket.socket() as probe:
             probe.bind((addr, 0))
         return addr
@@ -73,7 +73,7 @@ def wireup_of(placement: Placement, env: Mapping[str, str] | None = None) -> str
     return forced or usable[0]
 
 
-def _fields(text: str | object, spec: dict[str, type], what: str) -> dict:
+def _fields(text: str | object, spec: Mapping[str, type], what: str) -> dict:
     """A peer's JSON object (as text, or parsed) with the fields and types ``spec`` names, or a
     PeerError saying whose."""
     obj = text
