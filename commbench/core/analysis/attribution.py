@@ -202,67 +202,83 @@ def explain(names: Sequence[str], values: np.ndarray, topo: Topology | None, cut
     if ref != ref or ref <= 0:
         return ref, []
     r = ratios(values, ref, higher)
-    pairs = list(r)
-    soft = (1 + cut) / 2
-    looks_fine = {i for i, m in enumerate(per_host)
-                  if m == m and (m / ref if higher else ref / m) >= soft}
-    healthy = [p for p in pairs if p[0] in looks_fine and p[1] in looks_fine]
-    local = set(local_pairs(names, healthy, topo))
+    judge = _Judge(names, r, [m / ref if higher else ref / m for m in per_host], topo, cut)
+    chosen: list[Explanation] = []
+    open_pairs = set(r)
+    candidates = factors(names, list(r), topo)
+    if topo is None or len(set(topo.switch_of.values())) < 2:
+        candidates += group_factor(names, r, judge.soft)
+    while (best := judge.best(candidates, chosen, open_pairs)) is not None:
+        chosen.append(best)
+        open_pairs -= best.factor.pairs
+    return ref, chosen + judge.cables(open_pairs)
 
-    def spread(open_pairs: set[Pair]) -> float:
+
+class _Judge:
+    """Whether a factor's pairs stand out of the healthy pairs' spread (explain's rules)."""
+
+    def __init__(self, names: Sequence[str], r: dict[Pair, float], host_ratio: list[float], topo: Topology | None,
+                 cut: float) -> None:
+        self.names, self.r, self.cut = names, r, cut
+        self.soft = (1 + cut) / 2
+        looks_fine = {i for i, x in enumerate(host_ratio) if x == x and x >= self.soft}
+        self.healthy = [p for p in r if p[0] in looks_fine and p[1] in looks_fine]
+        self.local = set(local_pairs(names, self.healthy, topo))
+
+    def spread(self, open_pairs: set[Pair]) -> float:
         """The healthy pairs' spread: the MAD of log ratios around the reference (log 1 = 0) over the
         pairs between hosts that look fine, that no explanation took: those inside a switch where 3 or
         more are (an uplink's pairs are not the spread), else all of them, else every pair left (small
         switches with slow hosts in them: their pairs would be taken for the spread and hide them)."""
         mine: list[float] = []
-        for tier in (local, healthy, open_pairs):
-            mine = [r[p] for p in tier if p in open_pairs]
+        for tier in (self.local, self.healthy, open_pairs):
+            mine = [self.r[p] for p in tier if p in open_pairs]
             if len(mine) >= 3:
                 break
         return float(np.median(np.abs(np.log(np.maximum(mine, 1e-12))))) if mine else 0.0
 
-    def stands_out(ratio: float, n: int, mad: float) -> bool:
+    def stands_out(self, ratio: float, n: int, mad: float) -> bool:
         """Below the cut, and out of the healthy spread (the median of n pairs: its standard error,
         1.2533 sigma / sqrt(n)) or below twice the cut's distance from 1 whatever the spread."""
-        if ratio >= cut:
+        if ratio >= self.cut:
             return False
-        if ratio < 1 - 2 * (1 - cut):
+        if ratio < 1 - 2 * (1 - self.cut):
             return True
         se = mad / MAD_SCALE * (1.2533 / np.sqrt(n) if n > 1 else 1.0)
         return se <= 0 or abs(np.log(max(ratio, 1e-12))) / se > Z
 
-    chosen: list[Explanation] = []
-    open_pairs = set(pairs)
-    candidates = factors(names, pairs, topo)
-    if topo is None or len(set(topo.switch_of.values())) < 2:
-        candidates += group_factor(names, r, soft)
-    while True:
+    def best(self, candidates: list[Factor], chosen: list[Explanation], open_pairs: set[Pair]) -> Explanation | None:
+        """The candidate with the most low pairs less the fine ones it would take with it, of those that
+        stand out and are consistent; None where none is."""
         best = None
-        mad = spread(open_pairs)
+        mad = self.spread(open_pairs)
         for f in candidates:
             if any(e.factor is f for e in chosen):
                 continue
             mine = sorted(f.pairs & open_pairs)
             if len(mine) < MIN_PAIRS:
                 continue
-            rs = [r[p] for p in mine]
-            med = float(np.median(rs))
-            low = sum(x < cut for x in rs)
-            if not stands_out(med, len(rs), mad) or sum(x < soft for x in rs) < CONSISTENT * len(rs):
+            rs = [self.r[p] for p in mine]
+            if not self.stands_out(float(np.median(rs)), len(rs), mad) or \
+                    sum(x < self.soft for x in rs) < CONSISTENT * len(rs):
                 continue
-            fine = sum(x >= soft for x in rs)  # pairs it would call slow that are not
+            low = sum(x < self.cut for x in rs)
+            fine = sum(x >= self.soft for x in rs)  # pairs it would call slow that are not
             rank = (fine - low, len(mine), KIND_ORDER[f.kind], f.name)
             if best is None or rank < best[0]:
                 best = (rank, f, rs, low)
         if best is None:
-            break
+            return None
         _, f, rs, low = best
         med, lo, hi = median_ci(rs)
-        chosen.append(Explanation(f, med, lo, hi, low, len(rs)))
-        open_pairs -= f.pairs
-    mad = spread(open_pairs)
-    for p in sorted(open_pairs, key=lambda p: (r[p], p)):
-        if stands_out(r[p], 1, mad):
-            f = Factor("cable", f"{names[p[0]]} - {names[p[1]]}", frozenset({p}), p)
-            chosen.append(Explanation(f, r[p], r[p], r[p], 1, 1))
-    return ref, chosen
+        return Explanation(f, med, lo, hi, low, len(rs))
+
+    def cables(self, open_pairs: set[Pair]) -> list[Explanation]:
+        """The low pairs no host, switch or uplink explains: each its own cable, if it stands out."""
+        mad = self.spread(open_pairs)
+        out = []
+        for p in sorted(open_pairs, key=lambda p: (self.r[p], p)):
+            if self.stands_out(self.r[p], 1, mad):
+                f = Factor("cable", f"{self.names[p[0]]} - {self.names[p[1]]}", frozenset({p}), p)
+                out.append(Explanation(f, self.r[p], self.r[p], self.r[p], 1, 1))
+        return out
