@@ -2,7 +2,7 @@
 
 Rank 0's real code runs here: the rendezvous (core/run/rendezvous.StoreServer, its one selector
 thread) and the dispatcher (core/run/tasks.Dispatcher) handing out a round-robin tournament's rounds
-(benchmarks/cluster.tournament) as pair tasks. The endpoints are simulated: worker processes, each
+(benchmarks/_cluster/schedule.tournament) as pair tasks. The endpoints are simulated: worker processes, each
 running many asyncio connections that speak the real protocol (the token's challenge and proof,
 then one GET carrying its SET per task, core/run/tasks.Worker's frames) and whose pairs "measure" in
 a fixed ``--pair-ms``. Per round: wall time, rank 0's CPU (its process: the loop and the
@@ -28,7 +28,7 @@ import socket
 import time
 from types import SimpleNamespace
 
-from commbench.benchmarks.cluster import tournament
+from commbench.benchmarks._cluster.schedule import tournament
 from commbench.core.run import auth
 from commbench.core.run.framing import HEADER, decode_header, encode
 from commbench.core.run.rendezvous import GET, OK, VALUE, StoreServer

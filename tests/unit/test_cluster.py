@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.benchmarks.cluster import endpoints, random_ring, serial, tournament
+from commbench.benchmarks._cluster.schedule import endpoints, random_ring, serial, tournament
 from commbench.core.errors import UsageError
 from commbench.core.measure.outliers import outliers
 
@@ -79,7 +79,7 @@ def test_endpoints_take_one_rank_per_host_or_say_why_not(hosts, per_host):
 def test_tree_cuts_send_every_pair_through_one_uplink(leaves, per, levels, k):
     """With a topology, the first cuts pair the hosts below one switch with hosts below its siblings
     (top switches first): every pair of cut k climbs through that child's uplink."""
-    from commbench.benchmarks.cluster import tree_cut
+    from commbench.benchmarks._cluster.schedule import tree_cut
     from commbench.core.analysis.topology import Topology
 
     names = [f"h{i}" for i in range(leaves * per)]

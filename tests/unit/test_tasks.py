@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commbench.benchmarks.cluster import replan, serial, tournament
+from commbench.benchmarks._cluster.schedule import replan, serial, tournament
 from commbench.core.errors import PeerError, PeerTimeout
 from commbench.core.run.collectives import Group
 from commbench.core.run.framing import Seal
