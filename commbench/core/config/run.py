@@ -43,8 +43,9 @@ class RunOptions(Options):
                         help="the set of emulated hosts (`hosts up --set S`; default $COMMBENCH_HOSTS_SET, else "
                              "the default set)")
     output: str | None = opt(None, "-o", "--output", group=LAUNCH, metavar="FILE",
-                             help="write results as measured, a row at a time: FILE.jsonl or FILE.csv (an existing "
-                                  "file is replaced)")
+                             help="write results as measured, a row at a time: FILE.jsonl (an existing file is "
+                                  "appended to: a file may hold several runs) or FILE.csv (an existing file is "
+                                  "replaced)")
     traffic: bool = opt(False, group=LAUNCH, action="store_true",
                         help=traffic.HELP + "; rows after the run's last point (train: per step, in its row)")
 
