@@ -33,7 +33,7 @@ from commbench.core.output.results import Run, read_runs
 
 BW, LAT = BANDWIDTH, LATENCY
 RECHECK = {BW: "recheck", LAT: "recheck-latency"}
-ENDPOINT = re.compile(r"[A-Za-z0-9._-]{1,64}(/r[0-9]{1,7})?")  # a host, or host/rN (several ranks a host)
+ENDPOINT = re.compile(r"[A-Za-z0-9._-]{1,253}(/r[0-9]{1,7})?")  # a host (a DNS name at most), or host/rN
 MEASURED = ("pairwise", "bisection", "alone", *RECHECK.values())  # tests whose failed rows are failures
 
 
