@@ -250,8 +250,8 @@ class Cluster(Benchmark):
         self.resume = Resume(step_key)  # rank 0: --resume's rows, read once by decide
         self.budget = Budget(o.budget, c.seed, o.serial)
         self.conductor: Conductor | None = None  # rank 0, while it measures
-        self.start = self.stop = (0.0, 0, 0)  # rank 0: when the tests began and ended, and its rendezvous's
-        # requests and heartbeats by then
+        # rank 0: when the tests began and ended, and its rendezvous's requests and heartbeats by then
+        self.start = self.stop = (0.0, 0, 0)
 
     def peers(self, world: World) -> list[int]:
         return []  # every pair connects in a group of its own

@@ -69,9 +69,11 @@ def add_parser(sub) -> None:
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
-           reference: str | None = None, metrics: str | None = None) -> tuple[list[str], int, list[dict], list[str]]:
-    """(the lines, how many findings, regressions and failed references, the finding rows, the endpoint
-    names the files gave that are no host's); with ``metrics``, the run's figures written there."""
+           reference: str | None = None,
+           metrics: str | None = None) -> tuple[list[str], int, list[dict], list[tuple[str, str]]]:
+    """(the lines, how many findings, regressions and failed references, the finding rows, (file, name)
+    of each endpoint name the files gave that is no host's); with ``metrics``, the run's figures written
+    there."""
     expected = load_reference(reference) if reference else None
     run, ev = read_evidence(path, topo_file)
     pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
@@ -84,7 +86,7 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     bad = [f for f in found if kinds.fails(f)]
     if metrics:
         write_metrics(metrics, run.meta, ev, found)
-    refused = ev.refused + (old[2].refused if old else [])
+    refused = [(path, n) for n in ev.refused] + [(str(baseline), n) for n in (old[2].refused if old else [])]
     return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found, refused
 
 
@@ -145,7 +147,8 @@ def run(o: FindingsOptions | DiffOptions) -> int:
         print(f"# drain list: {len(hosts)} host(s) written to {o.drain_list}" + (
             f" ({', '.join(hosts)}); reasons in {o.drain_list}.reasons" if hosts else ""))
     if refused:  # after the verdict on the rest: a forged name must not keep the slow hosts from the drain list
-        raise UsageError(f"{o.file}: {len(refused)} endpoint name(s) that are no host's ({one_line(refused[0][:60])!r}"
+        source, first = refused[0]
+        raise UsageError(f"{source}: {len(refused)} endpoint name(s) that are no host's ({one_line(first[:60])!r}"
                          f"{' and more' if len(refused) > 1 else ''}: letters, digits, . _ - only): their rows were "
                          "left out of the verdict and the drain list; was the file edited?")
     return 1 if count else 0

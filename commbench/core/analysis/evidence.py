@@ -106,7 +106,7 @@ class Evidence:
                     m[a, b] = m[b, a] = row[key]
         elif test in RECHECK.values() and row.get("suspect") and row.get("role"):
             measure = LAT if test == RECHECK[LAT] else BW
-            value = row.get("lat_us" if measure == LAT else "mb_s")
+            value = row.get(measure.key)
             if isinstance(value, (int, float)):
                 self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(value)
         elif test == "alone":

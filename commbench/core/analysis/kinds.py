@@ -62,13 +62,17 @@ _WHAT = {"host": "a host slow in every pair it is in", "switch": "a switch slow 
 _CHANGED = {"host": "host", "switch": "switch", "uplink": "uplink", "group": "group", "cable": "link"}
 
 
+def _slow_name(factor: str, measure: Measure) -> str:
+    return ("slow-link" if factor == "cable" else f"slow-{factor}") + ("" if measure.higher else "-latency")
+
+
 def _declare() -> dict[str, Kind]:
     out: list[Kind] = []
     for m, tail in ((BANDWIDTH, ""), (LATENCY, "-latency")):
         for factor, what in _WHAT.items():
-            word = "slow-link" if factor == "cable" else f"slow-{factor}"
-            out.append(Kind(word + tail, factor, "run", f"{what} ({m.name}), confirmed when measured again alone",
-                            fails=True, drains=factor == "host", measure=m))
+            out.append(Kind(_slow_name(factor, m), factor, "run",
+                            f"{what} ({m.name}), confirmed when measured again alone", fails=True,
+                            drains=factor == "host", measure=m))
         for factor, word in _CHANGED.items():
             out.append(Kind(f"lost-{word}{tail}", factor, "baseline",
                             f"a {factor} whose pairs lost {m.name} since the baseline, beyond both runs' noise",
@@ -108,8 +112,7 @@ def kind(name: str) -> Kind:
 
 def slow(factor: str, measure: Measure) -> Kind:
     """The run's finding for a slow ``factor`` (attribution's kind) judged on ``measure``."""
-    word = "slow-link" if factor == "cable" else f"slow-{factor}"
-    return KINDS[word + ("" if measure.higher else "-latency")]
+    return KINDS[_slow_name(factor, measure)]
 
 
 def changed(sign: str, factor: str, measure: Measure) -> Kind:
