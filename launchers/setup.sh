@@ -14,11 +14,12 @@ if [ "${1:-}" = "--dev" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # Reference tools for bench/ (sockperf, iperf3), iproute2 for emulated hosts, a Slurm cluster
     # for the srun tests (launchers/slurm-cluster.sh), gRPC's C++ library for -t grpc-cpp, and
-    # Chromium with its driver for the test that opens report's page in a real browser.
+    # Chromium with its driver for the test that opens report's page in a real browser, SimGrid's
+    # Python module for cluster --fabric sim and bench/'s error-rate tables.
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 psmisc \
       slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs libgrpc++-dev pkg-config g++ \
-      chromium chromium-driver >/dev/null
+      chromium chromium-driver python3-simgrid >/dev/null
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
@@ -31,6 +32,11 @@ for d in /usr/lib/python3/dist-packages/pyverbs /usr/lib64/python3*/site-package
   if [ -d "$d" ] && ls "$d"/*cpython-"$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"* >/dev/null 2>&1; then
     ln -sfn "$d" "$site/pyverbs"; break
   fi
+done
+# cluster --fabric sim: SimGrid's Python module, Debian's binary build (python3-simgrid; PyPI's simgrid
+# builds from source with Boost), linked in the same way where its Python version is the venv's.
+for f in /usr/lib/python3/dist-packages/simgrid.cpython-"$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"*.so; do
+  if [ -f "$f" ]; then ln -sfn "$f" "$site/$(basename "$f")"; fi
 done
 # -t grpc-cpp: a small C++ extension over gRPC's C++ API, built where its development files are
 # (Debian: apt-get install libgrpc++-dev pkg-config g++); elsewhere `commbench devices` says why not.

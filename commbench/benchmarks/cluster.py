@@ -22,14 +22,14 @@ is measured, so a run killed at round 400 keeps rounds 1-399.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from commbench.benchmarks._cluster.conductor import Conductor
+from commbench.benchmarks._cluster.conductor import Conductor, Rows
+from commbench.benchmarks._cluster.fabric import Fabric, RankFabric
 from commbench.benchmarks._cluster.resume import Resume
 from commbench.benchmarks._cluster.schedule import Budget, endpoints, labels
 from commbench.benchmarks._cluster.tests import TESTS as DECLARED
@@ -53,6 +53,7 @@ from commbench.core.run.world import World
 from commbench.transports.base import Transport
 
 TESTS = ("pairwise", "ring", "bisection")
+FABRICS = ("ranks", "sim")
 TEST = Column("test", "Test", -15, doc="pairwise, recheck and recheck-latency (a suspect measured again alone: a "
               "probe pair through it, then a control pair; suspect tournament: the best pair alone, against the "
               "tournament's load), alone (where that load held the rounds back: each host alone beside the best), "
@@ -132,6 +133,13 @@ class ClusterOptions(Options):
                         help="where the hosts hang: Slurm's topology.conf (SwitchName= Nodes= Switches=) or a "
                              "host,switch CSV; findings then name switches and uplinks (commbench hosts up --racks "
                              "writes one)")
+    fabric: str = opt("ranks", choices=FABRICS,
+                      help="what is measured: ranks (the run's, over -t; default) or sim: a simulated fabric on "
+                           "SimGrid, one process, the hosts and their faults from --scenario or --topology (rehearse "
+                           "a run's schedule, time and findings before booking the nodes)")
+    scenario: str = opt("", metavar="FILE",
+                        help="with --fabric sim: the platform and its faults, a JSON file (hosts or topology, rate, "
+                             "uplink, oversubscription, latency, faults, seed; docs/cluster.md)")
 
 
 class Cluster(Benchmark):
@@ -195,6 +203,10 @@ class Cluster(Benchmark):
         ph = opts.per_host
         if ph not in ("auto", "first", "all") and not (ph.isdigit() and len(ph) < 6):
             raise UsageError(f"--per-host {ph!r}: give first, all, or a rank's index on its host (0, 1, ...)")
+        if opts.fabric == "sim":
+            return cls._simulated(opts, common)
+        if opts.scenario:
+            raise UsageError("--scenario describes a simulated fabric: add --fabric sim, or leave --scenario out")
         if common.hosts == 1:
             raise UsageError("--hosts 1: a cluster of one host has no links to test; use --hosts 2 or more")
         n = common.np if common.np is not None else (common.hosts or 4)
@@ -219,6 +231,38 @@ class Cluster(Benchmark):
                                  "a run killed before its end would lose the rows it resumes: give -o another file, "
                                  "or resume into a .jsonl (appended to)")
         return n
+
+    @classmethod
+    def _simulated(cls, opts: ClusterOptions, common: CommonOptions) -> int:
+        """--fabric sim: one process measures the scenario's simulated hosts (checked before it starts)."""
+        if opts.transports:
+            raise UsageError("--transports with --fabric sim: the simulated fabric models the network, not a "
+                             "transport's stack; leave --transports out")
+        if common.hosts or (common.np not in (None, 1)):
+            raise UsageError("--fabric sim runs one process; its hosts come from --scenario or --topology: leave "
+                             "--np and --hosts out")
+        if not opts.scenario and not opts.topology:
+            raise UsageError("--fabric sim needs the hosts to simulate: --topology FILE, or --scenario FILE "
+                             "(docs/cluster.md)")
+        cls._scenario(opts)
+        if opts.reference:
+            load_reference(opts.reference)
+        for given in filter(None, (opts.baseline, opts.resume)):
+            read_evidence(given)
+        from commbench.emulators.simfabric import simgrid
+
+        simgrid()
+        return 1
+
+    @staticmethod
+    def _scenario(opts: ClusterOptions):
+        from commbench.emulators.simfabric import Scenario, load_scenario
+
+        topo = topology.load(opts.topology) if opts.topology else None
+        if opts.scenario:
+            return load_scenario(opts.scenario, topo)
+        assert topo is not None
+        return Scenario(topo)
 
     @classmethod
     def needs(cls, opts: ClusterOptions, common: CommonOptions) -> frozenset[str]:  # type: ignore[override]
@@ -272,6 +316,12 @@ class Cluster(Benchmark):
                     f"tests: {o.get('tests')}; endpoints: --per-host {o.get('per_host')}; "
                     f"findings: {o.get('slow_pct'):g} % below the reference" +
                     (f", topology {o.get('topology')}" if o.get("topology") else ""))
+        sc = meta.get("scenario")
+        if o.get("fabric") == "sim" and isinstance(sc, dict):
+            lines[1] = (f"# fabric: simulated on SimGrid {meta.get('simgrid', '?')}: {sc.get('hosts')} hosts, "
+                            f"{sc.get('switches')} switches, {len(sc.get('faults') or [])} fault(s)"
+                        f"{'' if sc.get('known') else ', the topology not told to the run'}; times are the "
+                        "simulation's")
         return lines
 
     def progress(self, world: World) -> tuple[int, str]:
@@ -286,10 +336,17 @@ class Cluster(Benchmark):
         """Rank 0: the endpoints, their names and where they hang (--topology), or why not."""
         if self.plan is None:
             try:
-                chosen = endpoints(world.hosts, self.opts.per_host)
-                names = labels(world.hosts, chosen)
-                plan: dict = {"chosen": chosen, "names": names}
-                if self.opts.topology:
+                if self.opts.fabric == "sim":
+                    sc = self._scenario(self.opts)
+                    names, chosen = sc.hosts, list(range(len(sc.hosts)))
+                    plan: dict = {"chosen": chosen, "names": names, "scenario": sc.as_json()}
+                    if sc.known or self.opts.topology:
+                        plan["topology"] = {"switch_of": sc.topology.switch_of, "parent": sc.topology.parent}
+                else:
+                    chosen = endpoints(world.hosts, self.opts.per_host)
+                    names = labels(world.hosts, chosen)
+                    plan = {"chosen": chosen, "names": names}
+                if self.opts.topology and self.opts.fabric != "sim":
                     topo = placed(topology.load(self.opts.topology), names)
                     plan["topology"] = {"switch_of": topo.switch_of, "parent": topo.parent}
                 if self.opts.baseline:  # before anything is measured: a baseline of other hosts is bad input
@@ -311,7 +368,12 @@ class Cluster(Benchmark):
         plan = self.decide(world)
         if "error" in plan:  # before the results file is opened: bad input leaves no run in it
             raise UsageError(plan["error"])
-        meta = {k: plan[k] for k in ("topology",) if k in plan}
+        meta = {k: plan[k] for k in ("topology", "scenario") if k in plan}
+        if "scenario" in plan:
+            from commbench.emulators.simfabric import simgrid
+
+            version = simgrid().simgrid_version
+            meta["simgrid"] = version if isinstance(version, str) else ".".join(map(str, version))
         if "names" in plan:
             meta["endpoints"] = plan["names"]
         if self.expected:
@@ -333,35 +395,50 @@ class Cluster(Benchmark):
             if "error" in plan:
                 raise UsageError(plan["error"])
             chosen, self.names = plan["chosen"], plan["names"]
-            topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
-            self.evidence = Evidence(self.names, topo, ctx.transport.name, budgeted=self.opts.budget is not None)
-            c = self.conductor = Conductor(worker, self.setup, chosen, self.names, self.evidence, self.budget,
-                                           self.resume, self.opts.bw_time)
-            first = c.tasks.collect(range(1, world.size))  # each rank's control address
-            c.ctl = {0: control.address, **{r: got.get("ctl") for r, got in first.items()}}
-            c.mpi = "mpi" in {ctx.transport.name, *(name for name, _, _ in self.setup.extra)}
-            if not c.mpi:  # under MPI every rank stays to shrink the world should one die (ULFM)
-                c.tasks.end(r for r in range(1, world.size) if r not in chosen)
-            self.start = (time.monotonic(), *(world.store_requests or (0, 0)))
-            self.budget.start(self.start[0])
-            run = Plan(self.opts.serial, self.opts.slow_pct, self.opts.cuts, self.opts.resume, topo,
-                       [name for name, _, _ in self.setup.extra], np.random.default_rng(self.common.seed))
-            for test in self.tests:
-                for declared in DECLARED[test]:
-                    yield from declared.run(c, run)
-            self.stop = (time.monotonic(), *(world.store_requests or (0, 0)))  # the ranks' goodbyes are not the tests'
-            c.tasks.end(r for r in range(1, world.size) if r in chosen or c.mpi)
+            if self.opts.fabric == "sim":
+                yield from self._simulate(ctx.transport.name, plan, world)
+                return
+            fabric = RankFabric(worker, chosen, self.opts.bw_time)
+            fabric.mpi = "mpi" in {ctx.transport.name, *(name for name, _, _ in self.setup.extra)}
+            fabric.start(control.address, range(1, world.size))
+            yield from self._conduct(fabric, ctx.transport.name, plan, world)
+            fabric.end(range(1, world.size))
         finally:
             control.close()
 
+    def _simulate(self, transport: str, plan: dict, world: World) -> Rows:
+        from commbench.emulators.simfabric import Loops as Sent
+        from commbench.emulators.simfabric import SimFabric
+
+        s = self.setup
+        fabric = SimFabric(self._scenario(self.opts),
+                           Sent(s.lat_payload.nbytes, s.lat_loops.iterations or 0, s.lat_loops.warmup or 0,
+                                self.opts.bw_time, min(0.2, self.opts.bw_time / 4)))
+        yield from fabric.run(lambda: self._conduct(fabric, transport, plan, world))
+
+    def _conduct(self, fabric: Fabric, transport: str, plan: dict, world: World) -> Rows:
+        """Every test's steps, measured through ``fabric``, as rows; the evidence kept for the verdict."""
+        topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
+        self.evidence = Evidence(self.names, topo, transport, budgeted=self.opts.budget is not None)
+        c = self.conductor = Conductor(fabric, self.setup.bw_payload, self.names, self.evidence, self.budget,
+                                       self.resume)
+        self.start = (fabric.now(), *(world.store_requests or (0, 0)))
+        self.budget.start(fabric.now)
+        run = Plan(self.opts.serial, self.opts.slow_pct, self.opts.cuts, self.opts.resume, topo,
+                   [name for name, _, _ in self.setup.extra], np.random.default_rng(self.common.seed))
+        for test in self.tests:
+            for declared in DECLARED[test]:
+                yield from declared.run(c, run)
+        self.stop = (fabric.now(), *(world.store_requests or (0, 0)))  # the ranks' goodbyes are not the tests'
+
     def failed(self) -> bool:
-        return bool(self.conductor and self.conductor.tasks.lost)
+        return bool(self.conductor and self.conductor.fabric.lost())
 
     # -- findings -------------------------------------------------------------------------
     def conclude(self, ctx: Context) -> tuple[list[str], list[dict]]:
         c = self.conductor
         found, summary = verdict(self.evidence, self.opts.slow_pct, self.baseline, self.expected)
-        events = [*c.events, *filter(None, [self.budget.summary()])] if c else []
+        events = [*c.events, *c.fabric.events(), *filter(None, [self.budget.summary()])] if c else []
         costs = c.cost_lines(self.stop[0] - self.start[0], self.stop[1] - self.start[1],
                              self.stop[2] - self.start[2]) if c else []
         summary[:0] = [*costs, *events]

@@ -7,7 +7,7 @@ stands for each host; and ``--budget``'s share of the rounds.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import overload
 
 import numpy as np
@@ -164,11 +164,14 @@ class Budget:
 
     def __init__(self, seconds: float | None, seed: int | None, serial: bool) -> None:
         self.seconds, self.seed, self.serial = seconds, seed, serial
-        self.ends: float | None = None  # time.monotonic() by which the run must be done
+        self.ends: float | None = None  # the fabric's clock by which the run must be done
+        self.clock: Callable[[], float] = time.monotonic
         self.left_out: dict[str, int] = {}
 
-    def start(self, now: float) -> None:
-        self.ends = now + self.seconds if self.seconds else None
+    def start(self, clock: Callable[[], float]) -> None:
+        """The run begins now, by ``clock`` (the fabric's: wall time, or the simulation's)."""
+        self.clock = clock
+        self.ends = clock() + self.seconds if self.seconds else None
 
     def fit(self, rounds: Rounds, at: int, took: float, planned: int, k: int) -> tuple[Rounds, str | None] | None:
         """Of the rounds from ``at`` on, those that fit in the pairwise share of the time left (the
@@ -178,7 +181,7 @@ class Budget:
         left = len(rounds) - at
         if self.ends is None:
             return None
-        afford = int(PAIRWISE_SHARE * max(0.0, self.ends - time.monotonic()) / max(took, 1e-3))
+        afford = int(PAIRWISE_SHARE * max(0.0, self.ends - self.clock()) / max(took, 1e-3))
         if afford >= left:
             return rounds[at:], None
         rng = np.random.default_rng(self.seed)
@@ -197,7 +200,7 @@ class Budget:
     def over(self, what: str, count: int, slowest: float) -> bool:
         """True (and ``what`` counted as left out) when a step would not end in time at the slowest
         step's pace so far."""
-        if self.ends is None or time.monotonic() + max(slowest, 0.1) <= self.ends:
+        if self.ends is None or self.clock() + max(slowest, 0.1) <= self.ends:
             return False
         self.left_out[what] = self.left_out.get(what, 0) + count
         return True

@@ -9,7 +9,6 @@ own load held its rounds back), then the rechecks of every suspect over each tra
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,16 +66,16 @@ class Pairwise(ClusterTest):
         return pair_key(str(row.get("a")), str(row.get("b")))  # in any round: a resumed run plans anew
 
     def run(self, c: Conductor, plan: Plan) -> Rows:
-        k = len(c.chosen)
+        k = len(c.names)
         rounds: Sequence[list[tuple[int, int]]] = serial(k) if plan.serial else tournament(k)
         rounds = yield from self._resumed(c, plan, rounds)
-        planned, rnd, at, began = len(rounds), 0, 0, time.monotonic()
+        planned, rnd, at, began = len(rounds), 0, 0, c.fabric.now()
         while at < len(rounds):  # ``at``: the next round (a tournament's are made one at a time, never held whole)
             rnd, at = rnd + 1, at + 1
-            before = set(c.tasks.lost)
+            before = set(c.fabric.lost())
             yield from c.pairs("pairwise", rnd, rounds[at - 1], latency=True)
             if rnd == 1 and at < len(rounds):
-                took = time.monotonic() - began
+                took = c.fabric.now() - began
                 say(f"cluster: pairwise round 1 of {planned} took {took:.1f} s: about {took * planned:.0f} s for "
                     f"the {'turns' if plan.serial else 'tournament'}")
                 fitted = c.budget.fit(rounds, at, took, planned, k)
@@ -89,7 +88,7 @@ class Pairwise(ClusterTest):
                 old = len(rounds) - at
                 rounds, skipped = replan(list(rounds[at:]), live, plan.serial)
                 at = 0
-                names, why = ", ".join(c.names[i] for i in gone), c.tasks.lost[c.chosen[gone[0]]]
+                names, why = ", ".join(c.names[i] for i in gone), c.fabric.lost()[gone[0]]
                 c.events.append(f"lost {names} in pairwise round {rnd} of {planned} ({why}); its {len(skipped)} "
                                 f"pair(s) left not measured, the {sum(map(len, rounds))} others planned again over "
                                 f"the {len(live)} endpoints left: {len(rounds)} round(s) where {old} were left")
@@ -108,7 +107,7 @@ class Pairwise(ClusterTest):
         for a, b in done:
             yield from c.emit(c.resume.take(row(a, b)) or [])
         left = set(done)
-        kept, _ = replan([[p for p in rnd if p not in left] for rnd in rounds], set(range(len(c.chosen))),
+        kept, _ = replan([[p for p in rnd if p not in left] for rnd in rounds], set(range(len(c.names))),
                          plan.serial)
         c.events.append(f"resumed {plan.resume} (run {(c.resume.resumed or {}).get('run_id')}): {len(done)} of "
                         f"{len(done) + sum(map(len, kept))} pairs kept as measured there, the rest in "
@@ -126,7 +125,7 @@ class LoadCheck(ClusterTest):
 
     def run(self, c: Conductor, plan: Plan) -> Rows:
         best = c.evidence.best_pair()
-        if plan.serial or len(c.chosen) < 4 or not best:
+        if plan.serial or len(c.names) < 4 or not best:
             return
         yield from c.pairs(RECHECK[BW], 0, [best], latency=False, extra={"suspect": "tournament", "role": "control"})
         if not c.evidence.load_bound(plan.slow_pct):
@@ -178,7 +177,7 @@ class Rings(ClusterTest):
         return (row.get("test"),)
 
     def run(self, c: Conductor, plan: Plan) -> Rows:
-        k = len(c.chosen)
+        k = len(c.names)
         for test, order in (("ring-ordered", list(range(k))), ("ring-random", random_ring(plan.rng, k))):
             yield from self._ring(c, test, order)
 
@@ -194,7 +193,7 @@ class Rings(ClusterTest):
             return
         got = c.one_group("ring", test, order)
         yield from c.emit([{"test": test, "round": 1, "a": c.names[order[pos - 1]], "b": c.names[i],
-                            "a_rank": c.chosen[order[pos - 1]], "b_rank": c.chosen[i],
+                            "a_rank": c.fabric.rank(order[pos - 1]), "b_rank": c.fabric.rank(i),
                             "mb_s": got["links"][pos] if "links" in got else None, "note": short(got.get("error"))}
                            for pos, i in enumerate(order)])
 
@@ -230,8 +229,8 @@ class Bisection(ClusterTest):
             return
         got = c.one_group("cut", f"bisection.{n}", left + right)
         links = got.get("links") or [None] * len(left)
-        rows = [{"test": "bisection", "round": n, "a": c.names[a], "b": c.names[b], "a_rank": c.chosen[a],
-                 "b_rank": c.chosen[b], "mb_s": rate, "wrong": got.get("wrong"), "note": short(got.get("error")),
+        rows = [{"test": "bisection", "round": n, "a": c.names[a], "b": c.names[b], "a_rank": c.fabric.rank(a),
+                 "b_rank": c.fabric.rank(b), "mb_s": rate, "wrong": got.get("wrong"), "note": short(got.get("error")),
                  **({"error": got["error"]} if "error" in got else {})}
                 for a, b, rate in zip(left, right, links, strict=True)]
         rates = [r for r in links if r is not None]
