@@ -7,7 +7,9 @@ builds emulated hosts (``commbench hosts up``) as bench/cluster_errors.py does.
     python bench/noise_model.py OUT --fit [--write]                # the model from OUT's runs
 
 ``--fit`` prints the quantiles; ``--write`` stores them as commbench/emulators/fabric_noise.json, the
-data the simulated fabric draws from (scenario ``"noise": "measured"``). A run's own median is its
+data the simulated fabric draws from (scenario ``"noise": "quiet"`` or ``"busy"``). The odd-numbered
+tournament runs are left out of the model: their quantiles (``check``) are what tests/unit/
+test_simfabric.py compares a simulated healthy run with. A run's own median is its
 reference, as the verdict's is, so the model holds shares, not rates: what the simulator multiplies
 a pair's simulated value by.
 """
@@ -43,7 +45,7 @@ def measure(out: Path, runs: int, hosts: int) -> None:
     for mode, load, i in plan:
         s = "n" + secrets.token_hex(2)[:3]
         n = hosts if mode == "tournament" else min(hosts, 8)
-        path = out / f"{mode}-{load}-{n}-{i}.jsonl"
+        path, part = out / f"{mode}-{load}-{n}-{i}.jsonl", out / f"{mode}-{load}-{n}-{i}.jsonl.part.jsonl"
         if path.exists():
             continue
         up = commbench("hosts", "up", str(n), "--rate", RATE, "--set", s)
@@ -52,12 +54,12 @@ def measure(out: Path, runs: int, hosts: int) -> None:
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None
         try:
             args = ["cluster", "--hosts", str(n), "--host-set", s, "--tests", "pairwise", "--bw-size", "256K",
-                    "-o", str(path.with_suffix(".part"))]
+                    "-o", str(part)]
             r = commbench(*args, *(["--serial"] if mode == "serial" else []))
             if r.returncode not in (0, 1):
                 print(f"{path.name}: exit {r.returncode}: {r.stderr.strip()[-300:]}", file=sys.stderr)
                 continue
-            path.with_suffix(".part").rename(path)
+            part.rename(path)
             print(f"{path.name}: done", flush=True)
         finally:
             if spinner:
@@ -76,30 +78,36 @@ def shares(path: Path) -> dict[str, list[float]]:
         if not values:
             continue
         med = statistics.median(values)
-        if serial:
-            out[f"alone_{name}"] = [v / med for v in values]
-            continue
-        by_round: dict[int, list[float]] = {}
-        for r in pairs:
-            if isinstance(r.get(key), (int, float)) and r[key] > 0:
-                by_round.setdefault(int(r["round"]), []).append(float(r[key]))
-        rounds = {k: statistics.median(v) for k, v in by_round.items()}
-        out[f"round_{name}"] = [m / med for m in rounds.values()]
-        out[f"pair_{name}"] = [v / rounds[k] for k, vs in by_round.items() for v in vs]
+        out[f"{'alone' if serial else 'pair'}_{name}"] = [v / med for v in values]
     return out
 
 
+def run_shares(path: Path) -> list[float]:
+    """A tournament run's healthy pairs' bandwidth as shares of the run's median (rounds and all)."""
+    rows = [json.loads(x) for x in path.read_text().splitlines()[1:] if x.strip()]
+    values = [float(r["mb_s"]) for r in rows if r.get("test") == "pairwise" and isinstance(r.get("mb_s"), (int, float))
+              and r["mb_s"] > 0]
+    med = statistics.median(values) if values else 1.0
+    return [v / med for v in values]
+
+
 def fit(out: Path) -> dict:
-    runs = sorted(out.glob("*.jsonl"))
+    runs = sorted(p for p in out.glob("*.jsonl") if not p.name.endswith(".part.jsonl"))
     if not runs:
         raise SystemExit(f"no runs in {out}: measure first (sudo python bench/noise_model.py {out})")
     model: dict = {"made_by": "bench/noise_model.py", "rate": RATE, "runs": {}, "quantiles": {}}
     pooled: dict[str, dict[str, list[float]]] = {}
+    held: dict[str, list[float]] = {}  # tournament runs left out of the model: the check of the simulator
     for path in runs:
-        load = path.name.split("-")[1]
+        load, index = path.name.split("-")[1], int(path.stem.rsplit("-", 1)[1])
+        if path.name.startswith("tournament") and index % 2:
+            held.setdefault(load, []).extend(run_shares(path))
+            continue
         model["runs"][load] = model["runs"].get(load, 0) + 1
         for k, v in shares(path).items():
             pooled.setdefault(load, {}).setdefault(k, []).extend(v)
+    model["check"] = {load: {"pairs": len(v), "bw": [round(float(q), 5) for q in np.quantile(v, QUANTILES)]}
+                      for load, v in held.items()}
     for load, series in pooled.items():
         model["quantiles"][load] = {k: [round(float(q), 5) for q in np.quantile(v, QUANTILES)] for k, v in
                                     sorted(series.items())}

@@ -69,13 +69,17 @@ def add_parser(sub) -> None:
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
-           reference: str | None = None,
-           metrics: str | None = None) -> tuple[list[str], int, list[dict], list[tuple[str, str]]]:
+           reference: str | None = None, metrics: str | None = None,
+           acts: tuple[str, ...] = ()) -> tuple[list[str], int, list[dict], list[tuple[str, str]]]:
     """(the lines, how many findings, regressions and failed references, the finding rows, (file, name)
     of each endpoint name the files gave that is no host's); with ``metrics``, the run's figures written
     there."""
     expected = load_reference(reference) if reference else None
     run, ev = read_evidence(path, topo_file)
+    acts = (*acts, *(["--metrics"] if metrics else []))
+    if acts and run.meta.get("options", {}).get("fabric") == "sim":
+        raise UsageError(f"{path} is a simulated run (cluster --fabric sim): {' and '.join(acts)} would act on hosts "
+                         "nothing measured; leave it out (the findings are printed without it)")
     pct = slow_pct if slow_pct is not None else run.meta["options"].get("slow_pct", 25.0)
     if not isinstance(pct, (int, float)) or not 0 < pct < 100:
         raise UsageError(f"{path}: the run's slow_pct is {str(pct)[:20]!r}, not a percentage; give --slow-pct")
@@ -139,7 +143,8 @@ def write_drain_list(path: str, hosts: dict[str, str]) -> None:
 
 
 def run(o: FindingsOptions | DiffOptions) -> int:
-    lines, count, found, refused = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics)
+    lines, count, found, refused = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics,
+                                          ("--drain-list",) if o.drain_list else ())
     print("\n".join(lines))
     if o.drain_list:
         hosts = drained(found)

@@ -43,7 +43,10 @@ FAULT_KINDS = {"host": "a host's link at a share of line rate", "cable": "one pa
                "uplink": "a switch's uplink at a share of its rate",
                "switch": "a whole switch (its hosts' links and its uplink) at a share of line rate",
                "latency": "latency added to a host's link (add, e.g. 50us)"}
-KEYS = {"hosts", "racks", "topology", "known", "rate", "uplink", "oversubscription", "latency", "faults", "seed"}
+KEYS = {"hosts", "racks", "topology", "known", "rate", "uplink", "oversubscription", "latency", "faults", "seed",
+        "noise"}
+NOISE = Path(__file__).with_name("fabric_noise.json")  # made by bench/noise_model.py on emulated hosts
+NOISES = ("none", "quiet", "busy")
 MAX_HOSTS = 100_000
 MAX_FAULTS = 10_000
 
@@ -71,6 +74,7 @@ class Scenario:
     faults: list[Fault] = field(default_factory=list)
     seed: int | None = None
     known: bool = True
+    noise: str = "none"  # none, or the measured spread of a quiet or a busy machine's healthy pairs
 
     @property
     def hosts(self) -> list[str]:
@@ -85,7 +89,8 @@ class Scenario:
         """What a results file keeps of it (the metadata's ``scenario``)."""
         return {"hosts": len(self.hosts), "switches": len(self.topology.switches()), "rate_B_s": self.rate,
                 "uplink_B_s": self.uplink, "oversubscription": self.oversubscription, "latency_s": self.latency,
-                "faults": [asdict(f) for f in self.faults], "seed": self.seed, "known": self.known}
+                "faults": [asdict(f) for f in self.faults], "seed": self.seed, "known": self.known,
+                "noise": self.noise}
 
 
 def racks(n: int, k: int, source: str = "scenario") -> Topology:
@@ -184,10 +189,14 @@ def scenario_from(data: Any, source: str, topology: Topology | None = None) -> S
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
         raise UsageError(f"{source}: \"seed\" is a whole number from 0")
+    noise = data.get("noise", "none")
+    if noise not in NOISES:
+        raise UsageError(f"{source}: \"noise\" is one of {', '.join(NOISES)} (the spread measured on emulated hosts "
+                         "of a quiet or a busy machine)")
     return Scenario(topo, rates.get("rate", 1.25e9), rates.get("uplink"), float(over),
                     _time(data.get("latency", "2us"), f"{source} latency"),
                     [_fault(f, topo, f"{source} fault {i + 1}") for i, f in enumerate(faults)], seed,
-                    bool(data.get("known", True)))
+                    bool(data.get("known", True)), noise)
 
 
 def load_scenario(path: str, topology: Topology | None = None) -> Scenario:
@@ -307,6 +316,37 @@ class Loops:
     bw_warmup: float
 
 
+class Noise:
+    """What a healthy pair's measurement draws, as shares of the run's median (bench/noise_model.py,
+    measured on emulated hosts): a pair of the tournament's rounds, or a pair alone. Each draw is its
+    own (a round's pairs are not drawn together: on emulated hosts a round's median is within its
+    pairs' spread). ``none``: every share 1."""
+
+    def __init__(self, load: str, seed: int | None) -> None:
+        import numpy as np
+
+        self.np, self.rng = np, np.random.default_rng(seed)
+        self.q: dict[str, list[float]] = {}
+        if load != "none":
+            try:
+                self.q = json.loads(NOISE.read_text())["quantiles"][load]
+            except (OSError, KeyError, ValueError):
+                raise UsageError(f"noise {load!r}: {NOISE.name} holds no measured spread for it; run bench/"
+                                 "noise_model.py, or \"noise\": \"none\"") from None
+
+    def _draw(self, name: str, n: int):
+        q = self.q[name]
+        return self.np.interp(self.rng.random(n) * (len(q) - 1), range(len(q)), q)
+
+    def shares(self, measure: str, n: int):
+        """n pairs measured at once: each one's share (bandwidth: of the median's rate; latency: the
+        median's over its own, so both are below 1 when slower)."""
+        if not self.q or n == 0:
+            return [1.0] * n
+        got = self._draw(f"{'alone' if n == 1 else 'pair'}_{measure}", n)
+        return (got if measure == "bw" else 1.0 / got).tolist()
+
+
 class SimFabric(Fabric):
     """The cluster's plan measured on a SimGrid platform: endpoint i is the scenario's i-th host."""
 
@@ -323,6 +363,7 @@ class SimFabric(Fabric):
         self.hosts = [self.platform.host[h] for h in sc.hosts]
         self.names = sc.hosts
         self.flows = 0
+        self.noise = Noise(sc.noise, sc.seed)
 
     def now(self) -> float:
         return float(self.sg.Engine.clock)
@@ -374,10 +415,12 @@ class SimFabric(Fabric):
         rates = self._stream([s.pair for s in steps])
         took = self.now() - began
         out = {}
-        for s in steps:
-            got = {"mb_s": rates[s.pair] / 1e6, "wrong": 0, "measure_s": took}
+        bw, slower = self.noise.shares("bw", len(steps)), self.noise.shares("lat", len(steps))
+        for n, s in enumerate(steps):
+            got = {"mb_s": rates[s.pair] / 1e6 * bw[n], "wrong": 0, "measure_s": took}
             if s.pair in lat:
-                got.update(lat_us=lat[s.pair] * 1e6, lat_p99_us=lat[s.pair] * 1e6)
+                us = lat[s.pair] * 1e6 / slower[n]  # a latency share is the median's over the pair's
+                got.update(lat_us=us, lat_p99_us=us)
             out[s.pair] = got
         return out
 

@@ -91,6 +91,25 @@ def test_a_slow_host_is_not_its_switchs_uplink_and_the_reverse():
     assert [(e.kind, e.name, e.n) for e in explain(names, host, tree, CUT)[1]] == [("host", "n5", 11)]
 
 
+def test_in_an_oversubscribed_tree_the_slowest_uplink_is_named_first_and_probed_through_the_best_hosts():
+    """Racks of 4 whose uplinks carry one host's rate: in a tournament every crossing pair is slow, and
+    any three uplinks of four explain them all; the one really degraded (its pairs at half the
+    others') is the first explanation, and another uplink's probe pair avoids its hosts, so an
+    innocent uplink is not confirmed through it (as the simulated fabric found)."""
+    from commbench.core.analysis.evidence import probe_and_control
+
+    topo = racks(16, 4)
+    m = matrix(16, lambda a, b: 1.0 if a // 4 == b // 4 else 0.125 if 3 in (a // 4, b // 4) else 0.25, 0.0, 0)
+    _, found = explain([f"n{i}" for i in range(16)], m, topo, CUT)
+    assert found[0].factor.name == "r3" and {e.factor.kind for e in found} == {"uplink"}
+    names = [f"n{i}" for i in range(16)]
+    goodness = m.copy()
+    for e in found[1:]:
+        probe, control = probe_and_control(e, found, names, topo, goodness)
+        assert 3 not in {probe[0] // 4, probe[1] // 4}, (e.factor.name, probe)
+        assert control[0] // 4 == control[1] // 4  # a pair inside one rack: no uplink at all
+
+
 def test_latency_is_judged_the_other_way_up():
     k = 8
     names = [f"n{i}" for i in range(k)]

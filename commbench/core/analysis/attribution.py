@@ -248,8 +248,8 @@ class _Judge:
         return se <= 0 or abs(np.log(max(ratio, 1e-12))) / se > Z
 
     def best(self, candidates: list[Factor], chosen: list[Explanation], open_pairs: set[Pair]) -> Explanation | None:
-        """The candidate with the most low pairs less the fine ones it would take with it, of those that
-        stand out and are consistent; None where none is."""
+        """The candidate with the most low pairs less the fine ones it would take with it (then the
+        slowest), of those that stand out and are consistent; None where none is."""
         best = None
         mad = self.spread(open_pairs)
         for f in candidates:
@@ -264,7 +264,9 @@ class _Judge:
                 continue
             low = sum(x < self.cut for x in rs)
             fine = sum(x >= self.soft for x in rs)  # pairs it would call slow that are not
-            rank = (fine - low, len(mine), KIND_ORDER[f.kind], f.name)
+            # among equals the slowest first: in an oversubscribed tree the uplinks of all racks but one
+            # explain every slow crossing pair, and the one whose pairs are slowest is the likeliest fault
+            rank = (fine - low, len(mine), KIND_ORDER[f.kind], float(np.median(rs)), f.name)
             if best is None or rank < best[0]:
                 best = (rank, f, rs, low)
         if best is None:

@@ -247,11 +247,11 @@ def label(e: Explanation) -> str:
 def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
                       goodness: np.ndarray,
                       lost: AbstractSet[int] = frozenset()) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """A probe pair through the suspect that no other suspect concerns (where it has one: a cable
-    between a suspect host and another is its own pair), and a control pair that no suspect concerns
-    and that shares no host with the probe: each the one crossing the fewest uplinks
-    (a host's partner in its own switch), then between the best-measured hosts; neither with an
-    endpoint the run ``lost``. None where the cluster has no such pairs."""
+    """A probe pair through the suspect, and a control pair that no suspect concerns and that shares
+    no host with the probe: each the one crossing the fewest uplinks (a host's partner in its own
+    switch), then between the best-measured hosts (the probe: then one no other suspect concerns, so
+    a cable between a suspect host and another is its own pair); neither with an endpoint the run
+    ``lost``. None where the cluster has no such pairs."""
     k = len(names)
     host_good = [float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else -np.inf for i in range(k)]
     others: set[tuple[int, int]] = set()
@@ -261,10 +261,12 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
 
     def key(p: tuple[int, int]) -> tuple:
         hops = len(topo.uplinks(names[p[0]], names[p[1]])) if topo is not None else 0
-        return hops, -min(host_good[p[0]], host_good[p[1]]), p
+        return hops, -min(host_good[p[0]], host_good[p[1]]), p in others, p
 
-    mine = {p for p in e.factor.pairs if not set(p) & lost}
-    probes = sorted(mine - others, key=key) or sorted(mine, key=key)  # a cable of a suspect host
+    # the hosts measured best first, then a pair no other suspect concerns: a suspect is a guess (in
+    # an oversubscribed tree any three of four racks' uplinks explain every slow crossing pair), the
+    # measurements are not, and a probe through the one really slow part would confirm an innocent one
+    probes = sorted((p for p in e.factor.pairs if not set(p) & lost), key=key)
     if not probes:
         return None
     probe = probes[0]

@@ -36,6 +36,7 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
     load = sum(max(x for _, _, x in r) >= cut for r in measured)  # suspects cleared: the load's share
     capped = ev.past_the_cap(measure, suspects) if 2 * load > len(measured) else set()
     left: list[str] = []
+    share: dict[str, float] = {}  # each finding's share of the reference, alone where measured again
     for e in suspects:
         kind = kinds.slow(e.kind, measure).name
         seen = _effect(e, ref, measure)
@@ -58,12 +59,34 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
             continue
         else:
             seen += "; not measured again"
+        share[e.name] = max((r for _, _, r in ratios), default=e.ratio)
         found.append(_row(ev, e, kind, measure, seen))
+    found = _host_cables(found, share, cut, kinds.slow("host", measure).name, cleared)
     if left:
         unconfirmed.append(f"{measure} suspects: {len(left)} not confirmed ({', '.join(left)}): "
                            f"more than the rechecks take, and {load} of the {len(measured)} measured again "
                            "were cleared: the tournament's load, not findings")
     return found, cleared, unconfirmed
+
+
+def _host_cables(found: list[dict], share: dict[str, float], cut: float, host_kind: str,
+                 cleared: list[tuple[str, str, str]]) -> list[dict]:
+    """The findings less the cables of a slow host that are no slower than it: a host at half its
+    rate makes each of its pairs half as fast, and where its pairs also shared uplinks (no topology
+    given) some stand out further and are taken for cables; measured again, such a cable is its
+    host (its share at least the host's times the cut), and is cleared naming it."""
+    hosts = {f["a"]: share[f["_name"]] for f in found if f["kind"] == host_kind}
+    kept = []
+    for f in found:
+        if "b" in f and f["_name"] in share:
+            end = next((h for h in (f["a"], f["b"]) if h in hosts and share[f["_name"]] >= hosts[h] * cut), None)
+            if end is not None:
+                line = (f"{f['kind']} {f['_name']} cleared: {share[f['_name']] * 100:.0f} % of the reference, as "
+                        f"{host_kind} {end} ({hosts[end] * 100:.0f} %): its host's finding")
+                cleared.append((f["kind"], f["_name"], line))
+                continue
+        kept.append(f)
+    return kept
 
 
 def _row(ev: Evidence, e: Explanation, kind: str, measure: Measure, seen: str) -> dict:
