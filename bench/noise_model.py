@@ -82,15 +82,6 @@ def shares(path: Path) -> dict[str, list[float]]:
     return out
 
 
-def run_shares(path: Path) -> list[float]:
-    """A tournament run's healthy pairs' bandwidth as shares of the run's median (rounds and all)."""
-    rows = [json.loads(x) for x in path.read_text().splitlines()[1:] if x.strip()]
-    values = [float(r["mb_s"]) for r in rows if r.get("test") == "pairwise" and isinstance(r.get("mb_s"), (int, float))
-              and r["mb_s"] > 0]
-    med = statistics.median(values) if values else 1.0
-    return [v / med for v in values]
-
-
 def fit(out: Path) -> dict:
     runs = sorted(p for p in out.glob("*.jsonl") if not p.name.endswith(".part.jsonl"))
     if not runs:
@@ -101,7 +92,7 @@ def fit(out: Path) -> dict:
     for path in runs:
         load, index = path.name.split("-")[1], int(path.stem.rsplit("-", 1)[1])
         if path.name.startswith("tournament") and index % 2:
-            held.setdefault(load, []).extend(run_shares(path))
+            held.setdefault(load, []).extend(shares(path)["pair_bw"])
             continue
         model["runs"][load] = model["runs"].get(load, 0) + 1
         for k, v in shares(path).items():

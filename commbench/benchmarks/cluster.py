@@ -203,22 +203,9 @@ class Cluster(Benchmark):
         ph = opts.per_host
         if ph not in ("auto", "first", "all") and not (ph.isdigit() and len(ph) < 6):
             raise UsageError(f"--per-host {ph!r}: give first, all, or a rank's index on its host (0, 1, ...)")
-        if opts.fabric == "sim":
-            return cls._simulated(opts, common)
-        if opts.scenario:
-            raise UsageError("--scenario describes a simulated fabric: add --fabric sim, or leave --scenario out")
-        if common.hosts == 1:
-            raise UsageError("--hosts 1: a cluster of one host has no links to test; use --hosts 2 or more")
-        n = common.np if common.np is not None else (common.hosts or 4)
-        if n < 2:
-            raise UsageError(f"cluster needs two ranks or more, not --np {n}")
-        if common.hosts and ph.isdigit():  # the local launcher puts rank r in host r mod --hosts
-            fewest = n // common.hosts
-            if int(ph) >= fewest:
-                raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {common.hosts} some host runs {fewest} "
-                                 f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
+        n = cls._simulated(opts, common) if opts.fabric == "sim" else cls._ranked(opts, common)
         also(opts, common)  # checked before any rank starts
-        if opts.topology:  # read before any rank starts: a bad file is one line, exit 2
+        if opts.topology and opts.fabric != "sim":  # read before any rank starts: a bad file is one line, exit 2
             topology.load(opts.topology)
         if opts.reference:
             load_reference(opts.reference)
@@ -233,8 +220,27 @@ class Cluster(Benchmark):
         return n
 
     @classmethod
+    def _ranked(cls, opts: ClusterOptions, common: CommonOptions) -> int:
+        """The run's ranks: how many (--np, else --hosts, else 4)."""
+        if opts.scenario:
+            raise UsageError("--scenario describes a simulated fabric: add --fabric sim, or leave --scenario out")
+        if common.hosts == 1:
+            raise UsageError("--hosts 1: a cluster of one host has no links to test; use --hosts 2 or more")
+        n = common.np if common.np is not None else (common.hosts or 4)
+        if n < 2:
+            raise UsageError(f"cluster needs two ranks or more, not --np {n}")
+        ph = opts.per_host
+        if common.hosts and ph.isdigit():  # the local launcher puts rank r in host r mod --hosts
+            fewest = n // common.hosts
+            if int(ph) >= fewest:
+                raise UsageError(f"--per-host {ph}: with --np {n} on --hosts {common.hosts} some host runs {fewest} "
+                                 f"rank(s) (local index 0 to {fewest - 1}); pick a smaller index, first or all")
+        return n
+
+    @classmethod
     def _simulated(cls, opts: ClusterOptions, common: CommonOptions) -> int:
-        """--fabric sim: one process measures the scenario's simulated hosts (checked before it starts)."""
+        """--fabric sim: one process measures the scenario's simulated hosts (its scenario and SimGrid
+        checked before it starts)."""
         if opts.transports:
             raise UsageError("--transports with --fabric sim: the simulated fabric models the network, not a "
                              "transport's stack; leave --transports out")
@@ -245,10 +251,6 @@ class Cluster(Benchmark):
             raise UsageError("--fabric sim needs the hosts to simulate: --topology FILE, or --scenario FILE "
                              "(docs/cluster.md)")
         cls._scenario(opts)
-        if opts.reference:
-            load_reference(opts.reference)
-        for given in filter(None, (opts.baseline, opts.resume)):
-            read_evidence(given)
         from commbench.emulators.simfabric import simgrid
 
         simgrid()
@@ -294,6 +296,7 @@ class Cluster(Benchmark):
         self.resume = Resume(step_key)  # rank 0: --resume's rows, read once by decide
         self.budget = Budget(o.budget, c.seed, o.serial)
         self.conductor: Conductor | None = None  # rank 0, while it measures
+        self.scenario = None  # rank 0 of --fabric sim: the scenario, read once by decide
         # rank 0: when the tests began and ended, and its rendezvous's requests and heartbeats by then
         self.start = self.stop = (0.0, 0, 0)
 
@@ -319,7 +322,7 @@ class Cluster(Benchmark):
         sc = meta.get("scenario")
         if o.get("fabric") == "sim" and isinstance(sc, dict):
             lines[1] = (f"# fabric: simulated on SimGrid {meta.get('simgrid', '?')}: {sc.get('hosts')} hosts, "
-                            f"{sc.get('switches')} switches, {len(sc.get('faults') or [])} fault(s)"
+                        f"{sc.get('switches')} switches, {len(sc.get('faults') or [])} fault(s)"
                         f"{'' if sc.get('known') else ', the topology not told to the run'}; times are the "
                         "simulation's")
         return lines
@@ -337,7 +340,7 @@ class Cluster(Benchmark):
         if self.plan is None:
             try:
                 if self.opts.fabric == "sim":
-                    sc = self._scenario(self.opts)
+                    sc = self.scenario = self._scenario(self.opts)
                     names, chosen = sc.hosts, list(range(len(sc.hosts)))
                     plan: dict = {"chosen": chosen, "names": names, "scenario": sc.as_json()}
                     if sc.known or self.opts.topology:
@@ -411,7 +414,8 @@ class Cluster(Benchmark):
         from commbench.emulators.simfabric import SimFabric
 
         s = self.setup
-        fabric = SimFabric(self._scenario(self.opts),
+        assert self.scenario is not None  # read by decide
+        fabric = SimFabric(self.scenario,
                            Sent(s.lat_payload.nbytes, s.lat_loops.iterations or 0, s.lat_loops.warmup or 0,
                                 self.opts.bw_time, min(0.2, self.opts.bw_time / 4)))
         yield from fabric.run(lambda: self._conduct(fabric, transport, plan, world))

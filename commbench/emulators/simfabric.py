@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from commbench.benchmarks._cluster.fabric import Fabric, Pair, PairStep
 from commbench.core.analysis.topology import Topology, load
 from commbench.core.errors import UsageError
@@ -323,9 +325,7 @@ class Noise:
     pairs' spread). ``none``: every share 1."""
 
     def __init__(self, load: str, seed: int | None) -> None:
-        import numpy as np
-
-        self.np, self.rng = np, np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)
         self.q: dict[str, list[float]] = {}
         if load != "none":
             try:
@@ -336,7 +336,7 @@ class Noise:
 
     def _draw(self, name: str, n: int):
         q = self.q[name]
-        return self.np.interp(self.rng.random(n) * (len(q) - 1), range(len(q)), q)
+        return np.interp(self.rng.random(n) * (len(q) - 1), range(len(q)), q)
 
     def shares(self, measure: str, n: int):
         """n pairs measured at once: each one's share (bandwidth: of the median's rate; latency: the

@@ -95,7 +95,7 @@ def test_in_an_oversubscribed_tree_the_slowest_uplink_is_named_first_and_probed_
     """Racks of 4 whose uplinks carry one host's rate: in a tournament every crossing pair is slow, and
     any three uplinks of four explain them all; the one really degraded (its pairs at half the
     others') is the first explanation, and another uplink's probe pair avoids its hosts, so an
-    innocent uplink is not confirmed through it (as the simulated fabric found)."""
+    innocent uplink is not confirmed through it."""
     from commbench.core.analysis.evidence import probe_and_control
 
     topo = racks(16, 4)

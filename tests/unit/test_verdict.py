@@ -232,8 +232,8 @@ def test_resuming_a_csv_into_itself_is_refused(tmp_path):
 
 def test_a_cable_of_a_slow_host_no_slower_than_it_is_the_hosts_finding():
     """Without a topology a slow host's pairs that also shared uplinks stand out further and are taken
-    for cables (the simulated fabric: 4 of 10 runs of 64 hosts); measured again as slow as the host,
-    such a cable is cleared naming its host, and one clearly slower than its host stays a finding."""
+    for cables; measured again as slow as the host, such a cable is cleared naming its host, and one
+    clearly slower than its host stays a finding."""
     from commbench.core.analysis.verdict import _host_cables
 
     found = [{"kind": "slow-host", "a": "n1", "_name": "n1"},

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from commbench.benchmarks._cluster.fabric import Fabric, PairStep
+from commbench.benchmarks._cluster.fabric import Fabric, Pair, PairStep
 from commbench.benchmarks._cluster.resume import Resume
 from commbench.benchmarks._cluster.schedule import Budget
 from commbench.core.analysis.evidence import Evidence
 from commbench.core.measure.payload import Payload
 
 Rows = Iterator[tuple[Payload, dict | None]]
-Pair = tuple[int, int]
 
 
 class Conductor:

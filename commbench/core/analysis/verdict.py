@@ -78,7 +78,7 @@ def _host_cables(found: list[dict], share: dict[str, float], cut: float, host_ki
     hosts = {f["a"]: share[f["_name"]] for f in found if f["kind"] == host_kind}
     kept = []
     for f in found:
-        if "b" in f and f["_name"] in share:
+        if "b" in f:  # a cable
             end = next((h for h in (f["a"], f["b"]) if h in hosts and share[f["_name"]] >= hosts[h] * cut), None)
             if end is not None:
                 line = (f"{f['kind']} {f['_name']} cleared: {share[f['_name']] * 100:.0f} % of the reference, as "
