@@ -217,13 +217,17 @@ def planned(body: dict) -> tuple[type[Benchmark], type[Transport], RunConfig]:
     the same, so that nothing was lost on the way."""
     from commbench import benchmarks, transports
 
-    bench_cls = benchmarks.registry()[body["bench"]]
-    common = CommonOptions(**body["common"])
-    transport_cls = transports.get(common.transport)
-    config = RunConfig(common, body["ranks"], body["poll"],
-                       tuple(Payload(label, tuple(sizes), scheme) for label, sizes, scheme in body["points"]),
-                       body["payload_spec"], Loops(**body["loops"]), bench_cls.Options(**body["own"]),
-                       transport_cls.Options(**body["net"]))
+    at = "the launcher's plan"
+    try:
+        bench_cls = benchmarks.registry()[body["bench"]]
+        common = CommonOptions.from_plain(body["common"], at)
+        transport_cls = transports.get(common.transport)
+        own, net = bench_cls.Options.from_plain(body["own"], at), transport_cls.Options.from_plain(body["net"], at)
+        config = RunConfig(common, body["ranks"], body["poll"],
+                           tuple(Payload(label, tuple(sizes), scheme) for label, sizes, scheme in body["points"]),
+                           body["payload_spec"], Loops(**body["loops"]), own, net)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{at} is not a run's ({type(exc).__name__}: {str(exc)[:80]})") from None
     if config.plan() != body["digest"]:
         raise UsageError("the run the launcher decided did not come out the same in this rank (a different "
                          "commbench version?): run the same installation everywhere")

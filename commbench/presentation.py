@@ -52,18 +52,14 @@ def declared_keys(bench: str) -> dict:
 POINT_NUMBERS = ("size", "count", "batch", "workers", "ps")  # keys that tell points apart, besides a kind's x
 
 
-def _number(v: object) -> bool:
-    if isinstance(v, list):
-        return all(_number(x) for x in v)
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
 def read_checked(path, need_rows: bool = True) -> list:
     """A results file's runs, every row's values checked against the declared schema: a key with a
-    unit holds a number (or nothing), and a kind's x axis is in every row. A row that is not so (a
-    file edited or written by something else) is one UsageError naming the file, the row and the key."""
+    unit holds a number within its unit's bounds (value_problem) or nothing, and a kind's x axis is in
+    every row. A row that is not so (a file edited or written by something else) is one UsageError
+    naming the file, the row and the key."""
     from commbench.core.errors import UsageError
     from commbench.core.output.results import read_runs
+    from commbench.core.output.table import value_problem
 
     runs = read_runs(path, need_rows=need_rows)
     kinds = presentations()
@@ -78,9 +74,13 @@ def read_checked(path, need_rows: bool = True) -> list:
                 raise UsageError(f"{path}: row {i}: bench is {str(row['bench'])[:40]!r}, not a benchmark's name; "
                                  "was the file edited?")
             for k, c in numeric:
-                if k in row and (not _number(row[k]) or isinstance(row[k], list) and not c.many):
-                    raise UsageError(f"{path}: row {i}: {k} is {str(row[k])[:40]!r}, not a number ({c.unit}); "
-                                     "was the file edited?")
+                v = row.get(k)
+                if v is None:
+                    continue
+                values = v if isinstance(v, list) and c.many else [v]  # a list where one value is declared: refused
+                why = next((w for x in values if x is not None and (w := value_problem(x, c.unit))), "")
+                if why:
+                    raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, {why}; was the file edited?")
             scalars = (p.metric, p.x, *POINT_NUMBERS) if p is not None else POINT_NUMBERS
             for k in scalars:  # what rows are matched, sorted and drawn by: one number each
                 v = row.get(k)

@@ -21,6 +21,7 @@ from commbench.core.config.options import Options, opt
 from commbench.core.config.run import CommonOptions
 from commbench.core.errors import CommbenchError, UsageError
 from commbench.core.measure.sizes import format_size
+from commbench.core.output.paths import own_directory
 from commbench.core.output.results import results_files
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.core.run.placement import detect
@@ -102,10 +103,7 @@ def compare(o: CompareOptions) -> int:
     if not configs:
         raise UsageError(f"--only {' '.join(o.only or [])} matches none of: {', '.join(c[0] for c in every)}")
     outdir = Path(o.output_dir) if o.output_dir else Path(tempfile.mkdtemp(prefix="commbench-compare-"))
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot use --output-dir {str(outdir)!r}: {exc.strerror}") from None
+    own_directory(outdir, "--output-dir folder", "choose another --output-dir")
     done: list[Path] = []
     failed: list[str] = []
     unusable: list[str] = []

@@ -26,7 +26,7 @@ from commbench.core.analysis.verdict import drained, findings_lines, load_refere
 from commbench.core.config.argtypes import number
 from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
-from commbench.core.output.results import write_whole
+from commbench.core.output.paths import check_target, write_whole
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class FindingsOptions(Judging):
 class DiffOptions(Judging):
     baseline: str = opt("", "baseline", metavar="OLD", help="the earlier run's results file")
     file: str = opt("", "file", metavar="NEW", help="the later run's results file")
+
+
+DRAIN_FIX = "give --drain-list a new file, or a regular one, in a directory of your own"
+METRICS_FIX = "give --metrics a new file, or a regular one, in a directory of your own"
 
 
 def add_parser(sub) -> None:
@@ -127,8 +131,7 @@ def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
     started = Gauge("commbench_run_start_timestamp_seconds", "when the run started", ["transport"], registry=reg)
     with contextlib.suppress(TypeError, ValueError):
         started.labels(transport).set(datetime.fromisoformat(str(meta.get("start"))).timestamp())
-    write_whole(path, generate_latest(reg), "metrics file", "give --metrics a new file, or a regular one, in a "
-                "directory of your own")
+    write_whole(path, generate_latest(reg), "metrics file", METRICS_FIX)
 
 
 def write_drain_list(path: str, hosts: dict[str, str]) -> None:
@@ -136,13 +139,17 @@ def write_drain_list(path: str, hosts: dict[str, str]) -> None:
     tab, the reason), each file replaced whole."""
     import hostlist
 
-    fix = "give --drain-list a new file, or a regular one, in a directory of your own"
     write_whole(path + ".reasons", "".join(f"{h}\t{why}\n" for h, why in sorted(hosts.items())).encode(),
-                "drain list's reasons", fix)
-    write_whole(path, (hostlist.collect_hostlist(sorted(hosts)) + "\n" if hosts else "").encode(), "drain list", fix)
+                "drain list's reasons", DRAIN_FIX)
+    write_whole(path, (hostlist.collect_hostlist(sorted(hosts)) + "\n" if hosts else "").encode(), "drain list",
+                DRAIN_FIX)
 
 
 def run(o: FindingsOptions | DiffOptions) -> int:
+    for path, what, fix in ((o.drain_list, "drain list", DRAIN_FIX), (o.drain_list and o.drain_list + ".reasons",
+                            "drain list's reasons", DRAIN_FIX), (o.metrics, "metrics file", METRICS_FIX)):
+        if path:  # before anything is read or printed
+            check_target(path, what, fix)
     lines, count, found, refused = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics,
                                           ("--drain-list",) if o.drain_list else ())
     print("\n".join(lines))

@@ -8,6 +8,7 @@ from pathlib import Path
 from commbench.commands import command
 from commbench.core.config.options import NoOptions, Options, opt
 from commbench.core.errors import UsageError
+from commbench.core.output.paths import check_target
 from commbench.core.output.table import Column, header_line, row_line
 from commbench.profiles import store
 
@@ -74,6 +75,8 @@ def profile(o: ProfileOptions) -> int:
     if not o.model:
         raise UsageError("payloads profile needs --model MODEL (see 'commbench payloads profile --help')")
     out = Path(o.output) if o.output else store.search_path()[-1] / f"{o.model}.csv"
+    if o.output:  # before TensorFlow is imported and the model built
+        check_target(o.output, "payload profile", "choose another -o")
     n, params = make(o.model, out)
     print(f"{out}: {n} trainable tensors, {params:,} parameters")
     return 0

@@ -16,11 +16,9 @@ as pyperf's compare does, "better"/"worse" read the way the benchmark declared (
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
-import os
+import io
 import re
-import stat
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from commbench import presentation
 from commbench.commands import command as declare_command
 from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
+from commbench.core.output.paths import own_directory, write_whole
 from commbench.core.output.printable import markdown_cell as cell
 from commbench.core.output.results import Run, results_files
 
@@ -449,36 +448,15 @@ def command(run: Run) -> str:
     return " ".join(run.meta.get("command") or [])
 
 
-def own_directory(out: Path) -> None:
-    """Make the report's directory, or take one that is this user's own: not a symbolic link, owned by
-    this user, writable by nobody else (a directory another user can write into may hold links planted
-    where the report's files go)."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        st = os.lstat(out)
-    except OSError as exc:
-        raise UsageError(f"cannot make report directory {str(out)!r}: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"report directory {str(out)!r} is a symbolic link or not a directory: choose another -o")
-    if st.st_uid != os.geteuid():
-        raise UsageError(f"report directory {str(out)!r} belongs to uid {st.st_uid}, not to you: choose another -o "
-                         "(a report is written only into a directory of your own)")
-    if st.st_mode & 0o022:
-        raise UsageError(f"report directory {str(out)!r} can be written by others (mode {st.st_mode & 0o777:o}): "
-                         "choose another -o, or chmod go-w it")
-
-
-def fresh(path: Path):
-    """``path`` opened for writing as a new file, never through a link: what was there is removed first
-    (the directory is this user's own: own_directory)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb")
+def write_file(path: Path, data: bytes) -> None:
+    """One of the report's files, whole, in its folder (own_directory): a link there is replaced."""
+    write_whole(str(path), data, "report file", "choose another -o", replace_link=True)
 
 
 def save(fig, path: Path) -> None:
-    with fresh(path) as f:
-        fig.savefig(f, dpi=110, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    write_file(path, buf.getvalue())
 
 
 def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) -> Path:
@@ -493,8 +471,7 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
             lines += ["", "## Comparison (B / A)", "", *(f"Note: {cell(n)}  " for n in cmp.attrs["notes"]), "",
                       _md_table(cmp)]
         page = out / "report.md"
-        with fresh(page) as f:
-            f.write(("\n".join(lines) + "\n").encode())
+        write_file(page, ("\n".join(lines) + "\n").encode())
         return page
     parts = ["<!doctype html><meta charset=utf-8><title>commbench report</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} img{max-width:100%} "
@@ -513,8 +490,7 @@ def write_page(out: Path, fmt: str, runs: Sequence[tuple[str, Run]], made, cmp) 
         parts += ["<h2>Comparison (B / A)</h2>", *(f"<p>Note: {html.escape(n)}</p>" for n in cmp.attrs["notes"]),
                   cmp.to_html(index=False, float_format=number)]
     page = out / "report.html"
-    with fresh(page) as f:
-        f.write("\n".join(parts).encode())
+    write_file(page, "\n".join(parts).encode())
     return page
 
 
@@ -568,7 +544,7 @@ def run(o: ReportOptions) -> int:
         files = files or list(o.compare)
     runs = read_all(files)  # every file read before anything is made
     out = Path(o.output)
-    own_directory(out)
+    own_directory(out, "report folder", "choose another -o")
     ours = any((out / f"report.{ext}").exists() for ext in ("html", "md"))  # a report's folder from before
     with warnings.catch_warnings():  # matplotlib's overflow on absurd values (a file's 1e308 B) is not the user's news
         warnings.simplefilter("ignore", RuntimeWarning)

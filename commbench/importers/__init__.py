@@ -11,13 +11,11 @@ printed as ``show`` prints a file.
 from __future__ import annotations
 
 import hashlib
-import math
 import platform
 from collections.abc import Iterator
 
 from commbench.importers.base import Imported
 
-MAX_VALUE = 1e15  # beyond any latency (us), bandwidth (MB/s) or size (B) a tool measures
 TOOLS = ("osu", "perftest", "nccl-tests", "sockperf", "iperf3", "mpigraph")
 
 
@@ -61,6 +59,7 @@ def rows_of(imp: Imported, meta: dict, path: str = "") -> Iterator[dict]:
     measured value that is negative or not finite (an edited or broken output) is refused, naming the
     file."""
     from commbench.core.errors import UsageError
+    from commbench.core.output.table import value_problem
     from commbench.presentation import declared_keys
 
     known = declared_keys(imp.bench)
@@ -71,7 +70,8 @@ def rows_of(imp: Imported, meta: dict, path: str = "") -> Iterator[dict]:
         if bad:
             raise AssertionError(f"{imp.tool} import made undeclared keys {bad}")
         for k, v in row.items():
-            if known[k].unit and isinstance(v, (int, float)) and not (math.isfinite(v) and 0 <= v <= MAX_VALUE):
+            why = value_problem(v, known[k].unit) if known[k].unit and v is not None else ""
+            if why or (known[k].unit and isinstance(v, (int, float)) and v < 0):
                 raise UsageError(f"{path}: {imp.tool} reports {k} = {v} at size {row.get('size')}: not a measurement "
-                                 "(negative, not finite or beyond 1e15); was the output edited?")
+                                 f"({why or 'negative'}); was the output edited?")
         yield row

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from commbench.core.errors import say
 from commbench.core.run.placement import ENV_FD, ENV_NETNS, ENV_NODE, ENV_RANK, ENV_ROOT, ENV_SIZE, ENV_TOKEN
 from commbench.core.run.sockets import bind_listener
-from commbench.launch.plan import ENV_PLAN_FD, memfd
+from commbench.launch.plan import ENV_LAUNCHER, ENV_PLAN_FD, memfd, seal
 from commbench.launch.private_net import entered, private_loopback
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ POLL = 0.25  # s between the launcher's looks at its ranks
 STOP_GRACE = 1.0  # s past --timeout before a stopped rank is killed (SIGCONT in time saves the run)
 REPORT_GRACE = 0.6  # s for the others to report its death before what is left is killed
 PR_SET_PDEATHSIG = 1
-ENV_LAUNCHER = "COMMBENCH_LAUNCHER_PID"
 
 
 def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str = "127.0.0.1",
@@ -63,7 +62,7 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
     procs: list[subprocess.Popen] = []
     base = {**os.environ, ENV_SIZE: str(n), ENV_ROOT: root, ENV_TOKEN: token, ENV_LAUNCHER: str(os.getpid()),
             **({ENV_NETNS: netns} if netns else {})}
-    plan_fd = memfd(plan) if plan is not None else -1
+    plan_fd = memfd(seal(plan, token)) if plan is not None else -1
     if plan_fd >= 0:
         base[ENV_PLAN_FD] = str(plan_fd)
     try:

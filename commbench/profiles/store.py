@@ -16,6 +16,7 @@ Reading needs no TensorFlow. A malformed file is named with its line number.
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import dataclass
 from math import prod
@@ -23,7 +24,8 @@ from pathlib import Path
 
 from commbench.core.errors import UsageError
 from commbench.core.measure.payload import category_of
-from commbench.core.output.results import read_text_file
+from commbench.core.output.paths import write_whole
+from commbench.core.output.results import csv_rows, read_text_file
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
 COLUMNS = ["name", "shape", "dtype", "bytes"]
@@ -120,7 +122,7 @@ def parse(path: Path) -> Profile:
             if sep:
                 meta[key.strip()] = value.strip()
             continue
-        fields = next(csv.reader([line]))
+        fields = next(csv_rows([line], f"{path}:{lineno}"))[1]
         if not header_seen:
             if fields not in (COLUMNS, COLUMNS_ALL):
                 raise UsageError(f"{path}:{lineno}: expected the header {','.join(COLUMNS_ALL)} (or without "
@@ -155,10 +157,12 @@ def _tensor(path: Path, lineno: int, fields: list[str], width: int = 4) -> Tenso
 
 
 def write(path: Path, profile_meta: dict[str, str], tensors: list[Tensor]) -> None:
-    with open(path, "w", newline="") as fh:
-        for k, v in profile_meta.items():
-            fh.write(f"# {k}: {v}\n")
-        w = csv.writer(fh)
-        w.writerow(COLUMNS_ALL)
-        for t in tensors:
-            w.writerow([t.name, "x".join(str(d) for d in t.shape), t.dtype, t.nbytes, int(t.trainable)])
+    """The profile as a CSV file, written whole (core/output/paths.py)."""
+    out = io.StringIO(newline="")
+    for k, v in profile_meta.items():
+        out.write(f"# {k}: {v}\n")
+    w = csv.writer(out)
+    w.writerow(COLUMNS_ALL)
+    for t in tensors:
+        w.writerow([t.name, "x".join(str(d) for d in t.shape), t.dtype, t.nbytes, int(t.trainable)])
+    write_whole(str(path), out.getvalue().encode(), "payload profile", "choose another -o")

@@ -170,7 +170,7 @@ def train(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def planned(body: dict) -> TrainOptions:
     """The options the launcher decided (``launch_or_run``'s plan)."""
-    return TrainOptions(**body)
+    return TrainOptions.from_plain(body, "the launcher's plan")
 
 
 def launch_or_run(o: TrainOptions, argv: Sequence[str]) -> int:

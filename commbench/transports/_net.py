@@ -9,6 +9,14 @@ from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
 from commbench.core.run.world import World
 
+SLACK = 64 << 10  # bytes a gRPC call may carry beyond the run's largest message: its number, protobuf's framing
+
+
+def grpc_receive_limit(largest: int) -> int:
+    """The largest gRPC message a rank takes in a run whose largest message is ``largest`` bytes: gRPC
+    itself refuses a larger call (RESOURCE_EXHAUSTED), so no caller can make a rank hold more."""
+    return min(largest + SLACK, (1 << 31) - 1)
+
 
 def interface_address(name: str) -> str:
     import psutil

@@ -21,14 +21,21 @@ from commbench.core.errors import PeerError, UsageError
 from commbench.core.measure.message import Message
 from commbench.core.run import auth
 from commbench.transports import _grpc_cpp
-from commbench.transports._net import GrpcCallOptions, check_socket_options, data_port, local_endpoint
+from commbench.transports._net import (
+    GrpcCallOptions,
+    check_socket_options,
+    data_port,
+    grpc_receive_limit,
+    local_endpoint,
+)
 from commbench.transports.base import Batch, Link, Transport, stamp
 
 OK, TICK = 0, 1
 CHECK_EVERY = 0.5  # s: a rank waiting this long asks the rendezvous whether a rank died
 P, INT, D = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
 SIGNATURES = {
-    "cbg_new": (P, [ctypes.c_char_p, INT, ctypes.c_char_p, INT, ctypes.POINTER(INT), INT, D, ctypes.c_char_p, INT]),
+    "cbg_new": (P, [ctypes.c_char_p, INT, ctypes.c_char_p, INT, ctypes.POINTER(INT), INT, D, INT, ctypes.c_char_p,
+                    INT]),
     "cbg_port": (INT, [P]), "cbg_error": (ctypes.c_char_p, [P]), "cbg_connect": (INT, [P, INT, ctypes.c_char_p, INT]),
     "cbg_msg": (P, [INT, ctypes.POINTER(P), ctypes.POINTER(ctypes.c_uint64)]), "cbg_msg_free": (None, [P]),
     "cbg_send": (INT, [P, INT, P]), "cbg_flush": (INT, [P, INT]), "cbg_recv": (INT, [P, INT, P, D]),
@@ -196,8 +203,9 @@ class GrpcCppTransport(Transport):
         err = ctypes.create_string_buffer(512)
         arr = (INT * len(peers))(*peers)
         service = auth.derived(world.placement.token, "grpc").encode()  # the path's name, not the token
-        self.engine = self.api.new(host.encode(), want, service, world.rank, arr, len(peers), self.timeout, err,
-                                   len(err))
+        limit = grpc_receive_limit(self.config.largest_message)
+        self.engine = self.api.new(host.encode(), want, service, world.rank, arr, len(peers), self.timeout, limit,
+                                   err, len(err))
         if not self.engine:
             raise UsageError(f"grpc-cpp transport of rank {world.rank}: {err.value.decode()}; "
                              "choose a free port with --port (or leave it out to pick one)")

@@ -7,7 +7,12 @@ Every rank runs a gRPC server and holds a channel to each peer, so links are sym
   ``serve`` runs its respond function in the handler thread, as TF-gRPC-Bench's echo server does.
 Method paths carry a name derived from the run token (``/cb<HMAC(token, "grpc")>/Exchange<rank>``,
 core/run/auth.py: the token itself never crosses the wire): a client without it gets UNIMPLEMENTED
-and the run goes on. gRPC waits inside its C core, so there is no busy-poll mode.
+and the run goes on. Calls are plain gRPC (no per-message seal: it would be timed), so someone who sees
+a run's traffic learns its method names; what such a caller can do is bounded: a message larger than
+the run's largest (plus ``SLACK``) is refused by gRPC itself, and a one-way message numbered out of the
+link's sequence (one already received, a second with the same number, or more than ``AHEAD`` past the
+ones received in order) ends the run naming the tampering, not the peer. gRPC waits inside its C core,
+so there is no busy-poll mode.
 """
 
 from __future__ import annotations
@@ -30,19 +35,28 @@ from commbench.core.config.run import RunConfig  # noqa: E402
 from commbench.core.errors import PeerError, UsageError  # noqa: E402
 from commbench.core.measure.message import Message  # noqa: E402
 from commbench.core.run import auth  # noqa: E402
-from commbench.transports._net import GrpcOptions, check_socket_options, data_port, local_endpoint  # noqa: E402
+from commbench.transports._net import GrpcOptions, check_socket_options, data_port, grpc_receive_limit, local_endpoint  # noqa: E402
 from commbench.transports.base import Batch, Link, Transport, stamp  # noqa: E402
 
 SEQ = struct.Struct("<Q")
 STOP = object()
 MAX_IN_FLIGHT = 1024
+AHEAD = MAX_IN_FLIGHT + 2  # a sender has at most MAX_IN_FLIGHT + 1 unary calls outstanding: no message of
+# its arrives further past the ones received in order (a stream's arrive in order)
 CALLS_AT_ONCE = 512  # handler threads kept for calls made at once (Transport.calls) beyond the usual
 CHECK_EVERY = 0.5  # s: a rank waiting this long asks the rendezvous whether a rank died
-OPTIONS = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.so_reuseport", 0),
-]
+
+
+def tampering(peer: str, what: str) -> str:
+    return (f"{peer} is named as the sender of {what}; it never sends that, so a caller who "
+            "learnt this run's gRPC method names sent it (tampering: the run's gRPC traffic is plain, so run it on "
+            "a network only the job reaches)")
+
+
+def options(largest: int) -> list[tuple[str, int]]:
+    """Channel and server options for a run whose largest message is ``largest`` bytes."""
+    return [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", grpc_receive_limit(largest)),
+            ("grpc.so_reuseport", 0)]
 
 
 class RawCodec:
@@ -57,8 +71,8 @@ class RawCodec:
         return b"".join((SEQ.pack(seq), *msg.views))
 
     @staticmethod
-    def seq_of(data: bytes) -> int:
-        return SEQ.unpack_from(data)[0]
+    def seq_of(data: bytes) -> int | None:
+        return SEQ.unpack_from(data)[0] if len(data) >= SEQ.size else None
 
     @staticmethod
     def decode_into(data: bytes, msg: Message, with_seq: bool) -> bool:
@@ -82,11 +96,48 @@ class ProtoCodec:
     def encode(self, msg: Message, seq: int | None = None) -> bytes:
         return self.pb(seq=seq or 0, buffers=[bytes(v) for v in msg.views]).SerializeToString()
 
-    def seq_of(self, data: bytes) -> int:
-        return self.pb.FromString(data).seq
+    def seq_of(self, data: bytes) -> int | None:
+        from google.protobuf.message import DecodeError
+
+        try:
+            return self.pb.FromString(data).seq
+        except DecodeError:
+            return None
 
     def decode_into(self, data: bytes, msg: Message, with_seq: bool) -> bool:
         return msg.assign(self.pb.FromString(data).buffers)
+
+
+class Inbox:
+    """A link's one-way messages by sequence number, taken in order. ``file`` refuses a number its peer
+    never sends: one taken or filed already, or ``AHEAD`` or more past those that arrived in order."""
+
+    __slots__ = ("held", "next_in", "in_order")
+
+    def __init__(self) -> None:
+        self.held: dict[int, bytes] = {}
+        self.next_in = 0  # the number taken next
+        self.in_order = 0  # every message numbered below this has arrived
+
+    def file(self, seq: int | None, data: bytes) -> str:
+        """File the message numbered ``seq``; "" if it was filed, else why it cannot be the peer's."""
+        if seq is None:
+            return "without a sequence number"
+        if seq < self.next_in or seq in self.held:
+            return f"numbered {seq}, a number already received"
+        if seq >= self.in_order + AHEAD:
+            return f"numbered {seq}, more than {AHEAD} past the {self.in_order} received in order"
+        self.held[seq] = data
+        while self.in_order in self.held:
+            self.in_order += 1
+        return ""
+
+    def ready(self) -> bool:
+        return self.next_in in self.held
+
+    def take(self) -> bytes:
+        self.next_in += 1
+        return self.held.pop(self.next_in - 1)
 
 
 class _Serving:
@@ -106,8 +157,9 @@ class GrpcLink(Link):
         self.timeout = transport.timeout
         self.channel = channel
         self.cond = threading.Condition()
-        self.inbox: dict[int, bytes] = {}
-        self.next_in = 0
+        self.inbox = Inbox()
+        self.tampered = ""  # why this link's sequence cannot be trusted any more
+        self.streams: set[str] = set()  # the stream calls the peer opened: one of each kind
         self.next_out = 0
         self.pending: deque[grpc.Future] = deque()
         self.serving: _Serving | None = None
@@ -147,6 +199,8 @@ class GrpcLink(Link):
 
     # -- one-way messages -----------------------------------------------------------------------
     def send(self, msg: Message) -> None:
+        if self.tampered:
+            raise PeerError(self.tampered)
         data = self.codec.encode(msg, self.next_out)
         self.next_out += 1
         if self.stream:
@@ -168,17 +222,38 @@ class GrpcLink(Link):
         while self.pending:
             self._reap(self.pending.popleft())
 
-    def deliver(self, data: bytes) -> None:
-        """Server side of Deliver: file the message by its sequence number."""
+    def deliver(self, data: bytes, ctx: grpc.ServicerContext) -> None:
+        """Server side of Deliver: file the message by its sequence number, or refuse the call and mark
+        the link tampered with (what the rank's next receive or serve on it raises)."""
         seq = self.codec.seq_of(data)
         with self.cond:
-            self.inbox[seq] = data
+            why = self.inbox.file(seq, data)
+            if why and not self.tampered:
+                self.tampered = tampering(self.name, f"a one-way message {why}")
             self.cond.notify_all()
+        if why:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "out of this link's sequence")
+
+    def opened(self, kind: str, ctx: grpc.ServicerContext) -> None:
+        """A stream call arrived: the peer opens one of each kind, so a second is refused as tampering."""
+        with self.cond:
+            if kind not in self.streams:
+                self.streams.add(kind)
+                return
+            if not self.tampered:
+                self.tampered = tampering(self.name, f"a second {kind} call")
+            self.cond.notify_all()
+        ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "out of this link's sequence")
+
+    def _check_sequence(self) -> None:
+        if self.tampered:
+            raise PeerError(self.tampered)
 
     def recv_into(self, msg: Message) -> None:
         deadline = time.monotonic() + self.timeout
         with self.cond:
-            while self.next_in not in self.inbox:
+            while not self.inbox.ready():
+                self._check_sequence()
                 left = deadline - time.monotonic()
                 if left <= 0 or self.t.peer_lost(self.peer):
                     self.flush()
@@ -187,14 +262,16 @@ class GrpcLink(Link):
                     raise PeerError(f"{self.name} {what}")
                 if not self.cond.wait(min(left, CHECK_EVERY)):
                     self.t.world.check_alive()
-            data = self.inbox.pop(self.next_in)
-            self.next_in += 1
+            data = self.inbox.take()
         if not self.codec.decode_into(data, msg, True):
-            raise PeerError(f"{self.name} sent a message that does not fit the {msg.nbytes} B expected; "
-                            "do all ranks run the same command?")
+            raise PeerError(f"the link from {self.name} took a message that does not fit the {msg.nbytes} B "
+                            "expected: do all ranks run the same command? (else a caller that is not "
+                            f"{self.name} sent it: tampering)")
 
     # -- calls ----------------------------------------------------------------------------------
     def call(self, request: Message, reply: Message) -> None:
+        if self.tampered:
+            raise PeerError(self.tampered)
         try:
             if self.stream:
                 self._xq.append(request)
@@ -239,6 +316,7 @@ class GrpcLink(Link):
             self.cond.notify_all()
             seen = 0
             while st.done < n and st.error is None:
+                self._check_sequence()
                 if time.monotonic() > deadline or self.t.peer_lost(self.peer):
                     self.serving = None
                     raise PeerError(f"{self.name} stopped calling after {st.done} of {n} calls "
@@ -263,8 +341,9 @@ class GrpcLink(Link):
         try:
             with self.answering:  # calls made at once arrive on several handler threads: one request at a time
                 if not self.codec.decode_into(data, st.request, False):
-                    raise PeerError(f"{self.name} sent a request that does not fit the {st.request.nbytes} B "
-                                    "expected")
+                    raise PeerError(f"the link from {self.name} took a request that does not fit the "
+                                    f"{st.request.nbytes} B expected: do all ranks run the same command? (else a "
+                                    f"caller that is not {self.name} sent it: tampering)")
                 reply = st.fixed if st.fixed is not None else self.codec.encode(st.respond())
         except Exception as exc:
             with self.cond:
@@ -341,7 +420,7 @@ class GrpcTransport(Transport):
         # a handler thread per call in flight: calls made at once (Transport.calls) wait in theirs until
         # this rank serves them
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4 * len(peers) + 4 + CALLS_AT_ONCE),
-                                  options=OPTIONS)
+                                  options=options(self.config.largest_message))
         self.server.add_generic_rpc_handlers((self._handlers(peers),))
         want = data_port(self.config.common.port, world)
         try:
@@ -354,7 +433,7 @@ class GrpcTransport(Transport):
         self.server.start()
         addrs = world.exchange_json("grpc-addr", [host, port], peers)
         for p in peers:
-            ch = grpc.insecure_channel(f"{addrs[p][0]}:{addrs[p][1]}", options=OPTIONS)
+            ch = grpc.insecure_channel(f"{addrs[p][0]}:{addrs[p][1]}", options=options(self.config.largest_message))
             try:
                 grpc.channel_ready_future(ch).result(timeout=self.timeout)
             except grpc.FutureTimeoutError:
@@ -380,12 +459,14 @@ class GrpcTransport(Transport):
             return self.links[p]
 
         def deliver(p):
-            return lambda data, ctx: (link(p).deliver(data), b"")[1]
+            return lambda data, ctx: (link(p).deliver(data, ctx), b"")[1]
 
         def deliver_stream(p):
             def run(it, ctx):
-                for data in it:
-                    link(p).deliver(data)
+                for k, data in enumerate(it):
+                    if k == 0:  # the peer opens its stream before this rank's links are made: looked up now
+                        link(p).opened("DeliverStream", ctx)
+                    link(p).deliver(data, ctx)
                 return b""
             return run
 
@@ -393,7 +474,12 @@ class GrpcTransport(Transport):
             return lambda data, ctx: link(p).answer(data)
 
         def exchange_stream(p):
-            return lambda it, ctx: (link(p).answer(data) for data in it)
+            def run(it, ctx):
+                for k, data in enumerate(it):
+                    if k == 0:
+                        link(p).opened("ExchangeStream", ctx)
+                    yield link(p).answer(data)
+            return run
 
         methods = {}
         for p in peers:

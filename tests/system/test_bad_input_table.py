@@ -68,6 +68,19 @@ SPECIFIC = [
     (["import", "{dir}/neg-osu.txt"], "not a measurement"), (["import", "{dir}/inf-osu.txt"], "not a measurement"),
     (["import", "{dir}/neg-osu.txt", "--size", "1" + "0" * 30], "--size"),
     (["import", "{dir}/neg-osu.txt", "--ranks", "-1"], "--ranks"),
+    # round 4: a file's values taken as data, tracebacks, runs past 60 s, an output through a link
+    *[([*cmd, f"{{dir}}/{f}"], says) for cmd in (["findings"], ["diff", "{dir}/cluster-ok.jsonl"])
+      for f, says in (("cluster-neg.jsonl", "below 0"), ("cluster-abc.jsonl", "not a number"),
+                      ("cluster-big.jsonl", "beyond 1e+15"), ("cluster-neglat.jsonl", "lat_us"))],
+    (["cluster", "--np", "2", "--baseline", "{dir}/cluster-neg.jsonl"], "below 0"),
+    (["cluster", "--np", "2", "--resume", "{dir}/cluster-abc.jsonl"], "not a number"),
+    (["findings", "{dir}/cluster-ok.jsonl", "--reference", "{dir}/long-cell.csv"], "not a CSV line"),
+    (["findings", "{dir}/cluster-ok.jsonl", "--topology", "{dir}/million.conf"], "more than 200,000"),
+    (["findings", "{dir}/cluster-ok.jsonl", "--topology", "{dir}/deep.conf"], "levels below its root"),
+    (["cluster", "--np", "2", "--topology", "{dir}/million.conf"], "more than 200,000"),
+    (["p2p-latency", "-o", "{dir}/link.jsonl"], "symbolic link"),
+    (["findings", "{dir}/cluster-ok.jsonl", "--drain-list", "{dir}/fifo.csv"], "FIFO"),
+    (["findings", "{dir}/cluster-ok.jsonl", "--metrics", "{dir}/link.jsonl"], "symbolic link"),
 ]
 # a file given to each file-reading command
 FILES = {
@@ -88,10 +101,30 @@ FILES = {
     "deep.jsonl": b"[" * 100_000 + b"\n",
     "deep.csv": b"# commbench-meta " + b"[" * 100_000 + b"\n",
 }
+
+
+def cluster_run(rate: str = "100.0", lat: str = "20.0") -> bytes:
+    """A cluster run of four hosts, every pair at ``rate`` MB/s and ``lat`` us (JSON text: any value)."""
+    names = ["n0", "n1", "n2", "n3"]
+    rows = [f'{{"type": "row", "test": "pairwise", "round": 1, "a": "{a}", "b": "{b}", "mb_s": {rate}, '
+            f'"lat_us": {lat}}}' for i, a in enumerate(names) for b in names[i + 1:]]
+    meta = ('{"type": "meta", "bench": "cluster", "run_id": "r", "start": "2026-12-01T00:00:00", '
+            '"options": {"transport": "tcp", "slow_pct": 25.0, "tests": "pairwise"}, '
+            '"hosts": ["n0", "n1", "n2", "n3"], "endpoints": ["n0", "n1", "n2", "n3"]}')
+    return "\n".join([meta, *rows, ""]).encode()
+
+
 EXTRA = {  # files for cases above, not given to every reader
     "neg-osu.txt": b"# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.25\n8 -0.25\n",
     "inf-osu.txt": b"# OSU MPI Latency Test v7.4\n# Size       Avg Latency(us)\n1 0.25\n8 1e999\n",
     "huge.csv": b"# model: huge\nname,shape,dtype,bytes\nw,100000000000,float32,400000000000\n",
+    "cluster-ok.jsonl": cluster_run(), "cluster-neg.jsonl": cluster_run(rate="-50.0"),
+    "cluster-abc.jsonl": cluster_run(rate='"fast"'), "cluster-big.jsonl": cluster_run(rate="1e300"),
+    "cluster-neglat.jsonl": cluster_run(lat="-3.0"),
+    "long-cell.csv": b"link,metric,expected,warn_pct,fail_pct\nany,mb_s," + b"9" * 200_000 + b",10,20\n",
+    "million.conf": b"".join(b"SwitchName=s%d Nodes=h%dx[0-99999]\n" % (i, i) for i in range(12)),
+    "deep.conf": b"".join(b"SwitchName=c%d Switches=c%d\n" % (i, i + 1) for i in range(40)) + b"SwitchName=c40 "
+                 b"Nodes=n[0-3]\n",
     "ps.jsonl": b'{"type": "meta", "bench": "ps-throughput", "options": {"transport": "tcp"}}\n'
                 b'{"type": "row", "bench": "ps-throughput", "transport": "tcp", "size": 8, "workers": 2, '
                 b'"steps_s": 1.0}\n',
@@ -110,6 +143,7 @@ ENVS = [
      "COMMBENCH_RDV_FD"),
     ({"COMMBENCH_RANK": "0", "COMMBENCH_SIZE": "2", "COMMBENCH_ROOT": "127.0.0.1:x"}, "COMMBENCH_ROOT"),
     ({"COMMBENCH_SIZE": "2"}, "COMMBENCH_RANK"),
+    ({"COMMBENCH_PLAN_FD": "0"}, "not started by commbench's launcher"),
 ]
 
 
@@ -162,6 +196,7 @@ def test_bad_inputs_are_one_line_each(tmp_path, part):
     (files / "empty.csv").write_bytes(b"")
     os.mkfifo(files / "fifo.jsonl")
     os.mkfifo(files / "fifo.csv")
+    (files / "link.jsonl").symlink_to(files / "empty.jsonl")
     mine = cases()[part::PARTS]
     with ThreadPoolExecutor(max_workers=4) as pool:
         failures = [f for f in pool.map(lambda ic: run_case(ic[1], files, tmp_path / f"c{ic[0]}"), enumerate(mine))

@@ -404,6 +404,58 @@ def test_stray_grpc_calls_are_refused(transport):
     assert len([line for line in stdout.splitlines() if not line.startswith("#")]) == 18  # 0 .. 64K
 
 
+def forged_deliver(mode: str, seq: int, body: bytes) -> bytes:
+    """A one-way message as a rank's grpc transport sends it (a sequence number, then the bytes)."""
+    if mode == "proto":
+        from commbench.transports._proto import commbench_pb2
+
+        return commbench_pb2.Buffers(seq=seq, buffers=[body]).SerializeToString()
+    return seq.to_bytes(8, "little") + body
+
+
+@pytest.mark.parametrize("transport", [["-t", "grpc", "--grpc-call", "unary"], ["-t", "grpc", "--grpc-mode", "proto"],
+                                       grpc_cpp("--grpc-call", "unary"), grpc_cpp()])
+def test_forged_grpc_calls_are_bounded_and_end_the_run_as_tampering(transport):
+    """Someone who learnt a run's gRPC method names (here: from the token in a rank's environment) calls
+    rank 0 as rank 1: 100 messages of 1 MiB in an 8-byte run are refused by gRPC itself (rank 0 holds
+    none of them), and a message numbered far ahead ends the run naming the tampering, not rank 1."""
+    import grpc
+
+    port = _port_below_ephemeral(3)
+    launcher = spawn("p2p-latency", *transport, "-m", "8", "--time", "60", "--port", str(port),
+                     "--timeout", "20")
+    pids = rank_pids(launcher)
+    service = "cb" + auth.derived(psutil.Process(pids[0]).environ()["COMMBENCH_TOKEN"], "grpc")
+    mode = "proto" if "proto" in transport else "raw"
+    with explained(launcher):
+        wait_for_listener(port + 1)
+        time.sleep(1)  # measuring by now
+        rank0 = psutil.Process(pids[0])
+        before = rank0.memory_info().rss
+        with grpc.insecure_channel(f"127.0.0.1:{port + 1}") as ch:
+            deliver = ch.unary_unary(f"/{service}/Deliver1")
+            codes = []
+            for k in range(100):
+                try:
+                    deliver(forged_deliver(mode, 10**12 + k, b"\0" * (1 << 20)), timeout=10)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
+            grew = rank0.memory_info().rss - before
+            try:
+                deliver(forged_deliver(mode, 10**12, b"\0" * 8), timeout=10)
+                far = grpc.StatusCode.OK
+            except grpc.RpcError as exc:
+                far = exc.code()
+    out, err = launcher.communicate(timeout=60)
+    print(f"rank 0 grew {grew / 1e6:.1f} MB over 100 forged calls of 1 MiB; the run said: {err.strip()}")
+    assert set(codes) == {grpc.StatusCode.RESOURCE_EXHAUSTED} and len(codes) == 100
+    assert grew < 50e6
+    assert far == grpc.StatusCode.INVALID_ARGUMENT
+    assert launcher.returncode != 0
+    assert "tampering" in err and "numbered 1000000000000, more than" in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])
 def test_a_stopped_rank_under_mpiexec_ends_the_run_within_the_timeout(tmp_path, victim):

@@ -81,7 +81,7 @@ def handed(n, argv, how, what, handed_plan=None) -> int:
     in (planning.planned, then encoded again byte for byte), and the run ends as if its ranks had finished."""
     if handed_plan is not None:
         encoded = handed_plan()  # what the local launcher would hand its ranks
-        job, body = plan.decode(encoded)
+        job, body = plan.decode(plan.seal(encoded, "t"), "t")
         if job == "benchmark":
             bench_cls, _, config = planning.planned(body)
             assert planning.plan_of(bench_cls, config) == encoded, (argv, body)

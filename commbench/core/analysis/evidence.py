@@ -26,10 +26,11 @@ import numpy as np
 
 from commbench.core.analysis import attribution, topology
 from commbench.core.analysis.attribution import Explanation
-from commbench.core.analysis.kinds import BANDWIDTH, LATENCY, Measure
+from commbench.core.analysis.kinds import BANDWIDTH, LATENCY, MEASURES, Measure
 from commbench.core.analysis.topology import Topology
 from commbench.core.errors import UsageError
 from commbench.core.output.results import Run, read_runs
+from commbench.core.output.table import value_problem
 
 BW, LAT = BANDWIDTH, LATENCY
 RECHECK = {BW: "recheck", LAT: "recheck-latency"}
@@ -311,6 +312,12 @@ def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
     ev = Evidence(good, topo, str(transport) if transport else "-t's transport",
                   budgeted=(meta.get("options") or {}).get("budget") is not None)
     ev.refused = [n for n in dict.fromkeys(names) if not ENDPOINT.fullmatch(n)]
-    for r in rows:
+    for i, r in enumerate(rows, 1):
+        for m in MEASURES.values():
+            v = r.get(m.key)
+            why = value_problem(v, m.unit) if v is not None else ""
+            if why:
+                raise UsageError(f"{source}: row {i} ({str(r.get('test'))[:20]} {str(r.get('a'))[:40]} - "
+                                 f"{str(r.get('b'))[:40]}): {m.key} is {str(v)[:40]!r}, {why}; was the file edited?")
         ev.add(r)
     return ev

@@ -18,17 +18,17 @@ others are left out (``for_hosts``). Reading is linear in the file's size.
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass, field
 
 import hostlist
 
 from commbench.core.errors import UsageError
-from commbench.core.output.results import read_text_file
+from commbench.core.output.results import csv_rows, read_text_file
 
 MAX_LINES = 1_000_000
+MAX_HOSTS = 200_000  # hosts (and switches) a topology file may name: beyond the largest machines' node counts
+MAX_LEVELS = 32  # switch levels from a leaf to its root: real trees have 2 to 5
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # used with fullmatch ($ would let a trailing newline in)
 KEYS = {"switchname", "nodes", "switches", "linkspeed"}
 
@@ -126,30 +126,57 @@ def _few(names: list[str], n: int = 4) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
-def _expand(text: str, where: str) -> list[str]:
-    try:
-        names = hostlist.expand_hostlist(text)
-    except hostlist.BadHostlist as exc:
-        raise UsageError(f"{where}: {text[:60]!r} is not a Slurm hostlist ({exc}); e.g. node[0-15]") from None
+def _expand(text: str, where: str, room: int) -> list[str]:
+    """A hostlist's names, refused once they would pass ``room`` (expanded one top-level part at a
+    time: a few bytes of ranges can name millions of hosts)."""
+    names: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text + ","):
+        depth += (ch == "[") - (ch == "]")
+        if ch != "," or depth or i == start:
+            continue
+        try:
+            names += hostlist.expand_hostlist(text[start:i])
+        except hostlist.BadHostlist as exc:
+            raise UsageError(f"{where}: {text[:60]!r} is not a Slurm hostlist ({exc}); e.g. node[0-15]") from None
+        start = i + 1
+        if len(names) > room:
+            _too_many(where)
+    if start < len(text):  # brackets left open: hostlist says what is wrong
+        try:
+            hostlist.expand_hostlist(text[start:])
+        except hostlist.BadHostlist as exc:
+            raise UsageError(f"{where}: {text[:60]!r} is not a Slurm hostlist ({exc}); e.g. node[0-15]") from None
     bad = next((n for n in names if not NAME.fullmatch(n)), None)
     if bad is not None:
         raise UsageError(f"{where}: {bad[:60]!r} is not a host or switch name (letters, digits, . _ -)")
     return names
 
 
+def _too_many(where: str) -> None:
+    raise UsageError(f"{where}: the file names more than {MAX_HOSTS:,} hosts or switches: not a cluster's topology "
+                     "(is a range too wide?)")
+
+
 def _check_tree(parent: dict[str, str], where: str) -> None:
-    """No switch above itself (linear: each switch's chain is walked once, colours kept)."""
-    state: dict[str, int] = {}  # 1: on the chain being walked, 2: known to reach a root
+    """No switch above itself, none more than MAX_LEVELS below its root (linear: each switch's chain
+    is walked once, its levels kept)."""
+    levels: dict[str, int] = {}  # switch -> levels up to its root; -1: on the chain being walked
     for start in parent:
         chain, s = [], start
-        while s in parent and state.get(s) != 2:
-            if state.get(s) == 1:
-                raise UsageError(f"{where}: switch {s} is above itself (a loop in Switches=); a topology is a tree")
-            state[s] = 1
+        while s in parent and s not in levels:
+            levels[s] = -1
             chain.append(s)
             s = parent[s]
-        for x in chain:
-            state[x] = 2
+        if levels.get(s) == -1:
+            raise UsageError(f"{where}: switch {s} is above itself (a loop in Switches=); a topology is a tree")
+        above = levels.get(s, 0)
+        for x in reversed(chain):
+            above += 1
+            levels[x] = above
+        if above > MAX_LEVELS:
+            raise UsageError(f"{where}: switch {start} is {above} levels below its root; a cluster's tree has at most "
+                             f"{MAX_LEVELS}")
 
 
 def parse_conf(text: str, where: str) -> Topology:
@@ -178,12 +205,14 @@ def parse_conf(text: str, where: str) -> Topology:
         if name in defined:
             raise UsageError(f"{here}: switch {name} is defined twice")
         defined.add(name)
-        for h in _expand(fields.get("nodes", ""), here) if fields.get("nodes") else []:
+        if len(defined) > MAX_HOSTS:
+            _too_many(where)
+        for h in _expand(fields.get("nodes", ""), here, MAX_HOSTS - len(switch_of)) if fields.get("nodes") else []:
             if h in switch_of:
                 raise UsageError(f"{here}: host {h} is already under switch {switch_of[h]}; a host hangs from one "
                                  "switch")
             switch_of[h] = name
-        for c in _expand(fields.get("switches", ""), here) if fields.get("switches") else []:
+        for c in _expand(fields.get("switches", ""), here, MAX_HOSTS - len(parent)) if fields.get("switches") else []:
             if c in parent:
                 raise UsageError(f"{here}: switch {c} is already under {parent[c]}; a switch has one parent")
             if c == name:
@@ -201,7 +230,7 @@ def parse_conf(text: str, where: str) -> Topology:
 def parse_csv(text: str, where: str) -> Topology:
     """Two columns, host and switch (a header line ``host,switch`` may come first); one switch level."""
     switch_of: dict[str, str] = {}
-    for no, row in enumerate(csv.reader(io.StringIO(text)), 1):
+    for no, row in csv_rows(text.splitlines(), where):
         cells = [c.strip() for c in row]
         if not any(cells) or cells[0].startswith("#"):
             continue
@@ -214,8 +243,8 @@ def parse_csv(text: str, where: str) -> Topology:
         if h in switch_of and switch_of[h] != s:
             raise UsageError(f"{where} line {no}: host {h} is already under switch {switch_of[h]}")
         switch_of[h] = s
-        if no > MAX_LINES:
-            break
+        if len(switch_of) > MAX_HOSTS:
+            _too_many(where)
     if not switch_of:
         raise UsageError(f"{where}: no host,switch line in the file")
     return Topology(switch_of)

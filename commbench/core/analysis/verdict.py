@@ -373,15 +373,12 @@ REFERENCE_HEADER = ["link", "metric", "expected", "warn_pct", "fail_pct"]
 def load_reference(path: str) -> list[Expected]:
     """A reference file: CSV ``link,metric,expected,warn_pct,fail_pct`` (header first, # comments),
     link one of inside, across, any; metric mb_s or lat_us; warn below fail. One line per mistake."""
-    import csv
-    import io
-
-    from commbench.core.output.results import read_text_file
+    from commbench.core.output.results import csv_rows, read_text_file
 
     text = read_text_file(path, "reference file (CSV: link,metric,expected,warn_pct,fail_pct)")
     out: list[Expected] = []
     seen_header = False
-    for no, row in enumerate(csv.reader(io.StringIO(text)), 1):
+    for no, row in csv_rows(text.splitlines(), f"--reference {path}"):
         cells = [c.strip() for c in row]
         if not any(cells) or cells[0].startswith("#"):
             continue

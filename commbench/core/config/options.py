@@ -80,6 +80,24 @@ class Options:
         values = vars(ns)
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
+    @classmethod
+    def from_plain(cls, values: Mapping[str, Any], where: str) -> Self:
+        """The options as ``plain`` gave them, from outside the command line (the launcher's plan): each
+        value through its field's declared type, choices and form again, so that a value no command
+        line could give is one UsageError naming ``where`` and the flag."""
+        from commbench.core.errors import UsageError
+
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise UsageError(f"{where}: {', '.join(unknown)[:80]} are no options of this command")
+        for name, v in values.items():
+            f = known[name]
+            problem = "" if v is None or v == cls.default_of(f) else _problem(f, v)
+            if problem:
+                raise UsageError(f"{where}: {flag_of(cls, name)} {str(v)[:40]!r}: {problem}")
+        return cls(**values)
+
     def plain(self) -> dict[str, Any]:
         """The values as results keep them."""
         return asdict(self)
@@ -87,6 +105,27 @@ class Options:
     def but(self, **changes: Any) -> Self:
         """A copy with ``changes``."""
         return replace(self, **changes)
+
+
+def _problem(f: Field, value: Any) -> str:
+    """Why ``value`` is not what the command line gives field ``f`` ("" if it is)."""
+    kw = f.metadata.get("argparse", {})
+    if kw.get("action") == "store_true":
+        return "" if isinstance(value, bool) else "not a flag's value"
+    many = kw.get("nargs") not in (None, "?")
+    if many != isinstance(value, (list, tuple)):
+        return "a list where one value is taken, or the reverse"
+    for x in value if many else [value]:
+        if isinstance(x, bool) or not isinstance(x, (str, int, float)):
+            return "not a value a command line gives"
+        if kw.get("type") is not None:
+            try:
+                kw["type"](str(x))
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                return str(exc)[:120]
+        if kw.get("choices") is not None and x not in kw["choices"]:
+            return f"not one of {', '.join(map(str, kw['choices']))[:80]}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,15 @@ import os
 import platform
 import stat
 import sys
-import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 from commbench import __version__
 from commbench.core.errors import ResultsError, UsageError
+from commbench.core.output.paths import check_writable, kind_of, open_rows
 
 META_PREFIX = "# commbench-meta "
 FORMATS = (".jsonl", ".csv")
@@ -36,64 +36,9 @@ FORMATS = (".jsonl", ".csv")
 
 def check_output_path(path: str) -> Path:
     """Fail early (exit 2) on an output file that cannot be written, before any rank starts."""
-    p = Path(path)
-    if p.suffix not in FORMATS:
+    if Path(path).suffix not in FORMATS:
         raise UsageError(f"output file {path!r} must end in .jsonl or .csv")
-    try:
-        return _check_output(p, path)
-    except OSError as exc:  # a name too long, a loop of links, ...
-        raise UsageError(f"cannot write {path!r}: {exc.strerror}; choose another --output path") from None
-
-
-def _check_output(p: Path, path: str) -> Path:
-    if p.is_dir():
-        raise UsageError(f"output path {path!r} is a directory; name a file ending in .jsonl or .csv")
-    with contextlib.suppress(OSError):
-        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the open below, a device take the rows
-            raise UsageError(f"output path {path!r} is not a regular file (a FIFO, device or socket); name a "
-                             "file ending in .jsonl or .csv")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {path!r}: directory {str(parent)!r} does not exist")
-    existed = p.exists()
-    try:  # root passes every access() check, so really open it
-        with open(p, "a"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write {path!r}: {exc.strerror}; choose another --output path") from None
-    if not existed:
-        p.unlink()
-    return p
-
-
-def write_whole(path: str, data: bytes, what: str, fix: str) -> None:
-    """``data`` as the whole of the file at ``path``, or nothing: written to a new temporary file beside
-    it, then renamed into place, so a reader (Slurm, node_exporter) sees the old file or the new one,
-    never a part. Only a regular file or a new name is replaced: a FIFO, device, socket or symbolic link
-    there is refused (UsageError naming ``what`` and ``fix``), so root never replaces ``/dev/null``
-    or writes through a link someone else left."""
-    p = Path(path)
-    with contextlib.suppress(FileNotFoundError):
-        st = os.lstat(p)
-        if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{what} {path!r} is not a regular file (a directory, link, FIFO, device or socket); "
-                             f"{fix}")
-    parent = p.parent if str(p.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.")
-    except OSError as exc:
-        raise UsageError(f"cannot write the {what} {path!r}: {exc.strerror}; {fix}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise UsageError(f"cannot write the {what} {path!r}: {exc.strerror}; {fix}") from None
+    return check_writable(path, "output file", "choose another --output path (a file ending in .jsonl or .csv)")
 
 
 def versions(*packages: str) -> dict[str, str]:
@@ -145,17 +90,11 @@ class ResultsWriter:
         self.columns = list(dict.fromkeys(columns))
         self.known = set(self.columns)
         self.written = 0
-        self.fd = self._open(self.path, os.O_TRUNC if self.csv else os.O_APPEND)
+        self.fd = open_rows(self.path, append=not self.csv)
         if self.csv:
             self._append((META_PREFIX + json.dumps(meta) + "\n").encode() + self._csv_lines([], True))
         else:
             self._append((json.dumps(meta) + "\n").encode())
-
-    def _open(self, path: Path, mode: int) -> int:
-        try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o644)
-        except OSError as exc:
-            raise ResultsError(f"cannot write results to {path}: {exc.strerror}") from None
 
     def _append(self, data: bytes) -> None:
         start = os.lseek(self.fd, 0, os.SEEK_END)
@@ -242,9 +181,7 @@ def read_text_file(path: str | os.PathLike, what: str) -> str:
     except OSError as exc:
         raise UsageError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-            "not a regular file"
-        raise UsageError(f"{str(p)!r} is {kind}: give a {what} (a regular file)")
+        raise UsageError(f"{str(p)!r} is {kind_of(st.st_mode)}: give a {what} (a regular file)")
     if st.st_size > MAX_READ:
         raise UsageError(f"{str(p)!r} is {st.st_size} bytes, more than a {what} can be; is it the right file?")
     try:
@@ -257,6 +194,20 @@ def read_text_file(path: str | os.PathLike, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeError:
         raise UsageError(f"{str(p)!r} is not text (binary data): give a {what}") from None
+
+
+def csv_rows(lines: Iterable[str], where: str) -> Iterator[tuple[int, list[str]]]:
+    """A user's CSV lines as (line number, cells); a line csv cannot take (a field past its limit, a
+    NUL, a quote left open) is one UsageError naming ``where`` and the line."""
+    reader = csv.reader(lines)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UsageError(f"{where} line {reader.line_num}: not a CSV line ({exc}); was the file edited?") from None
+        yield reader.line_num, row
 
 
 def read_runs(path: str | os.PathLike, need_rows: bool = False) -> list[Run]:
@@ -372,12 +323,15 @@ def _read_csv(p: Path, text: str) -> Iterator[Run]:
     # a cell copying a text field of the metadata (run_id, bench) stays text: a hex run_id such as
     # 123e4567 or 905112 would otherwise read as a number (inf, an int)
     text_of_meta = {k: v for k, v in meta.items() if isinstance(v, str)}
-    reader = csv.DictReader(lines[1:])
-    for lineno, row in enumerate(reader, 3):
-        if None in row or None in row.values():
-            raise UsageError(f"{p}:{lineno}: wrong number of fields")
-        run.rows.append(_finite(p, lineno, {k: v if text_of_meta.get(k) == v else _parse_scalar(v)
-                                            for k, v in row.items()}))
+    rows = csv_rows(lines[1:], str(p))
+    header = next(rows, (0, []))[1]
+    for lineno, cells in rows:
+        if not cells:  # a blank line
+            continue
+        if len(cells) != len(header):
+            raise UsageError(f"{p}:{lineno + 1}: wrong number of fields")
+        run.rows.append(_finite(p, lineno + 1, {k: v if text_of_meta.get(k) == v else _parse_scalar(v)
+                                                for k, v in zip(header, cells, strict=True)}))
     yield run
 
 

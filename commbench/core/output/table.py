@@ -7,8 +7,12 @@ is generated from them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+MAX_VALUE = 1e15  # beyond any latency (us), bandwidth (MB/s), size (B) or count anything measures
+UNSIGNED = frozenset({"us", "MB/s", "GB/s", "B", "KiB", "count", "1/s", "min", "fraction"})  # never below 0
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,19 @@ class Column:
         else:
             text = "-" if value is None else str(value)
         return text.rjust(self.width) if self.width > 0 else text.ljust(-self.width)
+
+
+def value_problem(value: object, unit: str) -> str:
+    """Why ``value`` cannot be a measured value in ``unit`` ("" if it can): not a number, not finite,
+    beyond MAX_VALUE, or below 0 where the unit has no sign. What a file says goes through this, as a
+    command line's numbers go through their declared bounds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"not a number ({unit})"
+    if not (math.isfinite(value) and abs(value) <= MAX_VALUE):
+        return f"not finite or beyond {MAX_VALUE:g} ({unit})"
+    if value < 0 and unit in UNSIGNED:
+        return f"below 0 (no value in {unit} is)"
+    return ""
 
 
 def key(name: str, unit: str = "", doc: str = "", optional: bool = False, many: bool = False) -> Column:

@@ -14,6 +14,12 @@
 // the caller's buffers (no copy; a send returns once gRPC has written them), received by one copy from
 // gRPC's slices into the caller's buffers. A unary one-way message is a generic call written as one
 // request (an 8-byte sequence number, then the buffers) and answered with an empty reply.
+//
+// Calls are plain gRPC (no per-message seal: it would be timed), so someone who sees a run's traffic
+// learns its method names. What such a caller can do is bounded: a message larger than the run's largest
+// (the engine's max_receive) is refused by gRPC itself; a unary one-way message numbered out of its
+// link's sequence (one received already, or more than kAhead past those received in order), or a second
+// stream of the same kind on one link, is refused and breaks the link naming the tampering.
 #include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -38,6 +44,7 @@ namespace {
 
 constexpr int kOk = 0, kTick = 1, kFail = -1;
 constexpr size_t kMaxInFlight = 1024;                      // unary one-way sends not yet answered
+constexpr uint64_t kAhead = kMaxInFlight + 2;  // no sender's message arrives further past those in order
 constexpr auto kIdleAfter = std::chrono::milliseconds(20);  // no call for this long: the idle driver polls
 constexpr auto kYieldKick = std::chrono::microseconds(2000);  // a driver that yielded wants the queue back by then
 enum Kind { kDeliver, kDeliverStream, kExchange, kExchangeStream };
@@ -82,7 +89,8 @@ struct Link {
   uint64_t next_out = 0;
   // receiving
   std::map<uint64_t, std::pair<grpc::ByteBuffer, size_t>> inbox;  // seq -> (message, offset of the payload)
-  uint64_t next_in = 0, stream_in = 0;
+  uint64_t next_in = 0, stream_in = 0, in_order = 0;  // in_order: every message numbered below it arrived
+  bool dstream_seen = false, xstream_seen = false;  // a peer opens one stream of each kind on its link
   bool in_closed = false, ex_closed = false;
   std::deque<ServerCall*> exchanges;  // requests waiting for serve()
   ServerCall* current = nullptr;      // the request being served (serve_next .. serve_reply)
@@ -141,7 +149,8 @@ uint64_t SeqOf(const grpc::ByteBuffer& bb, std::vector<grpc::Slice>* scratch) {
 
 class Engine {
  public:
-  Engine(const std::string& token, int rank, double timeout) : token_(token), rank_(rank), timeout_(timeout) {}
+  Engine(const std::string& token, int rank, double timeout, int max_receive)
+      : token_(token), rank_(rank), timeout_(timeout), max_receive_(max_receive) {}
 
   bool Start(const std::string& host, int port, const std::vector<int>& peers) {
     for (int p : peers) {
@@ -150,7 +159,7 @@ class Engine {
       links_[p] = std::move(link);
     }
     grpc::ServerBuilder builder;
-    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxReceiveMessageSize(max_receive_);
     builder.SetMaxSendMessageSize(-1);
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
@@ -246,7 +255,7 @@ class Engine {
     Link* l = link(peer);
     if (!l) return Fail("is not a peer of this rank");
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxReceiveMessageSize(max_receive_);
     args.SetMaxSendMessageSize(-1);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own per link
     l->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
@@ -337,8 +346,9 @@ class Engine {
     bool fits = Scatter(it->second.first, it->second.second, m, &scratch_);
     l->inbox.erase(it);
     ++l->next_in;
-    if (!fits) return Fail("sent a message that does not fit the " + std::to_string(m->nbytes) +
-                           " B expected; do all ranks run the same command?");
+    if (!fits) return Fail("is named as the sender of a message that does not fit the " + std::to_string(m->nbytes) +
+                           " B expected: do all ranks run the same command? (else a caller that is not this peer "
+                           "sent it: tampering)");
     return kOk;
   }
 
@@ -418,7 +428,9 @@ class Engine {
     l->current = l->exchanges.front();
     l->exchanges.pop_front();
     if (!Scatter(ServerBuf(l->current), 0, req, &scratch_))
-      return Fail("sent a request that does not fit the " + std::to_string(req->nbytes) + " B expected");
+      return Fail("is named as the sender of a request that does not fit the " + std::to_string(req->nbytes) +
+                  " B expected: do all ranks run the same command? (else a caller that is not this peer sent it: "
+                  "tampering)");
     return kOk;
   }
 
@@ -445,6 +457,22 @@ class Engine {
     return b;
   }
   static std::string Lost() { return "closed its connection (the process died or aborted)"; }
+  // Why a one-way message numbered seq cannot be this link's peer's, or "" if it can be.
+  static std::string OutOfSequence(const Link* l, uint64_t seq) {
+    if (seq == UINT64_MAX) return "without a sequence number";
+    if (seq < l->next_in || l->inbox.count(seq)) return "numbered " + std::to_string(seq) + ", a number already received";
+    if (seq - l->in_order >= kAhead)
+      return "numbered " + std::to_string(seq) + ", more than " + std::to_string(kAhead) + " past the " +
+             std::to_string(l->in_order) + " received in order";
+    return "";
+  }
+  // The link broken by a call its peer never makes (Python's grpcio transport says it alike).
+  static void Tampered(Link* l, const std::string& what) {
+    if (l->broken.empty())
+      l->broken = "is named as the sender of " + what + "; it never sends that, so a caller who learnt this run's "
+                  "gRPC method names sent it (tampering: the run's gRPC traffic is plain, so run it on a network "
+                  "only the job reaches)";
+  }
   int Broken(Link* l, const std::string& what) {
     l->broken = what;
     return Fail(l->broken);
@@ -473,6 +501,7 @@ class Engine {
   std::string token_;
   int rank_;
   double timeout_;
+  int max_receive_;  // bytes: the run's largest message and a margin; gRPC refuses a larger one
   int port_ = 0;
   std::string error_;
   grpc::AsyncGenericService service_;
@@ -564,6 +593,16 @@ struct ServerCall final : Op {
           rw.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not a method of this run"), this);
           return;
         }
+        if (kind == kDeliverStream || kind == kExchangeStream) {
+          bool& seen = kind == kDeliverStream ? link->dstream_seen : link->xstream_seen;
+          if (seen) {
+            Engine::Tampered(link, std::string("a second ") + kKindNames[kind] + " call");
+            state = kFinish;
+            rw.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "out of this link's sequence"), this);
+            return;
+          }
+          seen = true;
+        }
         state = kRead;
         rw.Read(&buf, this);
         return;
@@ -581,9 +620,17 @@ struct ServerCall final : Op {
           rw.Read(&buf, this);
         } else if (kind == kDeliver) {
           uint64_t seq = SeqOf(buf, &e->scratch_);
-          link->inbox.emplace(seq, std::make_pair(std::move(buf), size_t{8}));
-          buf = grpc::ByteBuffer();
+          std::string why = Engine::OutOfSequence(link, seq);
           state = kFinish;
+          if (!why.empty()) {
+            Engine::Tampered(link, "a one-way message " + why);
+            buf = grpc::ByteBuffer();
+            rw.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "out of this link's sequence"), this);
+            return;
+          }
+          link->inbox.emplace(seq, std::make_pair(std::move(buf), size_t{8}));
+          while (link->inbox.count(link->in_order)) ++link->in_order;
+          buf = grpc::ByteBuffer();
           rw.WriteAndFinish(e->empty_, grpc::WriteOptions(), grpc::Status::OK, this);
         } else {
           link->exchanges.push_back(this);  // serve() answers it
@@ -722,8 +769,8 @@ extern "C" {
 
 // Start this rank's server on host:port (0: any free port) for the given peers; NULL with *err set if not.
 void* cbg_new(const char* host, int port, const char* token, int rank, const int* peers, int npeers,
-              double timeout, char* err, int errlen) {
-  auto* e = new Engine(token, rank, timeout);
+              double timeout, int max_receive, char* err, int errlen) {
+  auto* e = new Engine(token, rank, timeout, max_receive);
   if (!e->Start(host, port, std::vector<int>(peers, peers + npeers))) {
     std::snprintf(err, errlen, "%s", e->error());
     delete e;
