@@ -110,3 +110,20 @@ def test_a_sealed_plan_of_any_options_runs_checked_or_is_refused(body):
     assert o == TrainOptions(**body)
     for k, v in body.items():
         assert v is None or isinstance(v, (str, int, float)) and not isinstance(v, (list, dict)), (k, v)
+
+
+profile_cells = st.one_of(st.sampled_from(["w", "3x4", "float32", "48", "1", "0", "-4", "nan", "1e999", "int8"]),
+                          st.text(max_size=8), st.just("9" * 140_000))
+
+
+@SETTINGS
+@given(lines=st.lists(st.lists(profile_cells, min_size=1, max_size=6), max_size=4), header=st.booleans())
+def test_a_gradient_profile_of_any_cells_is_shown_or_refused(tmp_path_factory, lines, header):
+    path = tmp_path_factory.mktemp("p") / "model.csv"
+    rows = (["name,shape,dtype,bytes,trainable"] if header else []) + [",".join(c) for c in lines]
+    path.write_text("# model: m\n" + "\n".join(rows) + "\n")
+    code, out, err = run("payloads", "show", str(path))
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("commbench: "), err
+    else:
+        assert code == 0 and out, err
