@@ -52,6 +52,11 @@ def declared_keys(bench: str) -> dict:
 POINT_NUMBERS = ("size", "count", "batch", "workers", "ps")  # keys that tell points apart, besides a kind's x
 
 
+def _flat(v: list) -> list:
+    """The values of a list of values, or of lists of them (per step, per worker), as one list."""
+    return [y for x in v for y in (_flat(x) if isinstance(x, list) else [x])]
+
+
 def read_checked(path, need_rows: bool = True) -> list:
     """A results file's runs, every row's values checked against the declared schema: a key with a
     unit holds a number within its unit's bounds (value_problem) or nothing, and a kind's x axis is in
@@ -77,7 +82,7 @@ def read_checked(path, need_rows: bool = True) -> list:
                 v = row.get(k)
                 if v is None:
                     continue
-                values = v if isinstance(v, list) and c.many else [v]  # a list where one value is declared: refused
+                values = _flat(v) if isinstance(v, list) and c.many else [v]  # a list where one is declared: refused
                 why = next((w for x in values if x is not None and (w := value_problem(x, c.unit))), "")
                 if why:
                     raise UsageError(f"{path}: row {i}: {k} is {str(v)[:40]!r}, {why}; was the file edited?")

@@ -127,3 +127,25 @@ def test_a_gradient_profile_of_any_cells_is_shown_or_refused(tmp_path_factory, l
         assert len(err.strip().splitlines()) == 1 and err.startswith("commbench: "), err
     else:
         assert code == 0 and out, err
+
+
+def test_a_list_of_lists_of_values_is_checked_value_by_value(tmp_path):
+    """train's grads_lag_ms holds a list per step of the workers' lags: each is checked, none refused
+    for being nested."""
+    from commbench import presentation
+    from commbench.core.errors import UsageError
+
+    def file(lags) -> str:
+        p = tmp_path / "train.jsonl"
+        p.write_text(json.dumps({"type": "meta", "bench": "train", "options": {}}) + "\n" + json.dumps(
+            {"type": "row", "bench": "train", "workers": 2, "images_s": 100.0, "grads_lag_ms": lags}) + "\n")
+        return str(p)
+
+    assert presentation.read_checked(file([[1.5], [2.0]]))[0].rows[0]["grads_lag_ms"] == [[1.5], [2.0]]
+    for bad in ([[1.5], [1e300]], [["x"]]):
+        try:
+            presentation.read_checked(file(bad))
+        except UsageError as exc:
+            assert "grads_lag_ms" in str(exc)
+        else:
+            raise AssertionError(f"{bad} taken")
