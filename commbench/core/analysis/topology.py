@@ -126,27 +126,28 @@ def _few(names: list[str], n: int = 4) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
+def _parts(text: str) -> list[str]:
+    """A hostlist split at its top-level commas (what is left with a bracket open: one last part)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and not depth:
+            parts.append(text[start:i])
+            start = i + 1
+    return [p for p in (*parts, text[start:]) if p]
+
+
 def _expand(text: str, where: str, room: int) -> list[str]:
     """A hostlist's names, refused once they would pass ``room`` (expanded one top-level part at a
     time: a few bytes of ranges can name millions of hosts)."""
     names: list[str] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text + ","):
-        depth += (ch == "[") - (ch == "]")
-        if ch != "," or depth or i == start:
-            continue
+    for part in _parts(text):
         try:
-            names += hostlist.expand_hostlist(text[start:i])
+            names += hostlist.expand_hostlist(part)
         except hostlist.BadHostlist as exc:
             raise UsageError(f"{where}: {text[:60]!r} is not a Slurm hostlist ({exc}); e.g. node[0-15]") from None
-        start = i + 1
         if len(names) > room:
             _too_many(where)
-    if start < len(text):  # brackets left open: hostlist says what is wrong
-        try:
-            hostlist.expand_hostlist(text[start:])
-        except hostlist.BadHostlist as exc:
-            raise UsageError(f"{where}: {text[:60]!r} is not a Slurm hostlist ({exc}); e.g. node[0-15]") from None
     bad = next((n for n in names if not NAME.fullmatch(n)), None)
     if bad is not None:
         raise UsageError(f"{where}: {bad[:60]!r} is not a host or switch name (letters, digits, . _ -)")
