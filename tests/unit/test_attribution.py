@@ -110,6 +110,29 @@ def test_in_an_oversubscribed_tree_the_slowest_uplink_is_named_first_and_probed_
         assert control[0] // 4 == control[1] // 4  # a pair inside one rack: no uplink at all
 
 
+def test_in_an_oversubscribed_tree_a_slow_host_is_judged_on_its_pairs_inside_its_rack():
+    """Under the tournament every crossing pair of an oversubscribed tree is uplink-bound, the slow
+    host's as much as any: its only evidence is its pairs inside its rack. Its switch must not take
+    them (its recheck between two good hosts would clear the switch and the host would never be a
+    suspect): the host is an explanation of its own; two slow hosts under one switch are two hosts,
+    a whole slow switch still the switch."""
+    topo, names = racks(16, 4), [f"n{i}" for i in range(16)]
+
+    def rate(slow: set[int], share: float = 1.0):
+        def r(a: int, b: int) -> float:
+            if a // 4 != b // 4:
+                return 0.25
+            return min(share if a in slow or b in slow else 1.0, 1.0)
+        return r
+
+    for slow, expect in (({5}, {("host", "n5")}), ({5, 6}, {("host", "n5"), ("host", "n6")})):
+        _, found = explain(names, matrix(16, rate(slow, 0.5), 0.01, 3), topo, CUT)
+        assert {(e.kind, e.name) for e in found if e.kind != "uplink"} == expect, found
+    whole = matrix(16, lambda a, b: 0.25 if a // 4 != b // 4 else 0.5 if a // 4 == 1 else 1.0, 0.01, 3)
+    _, found = explain(names, whole, topo, CUT)
+    assert {(e.kind, e.name) for e in found if e.kind != "uplink"} == {("switch", "r1")}, found
+
+
 def test_latency_is_judged_the_other_way_up():
     k = 8
     names = [f"n{i}" for i in range(k)]

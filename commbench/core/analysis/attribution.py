@@ -54,6 +54,12 @@ class Factor:
     name: str  # the host, the switch (``or`` between ones that cover the same pairs), a hostlist, or "a - b"
     pairs: frozenset[Pair]
     members: tuple[int, ...] = ()  # the endpoints it concerns (a host: itself; a switch: its hosts; a cable: both)
+    judged: frozenset[Pair] | None = None  # the pairs it is judged on, where not all of ``pairs``
+
+    @property
+    def basis(self) -> frozenset[Pair]:
+        """The pairs it is judged on."""
+        return self.pairs if self.judged is None else self.judged
 
 
 @dataclass(frozen=True)
@@ -208,10 +214,31 @@ def explain(names: Sequence[str], values: np.ndarray, topo: Topology | None, cut
     candidates = factors(names, list(r), topo)
     if topo is None or len(set(topo.switch_of.values())) < 2:
         candidates += group_factor(names, r, judge.soft)
+    elif crossing_load_bound(r, judge.local_all, cut):
+        candidates = [f if f.kind == "uplink" else Factor(f.kind, f.name, f.pairs, f.members, f.pairs & judge.local_all)
+                      for f in candidates]
     while (best := judge.best(candidates, chosen, open_pairs)) is not None:
         chosen.append(best)
         open_pairs -= best.factor.pairs
     return ref, chosen + judge.cables(open_pairs)
+
+
+def crossing_load_bound(r: dict[Pair, float], local: set[Pair], cut: float) -> bool:
+    """Whether most hosts' pairs across uplinks are slow while their pairs inside their switch are fine:
+    an oversubscribed tree under the tournament, whose rounds share each uplink among several pairs
+    (a slow host or a slow uplink makes only some hosts' crossing pairs slow). The crossing figures
+    then say how the uplinks were shared, not how fast a host is: hosts and switches are judged on
+    the pairs inside switches (still taking their crossing pairs with them), uplinks on their crossing
+    pairs, and the rechecks measure each alone."""
+    soft = (1 + cut) / 2
+    inside: dict[int, list[float]] = {}
+    crossing: dict[int, list[float]] = {}
+    for p, x in r.items():
+        for i in p:
+            (inside if p in local else crossing).setdefault(i, []).append(x)
+    judged = [i for i in inside if len(inside[i]) >= 2 and len(crossing.get(i, ())) >= 2]
+    bound = sum(float(np.median(crossing[i])) < cut and float(np.median(inside[i])) >= soft for i in judged)
+    return len(judged) >= 3 and bound > len(judged) / 2
 
 
 class _Judge:
@@ -224,6 +251,7 @@ class _Judge:
         looks_fine = {i for i, x in enumerate(host_ratio) if x == x and x >= self.soft}
         self.healthy = [p for p in r if p[0] in looks_fine and p[1] in looks_fine]
         self.local = set(local_pairs(names, self.healthy, topo))
+        self.local_all = set(local_pairs(names, list(r), topo))
 
     def spread(self, open_pairs: set[Pair]) -> float:
         """The healthy pairs' spread: the MAD of log ratios around the reference (log 1 = 0) over the
@@ -255,25 +283,28 @@ class _Judge:
         for f in candidates:
             if any(e.factor is f for e in chosen):
                 continue
-            mine = sorted(f.pairs & open_pairs)
+            mine = sorted(f.basis & open_pairs)
             if len(mine) < MIN_PAIRS:
                 continue
             rs = [self.r[p] for p in mine]
             if not self.stands_out(float(np.median(rs)), len(rs), mad) or \
                     sum(x < self.soft for x in rs) < CONSISTENT * len(rs):
                 continue
-            low = sum(x < self.cut for x in rs)
-            fine = sum(x >= self.soft for x in rs)  # pairs it would call slow that are not
+            if f.judged is not None and f.kind == "switch" and max(rs) >= self.soft:
+                continue  # two of its hosts fine between themselves: not the switch (slow hosts under it)
+            taken = [self.r[p] for p in f.pairs & open_pairs]
+            low = sum(x < self.cut for x in taken)
+            fine = sum(x >= self.soft for x in taken)  # pairs it would call slow that are not
             # among equals the slowest first: in an oversubscribed tree the uplinks of all racks but one
             # explain every slow crossing pair, and the one whose pairs are slowest is the likeliest fault
-            rank = (fine - low, len(mine), KIND_ORDER[f.kind], float(np.median(rs)), f.name)
+            rank = (fine - low, len(taken), KIND_ORDER[f.kind], float(np.median(rs)), f.name)
             if best is None or rank < best[0]:
                 best = (rank, f, rs, low)
         if best is None:
             return None
-        _, f, rs, low = best
+        _, f, rs, _ = best
         med, lo, hi = median_ci(rs)
-        return Explanation(f, med, lo, hi, low, len(rs))
+        return Explanation(f, med, lo, hi, sum(x < self.cut for x in rs), len(rs))
 
     def cables(self, open_pairs: set[Pair]) -> list[Explanation]:
         """The low pairs no host, switch or uplink explains: each its own cable, if it stands out."""

@@ -97,7 +97,7 @@ def _row(ev: Evidence, e: Explanation, kind: str, measure: Measure, seen: str) -
     if e.kind == "cable":
         row["b"] = e.name.split(" - ")[1]
     row[measure.key] = e.value if e.value is not None else float(np.median(
-        [ev.values(measure)[p] for p in e.factor.pairs]))
+        [ev.values(measure)[p] for p in e.factor.basis]))
     return row
 
 
