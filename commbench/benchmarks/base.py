@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -64,7 +64,10 @@ class Context:
         return Sync(self.world.rank, self.transport.barrier, self.world.bcast_json, self.quiet)
 
 
-class Benchmark(ABC):
+OptionsT = TypeVar("OptionsT", bound=Options)  # a benchmark's own options: Benchmark[ItsOptions]
+
+
+class Benchmark(ABC, Generic[OptionsT]):
     name: ClassVar[str]
     help: ClassVar[str]
     units: ClassVar[str]
@@ -88,7 +91,7 @@ class Benchmark(ABC):
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.opts = config.bench  # an instance of its Options
+        self.opts: OptionsT = cast(OptionsT, config.bench)  # an instance of its Options
         self.common = config.common
 
     @classmethod
@@ -111,17 +114,17 @@ class Benchmark(ABC):
         return cls.Options()
 
     @classmethod
-    def ranks(cls, opts: options.Options, common: CommonOptions) -> int:
+    def ranks(cls, opts: OptionsT, common: CommonOptions) -> int:
         """How many ranks the options ask for (``--np`` where the benchmark takes any number)."""
         return 2
 
     @classmethod
-    def needs(cls, opts: options.Options, common: CommonOptions) -> frozenset[str]:
+    def needs(cls, opts: OptionsT, common: CommonOptions) -> frozenset[str]:
         """The transport capabilities these options use (transports/base.py CAPABILITIES, native:OP)."""
         return frozenset({"call"})
 
     @classmethod
-    def plan_points(cls, opts: options.Options, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
+    def plan_points(cls, opts: OptionsT, common: CommonOptions) -> tuple[list[Payload], str | None] | None:
         """The points to measure, if this benchmark plans its own (None: the common -m / --payload)."""
         return None
 

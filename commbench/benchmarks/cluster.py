@@ -142,7 +142,7 @@ class ClusterOptions(Options):
                              "uplink, oversubscription, latency, faults, seed; docs/cluster.md)")
 
 
-class Cluster(Benchmark):
+class Cluster(Benchmark[ClusterOptions]):
     name = "cluster"
     help = ("cluster evaluation: latency and bandwidth between every pair of hosts, rings, bisection; names the "
             "slow host, cable or dead node (as ClusterKit)")
@@ -188,11 +188,10 @@ class Cluster(Benchmark):
             key("ratio_hi", "ratio", "the effect's 95 % interval, high end (bootstrap)", optional=True)]
 
     Options = ClusterOptions
-    opts: ClusterOptions  # its instance (self.opts)
     figure = "pairs"
 
     @classmethod
-    def ranks(cls, opts: ClusterOptions, common: CommonOptions) -> int:  # type: ignore[override]
+    def ranks(cls, opts: ClusterOptions, common: CommonOptions) -> int:
         tests = [t.strip() for t in opts.tests.split(",") if t.strip()]
         bad = [t for t in tests if t not in TESTS]
         if bad or not tests:
@@ -267,11 +266,11 @@ class Cluster(Benchmark):
         return Scenario(topo)
 
     @classmethod
-    def needs(cls, opts: ClusterOptions, common: CommonOptions) -> frozenset[str]:  # type: ignore[override]
+    def needs(cls, opts: ClusterOptions, common: CommonOptions) -> frozenset[str]:
         return frozenset({"call", "stream", "exchange"})
 
     @classmethod
-    def plan_points(cls, opts: ClusterOptions,  # type: ignore[override]
+    def plan_points(cls, opts: ClusterOptions,
                     common: CommonOptions) -> tuple[list[Payload], str | None] | None:
         lat, bw = parse_size(opts.lat_size, "--lat-size"), parse_size(opts.bw_size, "--bw-size")
         if bw == 0:

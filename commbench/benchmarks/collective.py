@@ -68,7 +68,7 @@ class RootedOptions(CollectiveOptions):
     root: int = opt(0, type=integer(0, 4095), help="the root rank (default 0)")
 
 
-class Collective(Benchmark):
+class Collective(Benchmark[CollectiveOptions]):
     op: ClassVar[str]  # the native operation's name (transports' native:OP capability)
     algorithms: ClassVar[tuple[str, ...]]  # emulated over links; the first is the default; "native" is added
     redop: ClassVar[str] = "none"
@@ -187,7 +187,7 @@ class Collective(Benchmark):
             base = (np.arange(m) % 7 + 1).astype(F32)
             np.multiply(base, F32(me + 1), out=inp)
             if self.opts.algorithm == "native":
-                run, scratch = ctx.transport.native(self.op, inp, out, max(self.root, 0)), []
+                run, scratch = ctx.transport.native(self.op, inp, out, max(self.root, 0)), list[np.ndarray]()
             else:
                 run, scratch = self.plan(ctx, inp, out)
             parts.append(Part(inp, out, base, run, scratch, buffers.array(count, F32) if checked else None))
@@ -206,21 +206,22 @@ class Collective(Benchmark):
         me, n = ctx.world.rank, ctx.world.size
         corrupter = me == max(self.root, 0) and ctx.corrupt_every
         wrong, it = [0], [0]
+        checked = [(p, p.expected) for p in parts if p.expected is not None]  # every part (prepare: checked)
 
         def step() -> None:
             i = it[0] = it[0] + 1
             k = F32(i % 64)
-            for p in parts:
+            for p, expected in checked:
                 np.multiply(p.base, F32(me + 1), out=p.inp)
                 p.inp += k
-                defined = self.expect(me, n, p.base, k, p.expected)
+                defined = self.expect(me, n, p.base, k, expected)
                 if corrupter and i % ctx.corrupt_every == 0:  # test hook: data that differs from what it should be
                     p.inp[0] += 1
                 for arr in (p.out, *p.scratch):
                     arr.fill(np.nan)
                 p.run()
                 if defined:
-                    wrong[0] += int(np.count_nonzero(p.out != p.expected))
+                    wrong[0] += int(np.count_nonzero(p.out != expected))
         return Side(step=step, wrong=lambda: wrong[0])
 
     def row(self, payload: Payload, timing: Timing, reports: list[dict]) -> dict:

@@ -34,7 +34,7 @@ class BandwidthOptions(Options):
     pairs: int = opt(1, type=integer(1, 2048), help="pairs of ranks, rank i with i + N (default 1)")
 
 
-class P2PBandwidth(Benchmark):
+class P2PBandwidth(Benchmark[BandwidthOptions]):
     name = "p2p-bandwidth"
     help = "a window of messages, then an ack; MB/s = bytes x window x iterations / time (as osu_bw)"
     imported_units = ("MB/s = 10^6 B/s (converted from the tool's own unit), as the tool measured them (its own window "

@@ -53,7 +53,7 @@ class PSOptions(Options):
                                 "(their default); async, every push applied on arrival, no barrier")
 
 
-class PSThroughput(Benchmark):
+class PSThroughput(Benchmark[PSOptions]):
     name = "ps-throughput"
     help = "parameter-server emulator: workers push gradients to and pull variables from PS shards"
     loops = PS_LOOPS

@@ -55,11 +55,13 @@ def parse_json(text: str, path: str, ranks: int = 0) -> Imported:
     except (ValueError, RecursionError):
         raise UsageError(f"{path}: not nccl-tests -J output (JSON that does not parse; cut short?)") from None
     results = doc.get("results") if isinstance(doc, dict) else None
-    if not isinstance(results, list):
+    if not isinstance(doc, dict) or not isinstance(results, list):
         raise UsageError(f"{path}: nccl-tests -J output without a results list (the run ended before its table?)")
-    args = doc.get("args") if isinstance(doc.get("args"), list) else []
+    args = doc.get("args")
+    args = args if isinstance(args, list) else []
     program = Path(str(args[0])).name if args else ""
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    config = doc.get("config")
+    config = config if isinstance(config, dict) else {}
     rows = []
     for r in results:
         oop = r.get("out_of_place") if isinstance(r, dict) else None
@@ -79,7 +81,8 @@ def parse_json(text: str, path: str, ranks: int = 0) -> Imported:
                                               if isinstance(config.get("iterations"), int) else {})})
     first = [str(rows[0]["size"]), "", "", rows[0]["redop"], str(rows[0]["root"])] if rows else None
     bench = _test(program, path, first) if first else "allreduce"
-    devices = config.get("devices") if isinstance(config.get("devices"), list) else []
+    devices = config.get("devices")
+    devices = devices if isinstance(devices, list) else []
     lib = doc.get("nccl_version")
     imp = Imported(bench, f"{next(k for k, v in TESTS.items() if v == bench)}_perf", "nccl",
                    f"NCCL {lib}" if isinstance(lib, int) else "NCCL", rows, None, ranks=len(devices) or ranks or 2)

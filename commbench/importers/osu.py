@@ -36,9 +36,10 @@ def parse(text: str, path: str, ranks: int = 0, size: int = 0) -> Imported:
                          "latency, bandwidth, bi-directional bandwidth, allreduce)")
     bench, tool = TESTS[test.lower()]
     dt = re.search(r"^# Datatype: (MPI_\w+)", text, re.M)
-    dtype = DTYPES.get(dt.group(1) if dt else "MPI_FLOAT" if suite != "OSU" and bench == "allreduce" else "MPI_CHAR")
+    dt_name = dt.group(1) if dt else "MPI_FLOAT" if suite != "OSU" and bench == "allreduce" else "MPI_CHAR"
+    dtype = DTYPES.get(dt_name)
     if dtype is None:
-        raise UsageError(f"{path}: datatype {dt.group(1)} is not one commbench reports (MPI_CHAR, MPI_INT, MPI_FLOAT)")
+        raise UsageError(f"{path}: datatype {dt_name} is not one commbench reports (MPI_CHAR, MPI_INT, MPI_FLOAT)")
     def rows():
         for line in lines(text, m.end()):
             got = LINE.match(line)
@@ -67,10 +68,11 @@ def _row(bench: str, size: int, value: float, extra: list[float], dtype: tuple[s
         return row
     if bench in ("p2p-bandwidth", "p2p-bibw"):
         return {"size": size, "mb_s": value}
-    row = {"size": size, "time_us": value, "count": size // dtype[1], "dtype": dtype[0], "redop": "sum",
-           "root": -1, "algorithm": "native", "algbw": size / value / 1e3 if value else None}
+    algbw = size / value / 1e3 if value else None
+    coll: dict[str, object] = {"size": size, "time_us": value, "count": size // dtype[1], "dtype": dtype[0],
+                               "redop": "sum", "root": -1, "algorithm": "native", "algbw": algbw}
     if len(extra) >= 3:
-        row.update(time_min_us=extra[0], time_max_us=extra[1], iterations=int(extra[2]))
-    if ranks >= 2 and row["algbw"] is not None:
-        row["busbw"] = row["algbw"] * AllReduceBench.bus_factor(ranks)  # as commbench's all-reduce rows
-    return row
+        coll.update(time_min_us=extra[0], time_max_us=extra[1], iterations=int(extra[2]))
+    if ranks >= 2 and algbw is not None:
+        coll["busbw"] = algbw * AllReduceBench.bus_factor(ranks)  # as commbench's all-reduce rows
+    return coll

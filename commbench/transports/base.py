@@ -29,9 +29,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar, cast
 
-from commbench.core.config import options
 from commbench.core.config.options import NoOptions, Options
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, UsageError
@@ -145,7 +144,10 @@ def queues(pairs: Sequence[tuple[Link, Message]]) -> dict:
     return out
 
 
-class Transport(ABC):
+OptionsT = TypeVar("OptionsT", bound=Options)  # a transport's own options: Transport[ItsOptions]
+
+
+class Transport(ABC, Generic[OptionsT]):
     """One module per transport, each with one subclass of this naming itself in ``name``; its own
     flags are the fields of its ``Options`` (options classes may be shared: grpc-cpp takes grpc's)."""
 
@@ -161,7 +163,7 @@ class Transport(ABC):
     def __init__(self, world: World, config: RunConfig) -> None:
         self.world = world
         self.config = config
-        self.opts = config.net  # this transport's own options (an instance of its Options)
+        self.opts: OptionsT = cast(OptionsT, config.net)  # this transport's own options (an instance of its Options)
         self.timeout: float = config.common.timeout
         self.busy: bool = config.poll == "busy"
         # what the transport's own library raises for a peer's fault on a path that is not wrapped (a timed
@@ -169,7 +171,7 @@ class Transport(ABC):
         self.peer_faults: tuple[type[BaseException], ...] = ()
 
     @classmethod
-    def able(cls, opts: options.Options) -> frozenset[str]:
+    def able(cls, opts: OptionsT) -> frozenset[str]:
         """What the transport can do with these options: ``capabilities``, ``poll:MODE`` per poll mode,
         and ``validate`` (it can check message contents); ``own-launcher``: it starts its ranks with its
         library's launcher (mpiexec); ``open-server``: its ranks run a server without authentication
@@ -177,24 +179,24 @@ class Transport(ABC):
         return cls.capabilities | {f"poll:{m}" for m in cls.poll_modes} | {"validate"}
 
     @classmethod
-    def default_poll(cls, opts: options.Options) -> str:
+    def default_poll(cls, opts: OptionsT) -> str:
         return cls.poll_modes[0]
 
     @classmethod
-    def label(cls, opts: options.Options, poll: str) -> str:
+    def label(cls, opts: OptionsT, poll: str) -> str:
         """A configuration's short name in comparisons, e.g. 'grpc raw/stream', 'tcp busy-poll'."""
         return cls.name
 
     @classmethod
-    def check_usable(cls, opts: options.Options) -> None:
+    def check_usable(cls, opts: OptionsT) -> None:
         """Raise UsageError naming what is missing (a module, a device) and the fix."""
 
     @classmethod
-    def prepare_process(cls, opts: options.Options) -> None:
+    def prepare_process(cls, opts: OptionsT) -> None:
         """Called once in every process of a run before it launches or joins one (may re-execute it)."""
 
     @classmethod
-    def before_rendezvous(cls, opts: options.Options) -> None:
+    def before_rendezvous(cls, opts: OptionsT) -> None:
         """Called in every rank before the run's rendezvous starts: where a library's start-up is
         collective (MPI_Init), every rank starts it here, where no rank waits on another's store."""
 

@@ -125,13 +125,12 @@ class CppLink(Link):
         self.api.flush(self.engine, self.peer)
 
 
-class GrpcCppTransport(Transport):
+class GrpcCppTransport(Transport[GrpcCallOptions]):
     name = "grpc-cpp"
     help = "gRPC through its C++ API (a small extension; GIL released per call): --grpc-call unary|stream"
     poll_modes = ("blocking",)
 
     Options = GrpcCallOptions
-    opts: GrpcCallOptions  # its instance (self.opts)
     presets = (("--grpc-call", "unary"), ("--grpc-call", "stream"))
 
     @classmethod

@@ -369,13 +369,12 @@ class GrpcLink(Link):
         self.channel.close()
 
 
-class GrpcTransport(Transport):
+class GrpcTransport(Transport[GrpcOptions]):
     name = "grpc"
     help = "gRPC via grpcio: --grpc-mode raw|proto, --grpc-call unary|stream"
     poll_modes = ("blocking",)
 
     Options = GrpcOptions
-    opts: GrpcOptions  # its instance (self.opts)
     presets = tuple(("--grpc-mode", m, "--grpc-call", c) for m in ("raw", "proto") for c in ("unary", "stream"))
 
     @classmethod

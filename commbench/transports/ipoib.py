@@ -73,11 +73,10 @@ class IpoibOptions(GrpcOptions):
     over: str = opt("tcp", group="ipoib transport", choices=("tcp", "grpc"), help="data path over IPoIB (default tcp)")
 
 
-class IpoibTransport(Transport):
+class IpoibTransport(Transport[IpoibOptions]):
     name = "ipoib"
     help = "tcp or grpc over an IPoIB interface (--over tcp|grpc, --iface ib0)"
     Options = IpoibOptions
-    opts: IpoibOptions  # its instance (self.opts)
     presets = (("--over", "tcp"), ("--over", "grpc"))
 
     @classmethod

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from commbench.core.config import options
 from commbench.core.config.options import Options, opt
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError
@@ -45,7 +44,7 @@ class MpiLink(Link):
                 dtype = MPI.BYTE.Create_hindexed(list(msg.sizes), [MPI.Get_address(a) for a in msg.arrays]).Commit()
                 c = [MPI.BOTTOM, 1, dtype]
             msg.cache["mpi"] = c
-        return c  # type: ignore[return-value]
+        return c
 
     def send(self, msg: Message) -> None:
         try:
@@ -144,14 +143,13 @@ class MpiOptions(Options):
                              "(serialized, as OMB-Py --pickle; framed codec, never unpickles)")
 
 
-class MpiTransport(Transport):
+class MpiTransport(Transport[MpiOptions]):
     name = "mpi"
     help = "MPI via mpi4py (--mpi-mode buffer|pickle); install with pip install 'commbench[mpi]'"
     poll_modes = ("busy",)
     capabilities = BASIC | {f"native:{op}" for op in ("allreduce", "allgather", "alltoall", "broadcast")}
 
     Options = MpiOptions
-    opts: MpiOptions  # its instance (self.opts)
     presets = (("--mpi-mode", "buffer"), ("--mpi-mode", "pickle"))
 
     @classmethod
@@ -159,11 +157,11 @@ class MpiTransport(Transport):
         return f"{cls.name} {opts.mpi_mode}"
 
     @classmethod
-    def able(cls, opts: options.Options) -> frozenset[str]:
+    def able(cls, opts: MpiOptions) -> frozenset[str]:
         return super().able(opts) | {"own-launcher"}
 
     @classmethod
-    def before_rendezvous(cls, opts: options.Options) -> None:
+    def before_rendezvous(cls, opts: MpiOptions) -> None:
         """MPI_Init now, in every rank at once. mpi4py runs it holding the GIL, so a rank 0 inside it
         serves nothing (its store's thread waits for the GIL) until every rank has called it; started
         later, under srun, rank 0 could enter it while rank 1 still waited for rank 0's store to answer:

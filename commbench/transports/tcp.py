@@ -16,6 +16,7 @@ import select
 import socket
 import struct
 import time
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
@@ -25,7 +26,7 @@ from commbench.core.run.framing import send_frame
 from commbench.core.run.gate import WELCOME, Gate, dial
 from commbench.core.run.sockets import bind_listener
 from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
-from commbench.transports.base import Link, Transport, queues
+from commbench.transports.base import Link, OptionsT, Transport, queues
 
 HDR = struct.Struct("<QI")
 IOV_MAX = 1024
@@ -70,7 +71,7 @@ class TcpLink(Link):
         if c is None:
             hdr = memoryview(HDR.pack(msg.nbytes, len(msg.sizes)))
             c = msg.cache["tcp.send"] = ([hdr, *(v for v in msg.views if len(v))], HDR.size + msg.nbytes)
-        return c  # type: ignore[return-value]
+        return c
 
     @staticmethod
     def recv_iov(msg: Message) -> tuple[list[memoryview], int, bytearray]:
@@ -79,7 +80,7 @@ class TcpLink(Link):
             hdr = bytearray(HDR.size)
             c = msg.cache["tcp.recv"] = ([memoryview(hdr), *(v for v in msg.views if len(v))],
                                          HDR.size + msg.nbytes, hdr)
-        return c  # type: ignore[return-value]
+        return c
 
     @staticmethod
     def staged(msg: Message, key: str) -> tuple[bytearray, memoryview, list[tuple[memoryview, memoryview]], tuple]:
@@ -95,7 +96,7 @@ class TcpLink(Link):
                     slots.append((mv[off:off + len(v)], v))
                 off += len(v)
             c = msg.cache[key] = (buf, mv, slots, (msg.nbytes, len(msg.sizes)))
-        return c  # type: ignore[return-value]
+        return c
 
     def check_header(self, hdr: bytearray, msg: Message) -> None:
         nbytes, nbufs = HDR.unpack_from(hdr)
@@ -249,22 +250,9 @@ class TcpLink(Link):
         self.sock.close()
 
 
-class TcpTransport(Transport):
-    name = "tcp"
-    help = "raw TCP sockets (vectored sendmsg / recvmsg_into)"
-
-    Options = SocketOptions
-    opts: SocketOptions  # its instance (self.opts)
-    presets = (("--poll", "blocking"), ("--poll", "busy"))
-    baseline = True  # the sockperf-like floor every other configuration is compared with
-
-    @classmethod
-    def label(cls, opts: SocketOptions, poll: str) -> str:
-        return f"{cls.name} {'busy-poll' if poll == 'busy' else 'blocking'}"
-
-    @classmethod
-    def check_usable(cls, opts: SocketOptions) -> None:
-        check_socket_options(opts)
+class StreamTransport(Transport[OptionsT]):
+    """Stream sockets between ranks, each pair one connection (tcp, unix): where a rank listens and how
+    it opens a peer's address are the subclass's; the handshake, framing and progress are these."""
 
     def mode(self) -> str:
         return "busy-poll" if self.busy else "blocking"
@@ -279,7 +267,8 @@ class TcpTransport(Transport):
         try:
             deadline = time.monotonic() + self.timeout
             for p in (p for p in peers if p > rank):  # connect up, accept from below
-                links[p] = TcpLink(self._dial(addrs[p], p, deadline), p, world.describe(p), self.timeout, self.busy)
+                links[p] = TcpLink(self._dial(self.address(addrs[p], p), p, deadline), p, world.describe(p),
+                                   self.timeout, self.busy)
             expected = {p for p in peers if p < rank}
             while expected:
                 left = deadline - time.monotonic()
@@ -287,28 +276,33 @@ class TcpTransport(Transport):
                     names = ", ".join(world.describe(p) for p in sorted(expected))
                     raise PeerError(f"timed out after {self.timeout:g} s waiting for {names} to connect")
                 for conn, addr, hello, seal in gate.wait(left):
-                    p = hello.get("rank")
-                    if p not in expected:
-                        gate.refuse(conn, addr, f"unexpected rank {p!r}")
+                    who = hello.get("rank")
+                    if not isinstance(who, int) or who not in expected:
+                        gate.refuse(conn, addr, f"unexpected rank {who!r}")
                     else:
                         send_frame(conn, OK, {}, seal=seal)
-                        expected.discard(p)
-                        links[p] = TcpLink(conn, p, world.describe(p), self.timeout, self.busy)
+                        expected.discard(who)
+                        links[who] = TcpLink(conn, who, world.describe(who), self.timeout, self.busy)
         finally:
             gate.close()
         self.links = links
         return links
 
+    def address(self, told: object, peer: int) -> Address:
+        """A peer's address as it told it: the shape its ``listen`` gives (``[host, port]`` or a name)."""
+        if isinstance(told, str) or (isinstance(told, list) and len(told) == 2 and isinstance(told[0], str)
+                                     and type(told[1]) is int):
+            return told
+        raise PeerError(f"{self.world.describe(peer)} told its {self.name} address as {type(told).__name__} "
+                        f"{str(told)[:40]!r}: do all ranks run the same commbench?")
+
+    @abstractmethod
     def listen(self) -> tuple[socket.socket, Address]:
         """This rank's listening socket, and its address as peers are told it (JSON)."""
-        host = local_endpoint(self.opts, self.world)
-        listener = bind_listener(host, data_port(self.config.common.port, self.world),
-                                 f"{self.name} transport of rank {self.world.rank}")
-        return listener, [host, listener.getsockname()[1]]
 
+    @abstractmethod
     def open(self, addr: Address, timeout: float) -> socket.socket:
         """A connection to a peer's address as ``listen`` gave it."""
-        return socket.create_connection((addr[0], addr[1]), timeout=timeout)
 
     def _dial(self, addr: Address, peer: int, deadline: float) -> socket.socket:
         """Connect to a peer's data port, each side proving the run token; again while it is busy or not
@@ -333,6 +327,34 @@ class TcpTransport(Transport):
     def close(self) -> None:
         for link in getattr(self, "links", {}).values():
             link.close()
+
+
+class TcpTransport(StreamTransport[SocketOptions]):
+    name = "tcp"
+    help = "raw TCP sockets (vectored sendmsg / recvmsg_into)"
+
+    Options = SocketOptions
+    presets = (("--poll", "blocking"), ("--poll", "busy"))
+    baseline = True  # the sockperf-like floor every other configuration is compared with
+
+    @classmethod
+    def label(cls, opts: SocketOptions, poll: str) -> str:
+        return f"{cls.name} {'busy-poll' if poll == 'busy' else 'blocking'}"
+
+    @classmethod
+    def check_usable(cls, opts: SocketOptions) -> None:
+        check_socket_options(opts)
+
+    def listen(self) -> tuple[socket.socket, Address]:
+        """This rank's listening socket, and its address as peers are told it (JSON)."""
+        host = local_endpoint(self.opts, self.world)
+        listener = bind_listener(host, data_port(self.config.common.port, self.world),
+                                 f"{self.name} transport of rank {self.world.rank}")
+        return listener, [host, listener.getsockname()[1]]
+
+    def open(self, addr: Address, timeout: float) -> socket.socket:
+        """A connection to a peer's address as ``listen`` gave it."""
+        return socket.create_connection((addr[0], addr[1]), timeout=timeout)
 
 
 class _Exchange:

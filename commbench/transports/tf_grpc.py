@@ -110,7 +110,7 @@ class TfDriverLink(Link):
         if t is None:
             with self.tf.device(LOCAL):
                 t = msg.cache["tf"] = [self.tf.constant(a) for a in msg.arrays]
-        return t  # type: ignore[return-value]
+        return t
 
     def _run(self, fn, *args):
         try:

@@ -14,14 +14,13 @@ import socket
 
 from commbench.core.config.options import NoOptions
 from commbench.core.errors import Unavailable, UsageError
-from commbench.transports.tcp import Address, TcpTransport
+from commbench.transports.tcp import Address, StreamTransport, TcpTransport
 
 
-class UnixTransport(TcpTransport):
+class UnixTransport(StreamTransport[NoOptions]):
     name = "unix"
     help = "AF_UNIX stream sockets between ranks on one host (the local floor beside tcp loopback)"
     Options = NoOptions
-    baseline = False
     capabilities = TcpTransport.capabilities - {"many-hosts"}  # (under srun across nodes: listen says so)
 
     @classmethod

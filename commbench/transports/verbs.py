@@ -704,13 +704,12 @@ class VerbsOptions(Options):
                                help="receive pool per peer; slots are the largest message, at most 64 (default 64)")
 
 
-class VerbsTransport(Transport):
+class VerbsTransport(Transport[VerbsOptions]):
     name = "verbs"
     help = "RDMA verbs (pyverbs): RC queue pairs, SEND/RECV or RDMA WRITE with immediate (--verbs-op)"
     poll_modes = ("busy", "blocking")  # blocking = completion events
 
     Options = VerbsOptions
-    opts: VerbsOptions  # its instance (self.opts)
     presets = (("--verbs-op", "send"), ("--verbs-op", "write"))
     counter_keys = [key("received", "count", "messages the verbs transport received (all ranks, warm-up included)"),
                     key("received_direct", "count", "of those, placed straight into the receiver's buffers "

@@ -7,9 +7,12 @@ import socket
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commbench.core.config.run import CommonOptions, RunConfig
-from commbench.core.errors import UsageError
+from commbench.core.errors import PeerError, UsageError
+from commbench.transports.tcp import TcpTransport
 from commbench.transports.unix import UnixTransport
 
 
@@ -37,3 +40,25 @@ def test_unix_refuses_ranks_on_several_hosts():
     t = UnixTransport(world(["node1", "node2"]), RunConfig(CommonOptions(), 2))
     with pytest.raises(UsageError, match="connects ranks on one host; this run's ranks are on 2 .*use -t tcp"):
         t.listen()
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                    max_leaves=6)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(told=JSON)
+def test_a_peers_address_is_taken_only_in_the_shape_listen_gives(told):
+    """What a peer tells as its address comes over the network: a name (unix) or [host, port] (tcp),
+    anything else ends the connect naming the peer, before any socket is opened with it."""
+    w = world(["h", "h"])
+    w.describe = lambda r: f"rank {r} on host h"
+    t = TcpTransport(w, RunConfig(CommonOptions(), 2))
+    shaped = isinstance(told, str) or (isinstance(told, list) and len(told) == 2 and isinstance(told[0], str)
+                                       and type(told[1]) is int)
+    if shaped:
+        assert t.address(told, 1) == told
+    else:
+        with pytest.raises(PeerError, match="rank 1 on host h told its tcp address as"):
+            t.address(told, 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class Message:
         self.views = [a.data for a in self.arrays]
         self.nbytes = sum(self.sizes)
         # Per-transport precomputed state (framing headers, iovec lists), keyed by transport.
-        self.cache: dict[str, object] = {}
+        self.cache: dict[str, Any] = {}  # each transport knows what its keys hold
 
     @classmethod
     def over(cls, arrays: Sequence[np.ndarray]) -> Message:
