@@ -150,10 +150,20 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def runs(text: str) -> tuple[str, int, float, int]:
+    """``--runs KIND:HOSTS:N[:SEVERITY]`` as a plan's line."""
+    parts = text.split(":")
+    if len(parts) not in (3, 4) or parts[0] not in KINDS or not parts[1].isdigit() or not parts[2].isdigit():
+        raise SystemExit(f"--runs {text!r}: KIND:HOSTS:N[:SEVERITY], KIND one of {', '.join(KINDS)}")
+    return parts[0], int(parts[1]), float(parts[3]) if len(parts) == 4 else 0.5, int(parts[2])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--plan", choices=sorted(PLANS), default="ci")
+    p.add_argument("--runs", action="append", metavar="KIND:HOSTS:N[:SEVERITY]", default=[],
+                   help="these runs instead of a plan's (again for more), e.g. healthy:64:3000")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--noise", choices=("none", "quiet", "busy"), default="none")
     p.add_argument("--seed", type=int, default=1, help="the first scenario's seed (each run: its own)")
@@ -163,7 +173,8 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     log = a.out / "runs.jsonl"
     if not a.table:
-        todo = [(k, h, sev, a.seed + i) for k, h, sev, n in PLANS[a.plan] for i in range(n)]
+        plan = [runs(x) for x in a.runs] or PLANS[a.plan]
+        todo = [(k, h, sev, a.seed + i) for k, h, sev, n in plan for i in range(n)]
         with ThreadPoolExecutor(a.jobs) as pool, log.open("a") as f:
             for run in pool.map(lambda t: one_run(a.out, *t, a.noise, not a.no_topology), todo):
                 f.write(json.dumps(run) + "\n")
