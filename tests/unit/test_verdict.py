@@ -19,10 +19,10 @@ from commbench.core.analysis.verdict import drained, one_line
 
 def write_run(path: Path, names: list[str], rate, *, lat=None, topology: dict | None = None,
               transports: tuple[str, ...] = (), recheck: dict | None = None, failed: tuple = (),
-              start: str = "2026-12-01T00:00:00") -> Path:
+              start: str = "2026-12-01T00:00:00", recheck_latency: dict | None = None) -> Path:
     """A cluster run's results file: every pair of ``names`` at ``rate(a, b)`` MB/s (and ``lat(a, b)``
     us), measured over -t tcp and each of ``transports``; ``recheck``: suspect -> (probe, control)
-    MB/s, both passes; ``failed``: (a, b, lost) pairs that failed."""
+    MB/s, both passes (``recheck_latency``: us); ``failed``: (a, b, lost) pairs that failed."""
     meta = {"type": "meta", "bench": "cluster", "run_id": f"r{len(names)}", "start": start,
             "options": {"transport": "tcp", "slow_pct": 25.0, "tests": "pairwise", "budget": None},
             "hosts": [n.split("/")[0] for n in names], "endpoints": names}
@@ -41,11 +41,12 @@ def write_run(path: Path, names: list[str], rate, *, lat=None, topology: dict | 
                 row = {"test": "pairwise", "round": 1, "a": a, "b": b, "a_rank": i, "b_rank": j,
                        "mb_s": float(rate(a, b)), "lat_us": float(lat(a, b) if lat else 20.0)}
                 rows.append({**row, "via": via} if via else row)
-    for suspect, (probe, control) in (recheck or {}).items():
-        for n in ("", "-2"):
-            for role, v in (("probe", probe), ("control", control)):
-                rows.append({"test": "recheck", "round": 1, "a": names[0], "b": names[1], "suspect": suspect,
-                             "role": role + n, "mb_s": float(v)})
+    for test, key, again in (("recheck", "mb_s", recheck), ("recheck-latency", "lat_us", recheck_latency)):
+        for suspect, (probe, control) in (again or {}).items():
+            for n in ("", "-2"):
+                for role, v in (("probe", probe), ("control", control)):
+                    rows.append({"test": test, "round": 1, "a": names[0], "b": names[1], "suspect": suspect,
+                                 "role": role + n, key: float(v)})
     with path.open("w") as f:
         f.write(json.dumps(meta) + "\n")
         for r in rows:
@@ -82,6 +83,31 @@ def test_findings_of_a_slow_host_golden(tmp_path, capsys):
         "pair 100.0 (50 %)",
         f"# drain list: 1 host(s) written to {tmp_path / 'drain'} (n3); reasons in {tmp_path / 'drain'}.reasons"]
     assert (tmp_path / "drain").read_text() == "n3\n"
+
+
+def test_latency_is_said_as_a_factor_of_the_reference_not_as_a_share(tmp_path, capsys):
+    """A host whose pairs take 6 times the reference's latency is '6.0x' it (not '17 %' of it), the
+    whole cluster's latency up 1.6x is '1.6x the baseline's', and a class of links 28 % slower than
+    its expected latency is '28 % worse'."""
+    def lat(a, b):
+        return 120.0 if "n3" in (a, b) else 20.0
+
+    f = write_run(tmp_path / "run.jsonl", HOSTS, healthy, lat=lat, recheck_latency={"host n3": (120, 20)})
+    code, lines, _ = run(capsys, "findings", str(f))
+    assert code == 1
+    assert ("#   slow-host-latency: n3: 120.00 us, 6.0x (95 % CI 6.0-6.0x) the reference 20.00 us over every pair "
+            "it is in (5 of 5 pairs slow); again alone 120.00 us, a control pair 20.00 (6.0x); again alone 120.00 "
+            "us, a control pair 20.00 (6.0x)") in lines, lines
+    old = write_run(tmp_path / "old.jsonl", HOSTS, healthy)
+    new = write_run(tmp_path / "new.jsonl", HOSTS, healthy, lat=lambda a, b: 32.0, start="2026-12-08T00:00:00")
+    code, lines, _ = run(capsys, "diff", str(old), str(new))
+    assert code == 1 and "#   latency: the median pair at 1.6x the baseline's" in lines, lines
+    assert "#   lost-cluster-latency: every pair: the median at 1.6x the baseline's of 2026-12-01 (latency)" in lines
+    ref = tmp_path / "ref.csv"
+    ref.write_text("link,metric,expected,warn_pct,fail_pct\nany,lat_us,25,20,50\n")
+    code, lines, _ = run(capsys, "findings", str(new), "--reference", str(ref))
+    assert any("reference any lat_us: median 32.00 against 25 (28 % worse; warn beyond 20 % worse, fail beyond "
+               "50 %): warn" in line for line in lines), lines
 
 
 def test_a_healthy_new_host_is_no_regression(tmp_path, capsys):
@@ -235,6 +261,7 @@ def test_a_cable_of_a_slow_host_no_slower_than_it_is_the_hosts_finding():
     """Without a topology a slow host's pairs that also shared uplinks stand out further and are taken
     for cables; measured again as slow as the host, such a cable is cleared naming its host, and one
     clearly slower than its host stays a finding."""
+    from commbench.core.analysis.kinds import BANDWIDTH
     from commbench.core.analysis.verdict import _host_cables
 
     found = [{"kind": "slow-host", "a": "n1", "_name": "n1"},
@@ -243,6 +270,6 @@ def test_a_cable_of_a_slow_host_no_slower_than_it_is_the_hosts_finding():
              {"kind": "slow-link", "a": "n4", "b": "n5", "_name": "n4 - n5"}]
     share = {"n1": 0.5, "n1 - n2": 0.48, "n3 - n1": 0.2, "n4 - n5": 0.5}
     cleared: list = []
-    kept = _host_cables(found, share, 0.75, "slow-host", cleared)
+    kept = _host_cables(found, share, 0.75, BANDWIDTH, cleared)
     assert [f["_name"] for f in kept] == ["n1", "n3 - n1", "n4 - n5"]
     assert [c[1] for c in cleared] == ["n1 - n2"] and "as slow-host n1 (50 %)" in cleared[0][2]

@@ -27,6 +27,20 @@ class Measure:
     def __str__(self) -> str:
         return self.name
 
+    def share(self, goodness: float) -> str:
+        """A figure against another as it reads: bandwidth as a share ('32 %'), latency as a factor of the
+        other's time ('6.1x'), from its share of the other's goodness (latency: other / figure)."""
+        return f"{goodness * 100:.0f} %" if self.higher else f"{1 / max(goodness, 1e-9):.1f}x"
+
+    def relative(self, goodness: float, other: str, lo: float | None = None, hi: float | None = None) -> str:
+        """'32 % (95 % CI 26-44 %) of the reference 23.9 MB/s', '6.1x (95 % CI 5.0-7.3x) the reference
+        52.11 us': a figure against ``other``, with its interval where given (shares of goodness)."""
+        ci = ""
+        if lo is not None and hi is not None:
+            ci = (f" (95 % CI {lo * 100:.0f}-{hi * 100:.0f} %)" if self.higher else
+                  f" (95 % CI {1 / max(hi, 1e-9):.1f}-{1 / max(lo, 1e-9):.1f}x)")
+        return f"{self.share(goodness)}{ci} {'of ' if self.higher else ''}{other}"
+
     def cut(self, slow_pct: float) -> float:
         """The ratio to the reference (as a share of its goodness) below which a pair is slow:
         bandwidth --slow-pct below it; latency twice --slow-pct above it (latency moves more)."""

@@ -46,7 +46,7 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
             continue
         if ratios:
             d = measure.digits
-            alone = "; ".join(f"again alone {p:.{d}f} {unit}, a control pair {c:.{d}f} ({r * 100:.0f} %)"
+            alone = "; ".join(f"again alone {p:.{d}f} {unit}, a control pair {c:.{d}f} ({measure.share(r)})"
                               for p, c, r in ratios)
             if max(r for _, _, r in ratios) >= cut:
                 cleared.append((kind, e.name, f"{kind} {e.name} cleared: {seen}; {alone}: the tournament's "
@@ -61,7 +61,7 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
             seen += "; not measured again"
         share[e.name] = max((r for _, _, r in ratios), default=e.ratio)
         found.append(_row(ev, e, kind, measure, seen))
-    found = _host_cables(found, share, cut, kinds.slow("host", measure).name, cleared)
+    found = _host_cables(found, share, cut, measure, cleared)
     if left:
         unconfirmed.append(f"{measure} suspects: {len(left)} not confirmed ({', '.join(left)}): "
                            f"more than the rechecks take, and {load} of the {len(measured)} measured again "
@@ -69,20 +69,21 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
     return found, cleared, unconfirmed
 
 
-def _host_cables(found: list[dict], share: dict[str, float], cut: float, host_kind: str,
+def _host_cables(found: list[dict], share: dict[str, float], cut: float, measure: Measure,
                  cleared: list[tuple[str, str, str]]) -> list[dict]:
     """The findings less the cables of a slow host that are no slower than it: a host at half its
     rate makes each of its pairs half as fast, and where its pairs also shared uplinks (no topology
     given) some stand out further and are taken for cables; measured again, such a cable is its
     host (its share at least the host's times the cut), and is cleared naming it."""
+    host_kind = kinds.slow("host", measure).name
     hosts = {f["a"]: share[f["_name"]] for f in found if f["kind"] == host_kind}
     kept = []
     for f in found:
         if "b" in f:  # a cable
             end = next((h for h in (f["a"], f["b"]) if h in hosts and share[f["_name"]] >= hosts[h] * cut), None)
             if end is not None:
-                line = (f"{f['kind']} {f['_name']} cleared: {share[f['_name']] * 100:.0f} % of the reference, as "
-                        f"{host_kind} {end} ({hosts[end] * 100:.0f} %): its host's finding")
+                line = (f"{f['kind']} {f['_name']} cleared: {measure.relative(share[f['_name']], 'the reference')}, "
+                        f"as {host_kind} {end} ({measure.share(hosts[end])}): its host's finding")
                 cleared.append((f["kind"], f["_name"], line))
                 continue
         kept.append(f)
@@ -213,14 +214,14 @@ def _ring_findings(ev: Evidence, slow_pct: float, found: list[dict]) -> list[dic
 def _effect(e: Explanation, ref: float, measure: Measure) -> str:
     unit = measure.unit
     if e.basis == "alone":
-        return (f"{e.value:.1f} {unit} alone beside the best host, {e.ratio * 100:.0f} % of the median host's "
-                f"{e.reference:.1f} alone")
+        median = f"the median host's {e.reference:.1f} alone"
+        return f"{e.value:.1f} {unit} alone beside the best host, {measure.relative(e.ratio, median)}"
     d = measure.digits
     figure = f"{ref * e.ratio if measure.higher else ref / max(e.ratio, 1e-9):.{d}f} {unit}"
     reference = f"the reference {ref:.{d}f} {unit}"
     if e.n == 1:
-        return f"{figure}, {e.ratio * 100:.0f} % of {reference}"
-    return (f"{figure}, {e.ratio * 100:.0f} % (95 % CI {e.lo * 100:.0f}-{e.hi * 100:.0f} %) of {reference} over "
+        return f"{figure}, {measure.relative(e.ratio, reference)}"
+    return (f"{figure}, {measure.relative(e.ratio, reference, e.lo, e.hi)} over "
             f"{WHAT[e.kind]} ({e.low} of {e.n} pairs slow)")
 
 
@@ -277,11 +278,11 @@ def changes(old: Evidence, new: Evidence, slow_pct: float, since: str, source: s
         if not np.isfinite(ratio).any():
             continue
         med = float(np.nanmedian(ratio))
-        lines.append(f"{measure}: the median pair at {med * 100:.0f} % of the baseline's")
+        at = measure.relative(med, "the baseline's")
+        lines.append(f"{measure}: the median pair at {at}")
         if med < measure.cut(slow_pct):  # everything moved together: no one part stands out, the whole did
             rows.append({"kind": "lost-cluster" + ("" if measure.higher else "-latency"), "a": "every pair",
-                         "ratio": round(med, 4), "note": f"every pair: the median at {med * 100:.0f} % of the "
-                                                         f"baseline's of {since} ({measure})"})
+                         "ratio": round(med, 4), "note": f"every pair: the median at {at} of {since} ({measure})"})
         rows += _moved(common, new, measure, slow_pct, (a, b, ratio), named, since)
     rows += _new_and_fixed(was_found, now_found, new, since)
     return rows, lines
@@ -435,7 +436,8 @@ def check_reference(ev: Evidence, expected: list[Expected]) -> tuple[list[dict],
                      for v in chosen)
         state = "fail" if worse > x.fail else "warn" if worse > x.warn else "pass"
         text = (f"reference {label_}: median {med:.{1 if x.metric == 'mb_s' else 2}f} against {x.value:g} "
-                f"({-worse:+.0f} %; warn beyond {x.warn:g} % worse, fail beyond {x.fail:g} %): {state}; "
+                f"({abs(worse):.0f} % {'worse' if worse > 0 else 'better'}; warn beyond {x.warn:g} % worse, "
+                f"fail beyond {x.fail:g} %): {state}; "
                 f"{beyond} of {len(chosen)} pairs beyond the fail band")
         lines.append(text)
         if state != "pass":
