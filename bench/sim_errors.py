@@ -150,7 +150,7 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def runs(text: str) -> tuple[str, int, float, int]:
+def runs_arg(text: str) -> tuple[str, int, float, int]:
     """``--runs KIND:HOSTS:N[:SEVERITY]`` as a plan's line."""
     parts = text.split(":")
     if len(parts) not in (3, 4) or parts[0] not in KINDS or not parts[1].isdigit() or not parts[2].isdigit():
@@ -173,7 +173,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     log = a.out / "runs.jsonl"
     if not a.table:
-        plan = [runs(x) for x in a.runs] or PLANS[a.plan]
+        plan = [runs_arg(x) for x in a.runs] or PLANS[a.plan]
         todo = [(k, h, sev, a.seed + i) for k, h, sev, n in plan for i in range(n)]
         with ThreadPoolExecutor(a.jobs) as pool, log.open("a") as f:
             for run in pool.map(lambda t: one_run(a.out, *t, a.noise, not a.no_topology), todo):
