@@ -100,9 +100,11 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
 
 def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
     """The run's figures in the Prometheus text format, written as node_exporter's textfile collector
-    wants it (a temporary file renamed into place: write_whole): per link
-    (a pair of hosts) its bandwidth and latency, per host the median of its pairs, per kind the
-    findings, and when the run started. Labels: hosts, the transport, the cluster's endpoints."""
+    wants it (a temporary file renamed into place: write_whole): per link (a pair of hosts) its
+    bandwidth and latency, per host the median of its pairs; the findings per kind, each finding, and
+    per host (every declared kind and every endpoint of the run with its 0: a zero is not a missing
+    series); when the run started. Base units (bytes/s, seconds), as Prometheus' conventions ask.
+    Labels: hosts, the transport, the cluster's endpoints."""
     import numpy as np
 
     try:
@@ -112,21 +114,32 @@ def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
 
     transport = str((meta.get("options") or {}).get("transport") or "?")
     reg = CollectorRegistry()
-    link = {m: Gauge(f"commbench_link_{m}", doc, ["a", "b", "transport"], registry=reg)
-            for m, doc in (("bandwidth_mbps", "a pair's osu_bw-style bandwidth, MB/s = 10^6 B/s"),
-                           ("latency_us", "a pair's one-way p50 latency, us"))}
-    host = {m: Gauge(f"commbench_host_{m}", doc, ["host", "transport"], registry=reg)
-            for m, doc in (("bandwidth_mbps", "the median bandwidth of the host's pairs, MB/s"),
-                           ("latency_us", "the median latency of the host's pairs, us"))}
-    for m, values in (("bandwidth_mbps", ev.bw), ("latency_us", ev.lat)):
+    figures = (("bandwidth_bytes_per_second", ev.bw, 1e6, "bandwidth, bytes/s (osu_bw-style)"),
+               ("latency_seconds", ev.lat, 1e-6, "one-way p50 latency, seconds"))
+    for m, values, scale, doc in figures:  # Prometheus' base units: the rows' MB/s and us scaled
+        link = Gauge(f"commbench_link_{m}", f"a pair's {doc}", ["a", "b", "transport"], registry=reg)
+        host = Gauge(f"commbench_host_{m}", f"the median over the host's pairs: {doc}", ["host", "transport"],
+                     registry=reg)
         for i, a in enumerate(ev.names):
             for j in range(i + 1, len(ev.names)):
                 if np.isfinite(values[i, j]):
-                    link[m].labels(a, ev.names[j], transport).set(float(values[i, j]))
+                    link.labels(a, ev.names[j], transport).set(float(values[i, j]) * scale)
             if np.isfinite(values[i]).any():
-                host[m].labels(a, transport).set(float(np.nanmedian(values[i])))
+                host.labels(a, transport).set(float(np.nanmedian(values[i])) * scale)
+    each = Gauge("commbench_finding", "one series per finding of the run: its kind, what it names (a: the host, "
+                 "switch or one end of a cable; b: the cable's other end)", ["kind", "a", "b", "transport"],
+                 registry=reg)
+    per_host = Gauge("commbench_host_findings", "the findings naming the host, every endpoint of the run (0: "
+                     "none)", ["host", "transport"], registry=reg)
+    named: dict[str, int] = dict.fromkeys(ev.names, 0)
+    for f in found:
+        each.labels(f["kind"], str(f.get("a") or ""), str(f.get("b") or ""), transport).set(1)
+        for end in {f.get("a"), f.get("b")} & named.keys():
+            named[str(end)] += 1
+    for h, n in named.items():
+        per_host.labels(h, transport).set(n)
     per_kind = Gauge("commbench_findings", "findings of the run, by kind", ["kind", "transport"], registry=reg)
-    for k in kinds.KINDS.values():  # every declared kind, 0 where none: a zero is not a missing series
+    for k in kinds.KINDS.values():
         per_kind.labels(k.metric, transport).set(sum(f["kind"] == k.name for f in found))
     started = Gauge("commbench_run_start_timestamp_seconds", "when the run started", ["transport"], registry=reg)
     with contextlib.suppress(TypeError, ValueError):

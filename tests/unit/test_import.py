@@ -223,12 +223,17 @@ def test_findings_export_the_figures_prometheus_reads_back(tmp_path):
         assert main(["import", str(FIX / "mpigraph_6hosts_slow2.txt"), "-o", str(run)]) == 0
         assert main(["findings", str(run), "--metrics", str(prom)]) == 1
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-    links = families["commbench_link_bandwidth_mbps"].samples
-    assert len(links) == 15 and all(s.labels["transport"] == "mpi" and s.value > 0 for s in links)
-    hosts = {s.labels["host"]: s.value for s in families["commbench_host_bandwidth_mbps"].samples}
+    links = families["commbench_link_bandwidth_bytes_per_second"].samples
+    assert len(links) == 15 and all(s.labels["transport"] == "mpi" and s.value > 1e6 for s in links)
+    hosts = {s.labels["host"]: s.value for s in families["commbench_host_bandwidth_bytes_per_second"].samples}
     assert len(hosts) == 6 and min(hosts, key=hosts.get) == "cbh2.mg"
     kinds = {s.labels["kind"]: s.value for s in families["commbench_findings"].samples}
-    assert kinds["slow-host"] == 1
+    assert kinds["slow-host"] == 1 and kinds["slow-uplink"] == 0  # every declared kind, its zero explicit
+    each = [(s.labels["kind"], s.labels["a"], s.labels["b"], s.value) for s in families["commbench_finding"].samples]
+    assert ("slow-host", "cbh2.mg", "", 1.0) in each and all(v == 1 for *_, v in each)
+    per_host = {s.labels["host"]: s.value for s in families["commbench_host_findings"].samples}
+    assert per_host == {h: sum(h in (a, b) for _, a, b, _ in each) for h in hosts}  # the healthy hosts' 0s too
+    assert 0 in per_host.values()
     assert families["commbench_run_start_timestamp_seconds"].samples[0].value > 1.7e9
 
 

@@ -110,6 +110,19 @@ def test_latency_is_said_as_a_factor_of_the_reference_not_as_a_share(tmp_path, c
                "50 %): warn" in line for line in lines), lines
 
 
+def test_metrics_are_in_base_units(tmp_path, capsys):
+    """--metrics: bytes per second and seconds (Prometheus' base units), not MB/s and us."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    f, prom = write_run(tmp_path / "run.jsonl", HOSTS, healthy), tmp_path / "run.prom"
+    assert run(capsys, "findings", str(f), "--metrics", str(prom))[0] == 0
+    families = {x.name: x for x in text_string_to_metric_families(prom.read_text())}
+    assert {s.value for s in families["commbench_link_bandwidth_bytes_per_second"].samples} == {100e6}
+    assert {round(s.value, 12) for s in families["commbench_link_latency_seconds"].samples} == {20e-6}
+    assert {s.value for s in families["commbench_host_findings"].samples} == {0.0}
+    assert "commbench_finding" not in families or not families["commbench_finding"].samples
+
+
 def test_a_healthy_new_host_is_no_regression(tmp_path, capsys):
     """diff exits 0 when a healthy host joins (its kind, new-host, does not fail the verdict)."""
     old = write_run(tmp_path / "old.jsonl", HOSTS, healthy)
