@@ -22,6 +22,17 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def fenced(page: Path) -> list[str]:
+    """The page's fenced code blocks, each its text."""
+    blocks, cur = [], None
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            blocks, cur = (blocks + ["".join(cur)], None) if cur is not None else (blocks, [])
+        elif cur is not None:
+            cur.append(line + "\n")
+    return blocks
+
+
 def broken_links(page: Path) -> list[str]:
     out = []
     for target in LINK.findall(page.read_text()):
@@ -48,3 +59,14 @@ def test_a_broken_link_and_a_missing_heading_are_found(tmp_path):
                     "[web](https://example.org/x#y) [self](#here)\n## Here\n")
     assert broken_links(page) == ["c.md: no such file", "b.md#nope: no heading #nope in b.md",
                                   "b.md#not-a-heading: no heading #not-a-heading in b.md"]
+
+
+def test_every_reference_file_the_docs_show_loads_as_pasted(tmp_path):
+    """A code block of the docs that begins with --reference's header is a file a user pastes: it loads."""
+    from commbench.core.analysis.verdict import load_reference
+
+    blocks = [b for page in PAGES for b in fenced(page) if b.startswith("link,metric,expected,warn_pct,fail_pct\n")]
+    assert blocks
+    for i, block in enumerate(blocks):
+        (tmp_path / f"ref{i}.csv").write_text(block)
+        assert len(load_reference(str(tmp_path / f"ref{i}.csv"))) == block.count("\n") - 1
