@@ -110,6 +110,24 @@ def test_latency_is_said_as_a_factor_of_the_reference_not_as_a_share(tmp_path, c
                "50 %): warn" in line for line in lines), lines
 
 
+def test_a_finding_says_which_of_its_pairs_its_figure_is_over(tmp_path, capsys):
+    """In an oversubscribed tree whose crossing pairs are all uplink-bound, a slow host is judged on its
+    pairs inside its switch, and says so (not 'every pair it is in (3 of 3 pairs slow)' for a host in
+    15 pairs)."""
+    names = [f"n{i}" for i in range(16)]
+    topo = {"switch_of": {h: f"r{i // 4}" for i, h in enumerate(names)}, "parent": {f"r{i}": "spine" for i in range(4)}}
+
+    def rate(a, b):
+        if int(a[1:]) // 4 != int(b[1:]) // 4:
+            return 25.0
+        return 50.0 if "n5" in (a, b) else 100.0
+
+    f = write_run(tmp_path / "run.jsonl", names, rate, topology=topo, recheck={"host n5": (50, 100)})
+    _, lines, _ = run(capsys, "findings", str(f))
+    host = [x for x in lines if x.startswith("#   slow-host: n5: ")]
+    assert len(host) == 1 and "over its pairs inside its switch (3 of 3 pairs slow)" in host[0], lines
+
+
 def test_metrics_are_in_base_units(tmp_path, capsys):
     """--metrics: bytes per second and seconds (Prometheus' base units), not MB/s and us."""
     from prometheus_client.parser import text_string_to_metric_families

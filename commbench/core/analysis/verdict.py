@@ -22,6 +22,7 @@ from commbench.core.output.results import Run
 WHAT = {"host": "every pair it is in", "switch": "every pair with a host under it",
         "uplink": "every pair through it", "group": "the pairs between these hosts and the others",
         "cable": "this pair alone"}
+INSIDE = {"host": "its pairs inside its switch", "switch": "the pairs inside it"}
 
 
 def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict], list[tuple[str, str, str]],
@@ -221,8 +222,17 @@ def _effect(e: Explanation, ref: float, measure: Measure) -> str:
     reference = f"the reference {ref:.{d}f} {unit}"
     if e.n == 1:
         return f"{figure}, {measure.relative(e.ratio, reference)}"
-    return (f"{figure}, {measure.relative(e.ratio, reference, e.lo, e.hi)} over "
-            f"{WHAT[e.kind]} ({e.low} of {e.n} pairs slow)")
+    return f"{figure}, {measure.relative(e.ratio, reference, e.lo, e.hi)} over {_over(e)} ({e.low} of {e.n} pairs slow)"
+
+
+def _over(e: Explanation) -> str:
+    """Which pairs a finding's figure is over: all of its pairs, those inside its switch (a host or a
+    switch of an oversubscribed tree judged there), or those no other finding explains."""
+    if e.factor.judged is not None and e.kind in INSIDE:
+        return INSIDE[e.kind]
+    if e.n < len(e.factor.pairs):
+        return f"{e.n} of its {len(e.factor.pairs)} pairs, those no other finding explains"
+    return WHAT[e.kind]
 
 
 
