@@ -41,6 +41,12 @@ class HostSet(Options):
 
 
 @dataclass(frozen=True)
+class HostsStatusOptions(HostSet):
+    json: bool = opt(False, action="store_true",
+                     help="the set's state as JSON (what `up` wrote, and the namespaces that exist)")
+
+
+@dataclass(frozen=True)
 class HostsUpOptions(HostSet):
     n: int = opt(0, "n", type=integer(1, MAX_HOSTS), help="number of hosts")
     rate: str = opt("none", help="link rate in tc notation (100mbit, 1gbit) or none (default)")
@@ -62,7 +68,7 @@ def add_parser(sub) -> None:
     hs = p.add_subparsers(dest="action", required=True, metavar="up|down|status")
     command(hs, "up", HostsUpOptions, hosts_up, help="make N hosts joined at --rate")
     command(hs, "down", HostSet, hosts_down, help="remove this set's hosts")
-    command(hs, "status", HostSet, hosts_status, help="this set's hosts")
+    command(hs, "status", HostsStatusOptions, hosts_status, help="this set's hosts: each one's address, rack and rate")
 
 
 def hosts_up(o: HostsUpOptions) -> int:
@@ -85,7 +91,26 @@ def hosts_down(o: HostSet) -> int:
     return 0
 
 
-def hosts_status(o: HostSet) -> int:
+def hosts_status(o: HostsStatusOptions) -> int:
     s = o.chosen()
-    print(json.dumps({"namespaces": existing(s), "state": state(s)}, indent=2))
+    have, st = existing(s), state(s)
+    if o.json:
+        print(json.dumps({"namespaces": have, "state": st}, indent=2))
+        return 0
+    name = f"set {s}" if s else "the default set"
+    if not st:
+        print(f"commbench hosts: {name}: no hosts up" + (f" ({len(have)} namespaces left: `commbench hosts down`)"
+                                                         if have else ""))
+        return 0
+    print(f"commbench hosts: {name}: {len(have)} of {st['hosts']} hosts up at {st['rate']}"
+          + (f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else "")
+          + f"; rendezvous side {st['root_address']}; topology {st['topology']}")
+    print(f"{'host':<14} {'address':<15} {'rack':<6} rate")
+    for h in st["names"]:
+        print(f"{h:<14} {st['addresses'][h]:<15} {'rack' + str(st['rack_of'][h]):<6} {st['rates'][h]}")
+    for k, v in st["uplinks"].items():
+        if v != st["uplink"]:
+            print(f"uplink of {k} at {v}")
+    for k, v in st["cables"].items():
+        print(f"cable {k} at {v}")
     return 0

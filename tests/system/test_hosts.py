@@ -91,9 +91,13 @@ def test_two_sets_of_hosts_never_touch_each_other(emulated):
     try:
         r = commbench("hosts", "up", "3", "--set", other)
         assert r.code == 0 and f"cbh2.{other}" in r.out, r.err
-        subnets = {cb("hosts", "status").out.split('"subnet": ')[1].split(",")[0],
-                   commbench("hosts", "status", "--set", other).out.split('"subnet": ')[1].split(",")[0]}
+        subnets = {cb("hosts", "status", "--json").out.split('"subnet": ')[1].split(",")[0],
+                   commbench("hosts", "status", "--json", "--set", other).out.split('"subnet": ')[1].split(",")[0]}
         assert len(subnets) == 2, subnets  # each set has a subnet of its own
+        lines = commbench("hosts", "status", "--set", other).out.splitlines()  # read as a table
+        assert lines[0].startswith(f"commbench hosts: set {other}: 3 of 3 hosts up")
+        assert lines[1].split() == ["host", "address", "rack", "rate"]
+        assert [x.split()[0] for x in lines[2:]] == [f"cbh{i}.{other}" for i in range(3)]
     finally:
         assert commbench("hosts", "down", "--set", other).code == 0
     assert name(0) in namespaces() and name(1) in namespaces() and f".{other}" not in namespaces()
