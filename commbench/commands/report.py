@@ -515,7 +515,8 @@ def number(v) -> str:
 
 @dataclass(frozen=True)
 class ReportOptions(Options):
-    files: list[str] = opt((), "files", nargs="*", metavar="FILE", help="results files (.jsonl or .csv)")
+    files: list[str] = opt((), "files", nargs="*", metavar="FILE",
+                           help="results files (.jsonl or .csv), or folders of them (what compare wrote)")
     output: str = opt("commbench-report", "-o", "--output", metavar="DIR",
                       help="directory for the PNGs and the page (default commbench-report)")
     format: str = opt("html", choices=("html", "md"), help="the page: html (self-contained) or md")
