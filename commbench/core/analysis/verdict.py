@@ -35,7 +35,8 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
     measured = [r for r in (recheck_ratios(ev.rechecks.get((measure, label(e)), {}), measure)
                             for e in suspects) if r]
     load = sum(max(x for _, _, x in r) >= cut for r in measured)  # suspects cleared: the load's share
-    capped = ev.past_the_cap(measure, suspects) if 2 * load > len(measured) else set()
+    past = ev.past_the_cap(measure, suspects) if measured else set()
+    capped = past if 2 * load > len(measured) else set()
     left: list[str] = []
     share: dict[str, float] = {}  # each finding's share of the reference, alone where measured again
     for e in suspects:
@@ -54,9 +55,12 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
                                               "cross-traffic or a busy moment"))
                 continue
             seen += f"; {alone}"
-        elif ev.budgeted and len(e.factor.pairs) < 2:  # one pair, once: out of the spread is not enough
-            unconfirmed.append(f"{kind} {e.name} not confirmed: {seen}; --budget left no time to measure "
-                               "it again, and one pair measured once is not a finding")
+        elif len(e.factor.pairs) < 2:  # one pair, once: out of the spread is not enough
+            why = ("--budget left no time to measure it again" if ev.budgeted else
+                   "more suspects than the rechecks take (one per endpoint)" if label(e) in past else
+                   "it was not measured again (a file without its rechecks: an import, or a run that could not)")
+            unconfirmed.append(f"{kind} {e.name} not confirmed: {seen}; {why}, and one pair measured once is "
+                               "not a finding")
             continue
         else:
             seen += "; not measured again"
