@@ -422,7 +422,8 @@ class Cluster(Benchmark[ClusterOptions]):
     def _conduct(self, fabric: Fabric, transport: str, plan: dict, world: World) -> Rows:
         """Every test's steps, measured through ``fabric``, as rows; the evidence kept for the verdict."""
         topo = topology.Topology.from_json(plan["topology"], "--topology") if "topology" in plan else None
-        self.evidence = Evidence(self.names, topo, transport, budgeted=self.opts.budget is not None)
+        self.evidence = Evidence(self.names, topo, transport, budgeted=self.opts.budget is not None,
+                                 serial=self.opts.serial)
         c = self.conductor = Conductor(fabric, self.setup.bw_payload, self.names, self.evidence, self.budget,
                                        self.resume)
         self.start = (fabric.now(), *(world.store_requests or (0, 0)))

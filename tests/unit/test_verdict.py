@@ -19,12 +19,13 @@ from commbench.core.analysis.verdict import drained, one_line
 
 def write_run(path: Path, names: list[str], rate, *, lat=None, topology: dict | None = None,
               transports: tuple[str, ...] = (), recheck: dict | None = None, failed: tuple = (),
-              start: str = "2026-12-01T00:00:00", recheck_latency: dict | None = None) -> Path:
+              start: str = "2026-12-01T00:00:00", recheck_latency: dict | None = None,
+              options: dict | None = None) -> Path:
     """A cluster run's results file: every pair of ``names`` at ``rate(a, b)`` MB/s (and ``lat(a, b)``
     us), measured over -t tcp and each of ``transports``; ``recheck``: suspect -> (probe, control)
     MB/s, both passes (``recheck_latency``: us); ``failed``: (a, b, lost) pairs that failed."""
     meta = {"type": "meta", "bench": "cluster", "run_id": f"r{len(names)}", "start": start,
-            "options": {"transport": "tcp", "slow_pct": 25.0, "tests": "pairwise", "budget": None},
+            "options": {"transport": "tcp", "slow_pct": 25.0, "tests": "pairwise", "budget": None, **(options or {})},
             "hosts": [n.split("/")[0] for n in names], "endpoints": names}
     if topology is not None:
         meta["topology"] = topology
@@ -126,6 +127,17 @@ def test_a_finding_says_which_of_its_pairs_its_figure_is_over(tmp_path, capsys):
     _, lines, _ = run(capsys, "findings", str(f))
     host = [x for x in lines if x.startswith("#   slow-host: n5: ")]
     assert len(host) == 1 and "over its pairs inside its switch (3 of 3 pairs slow)" in host[0], lines
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_a_suspect_cleared_is_put_down_to_what_its_schedule_could_do(tmp_path, capsys, serial):
+    """A suspect fast when measured again was the tournament's cross-traffic or a busy moment; in a
+    --serial run (one pair at a time) there was no cross-traffic to blame."""
+    f = write_run(tmp_path / "run.jsonl", HOSTS, slow_n3, recheck={"host n3": (100, 100)}, options={"serial": serial})
+    _, lines, _ = run(capsys, "findings", str(f))
+    (cleared,) = [x for x in lines if "slow-host n3 cleared" in x]
+    assert cleared.endswith("a busy moment (one pair at a time: no cross-traffic)" if serial else
+                            "the tournament's cross-traffic or a busy moment"), cleared
 
 
 def test_metrics_are_in_base_units(tmp_path, capsys):

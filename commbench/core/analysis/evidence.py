@@ -59,6 +59,15 @@ class Evidence:
     topology: Topology | None = None
     transport: str = "-t's transport"  # what the rows without ``via`` were measured over
     budgeted: bool = False  # --budget: a one-pair suspect it left no time to measure again is not a finding
+    serial: bool = False  # --serial: one pair at a time, so no cross-traffic between the pairs
+
+    def passing_load(self, several: bool = False) -> str:
+        """What makes a suspect slow once and fast when measured again, for this run's schedule."""
+        if self.serial:
+            return "busy moments (one pair at a time: no cross-traffic)" if several else \
+                "a busy moment (one pair at a time: no cross-traffic)"
+        return "the tournament's cross-traffic or busy moments" if several else \
+            "the tournament's cross-traffic or a busy moment"
     lat: np.ndarray = field(init=False)
     bw: np.ndarray = field(init=False)
     failed: list[dict] = field(default_factory=list)
@@ -310,7 +319,8 @@ def from_rows(meta: dict, rows: list[dict], source: str) -> Evidence:
         raise UsageError(f"{source}: the metadata's topology does not place every endpoint; was the file edited?")
     transport = (meta.get("options") or {}).get("transport")
     ev = Evidence(good, topo, str(transport) if transport else "-t's transport",
-                  budgeted=(meta.get("options") or {}).get("budget") is not None)
+                  budgeted=(meta.get("options") or {}).get("budget") is not None,
+                  serial=bool((meta.get("options") or {}).get("serial")))
     ev.refused = [n for n in dict.fromkeys(names) if not ENDPOINT.fullmatch(n)]
     for i, r in enumerate(rows, 1):
         for m in MEASURES.values():

@@ -51,8 +51,8 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
             alone = "; ".join(f"again alone {p:.{d}f} {unit}, a control pair {c:.{d}f} ({measure.share(r)})"
                               for p, c, r in ratios)
             if max(r for _, _, r in ratios) >= cut:
-                cleared.append((kind, e.name, f"{kind} {e.name} cleared: {seen}; {alone}: the tournament's "
-                                              "cross-traffic or a busy moment"))
+                cleared.append((kind, e.name, f"{kind} {e.name} cleared: {seen}; {alone}: "
+                                              f"{ev.passing_load()}"))
                 continue
             seen += f"; {alone}"
         elif len(e.factor.pairs) < 2:  # one pair, once: out of the spread is not enough
@@ -70,7 +70,7 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
     if left:
         unconfirmed.append(f"{measure} suspects: {len(left)} not confirmed ({', '.join(left)}): "
                            f"more than the rechecks take, and {load} of the {len(measured)} measured again "
-                           "were cleared: the tournament's load, not findings")
+                           f"were cleared: {'the machine' if ev.serial else 'the tournament'}'s load, not findings")
     return found, cleared, unconfirmed
 
 
@@ -124,7 +124,7 @@ def findings(ev: Evidence, slow_pct: float) -> tuple[list[dict], list[str]]:
         mine = [(name, line) for k, name, line in cleared if k == kind]
         lines += [line for _, line in mine] if len(mine) <= 3 else [
             f"{kind}: {len(mine)} suspects cleared when measured alone ({', '.join(n for n, _ in mine[:3])} and "
-            f"{len(mine) - 3} more, in the rows recheck): the tournament's cross-traffic or busy moments"]
+            f"{len(mine) - 3} more, in the rows recheck): {ev.passing_load(several=True)}"]
     found += _failures(ev, slow_pct)
     found += _ring_findings(ev, slow_pct, found)
     return found, lines + unconfirmed
