@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +63,11 @@ def choose(iface: str | None, sysfs: str | Path | None = None) -> str:
                              f"{', '.join(found) or 'none'}")
         return iface
     if not found:
-        existing = ", ".join(f"{n} ({i['link']})" for n, i in interfaces(sysfs).items())
-        raise Unavailable(f"no IPoIB interface found (none with type 32 in {sysfs}/class/net); interfaces here: "
-                          f"{existing or 'none'}")
+        links = Counter(str(i["link"]) for i in interfaces(sysfs).values())  # counted: hosts may have hundreds
+        existing = ", ".join(f"{n} {k}" for k, n in sorted(links.items(), key=lambda kv: (-kv[1], kv[0])))
+        raise Unavailable(f"no IPoIB interface found (none with type 32 in {sysfs}/class/net; here: "
+                          f"{existing or 'no interfaces'}): on a host with an InfiniBand adapter, load ib_ipoib and "
+                          "bring ibN up, or use -t tcp")
     return found[0]
 
 

@@ -13,8 +13,10 @@ from commbench.transports.ipoib import choose
 
 
 def test_no_ipoib_names_what_exists(tmp_path):
-    root = fake_sysfs(tmp_path, {"eth0": 1, "lo": 772})
-    with pytest.raises(UsageError, match=r"no IPoIB interface found .* eth0 \(ether\), lo \(loopback\)"):
+    """Counted by kind, in a line as short with 300 interfaces (emulated hosts' veths) as with 2."""
+    root = fake_sysfs(tmp_path, {"eth0": 1, "lo": 772, **{f"cbv{i}": 1 for i in range(300)}})
+    with pytest.raises(UsageError, match=r"no IPoIB interface found .*; here: 301 ether, 1 loopback\): on a host "
+                                         r"with an InfiniBand adapter, load ib_ipoib .* or use -t tcp$"):
         choose(None, root)
     r = commbench("p2p-latency", "-t", "ipoib", env={"COMMBENCH_SYSFS": str(root)})
     usable = "grpc, mpi, tcp" if GRPC_CPP_REASON else "grpc, grpc-cpp, mpi, tcp"
