@@ -27,7 +27,8 @@
 # Every file goes to OUT (default predict-results/); predict rows to OUT/predict.jsonl.
 # Knobs: MODELS, STRATEGIES, RATES, W3_RATE ("" for none), REPEATS, CAL (calibrations), MOBILENET_STEPS,
 # QUICK=1 (the same recipe, less of it: small_cnn at 500mbit and unshaped, one calibration over unshaped and
-# 300mbit links, 48-step runs, 1 repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC).
+# 300mbit links, 48-step runs, 1 repeat), TRANSPORT (the sweep's; default grpc-cpp where it is built, else grpc: TF talks C++ gRPC),
+# PREDICT_SET (its emulated hosts' set, default prd: it makes and removes that set only, never yours).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "launchers/predict.sh: needs root (commbench hosts up); run it with sudo" >&2; exit 2; }
@@ -48,6 +49,7 @@ CAL_RATES=${CAL_RATES:-300mbit 1500mbit}
 MOBILENET_STEPS=${MOBILENET_STEPS:-$(( STEPS / 3 ))}
 REPEATS=${REPEATS:-$([ "${QUICK:-0}" = 1 ] && echo 1 || echo 2)}
 mkdir -p "$OUT"
+export COMMBENCH_HOSTS_SET=${PREDICT_SET:-prd}  # every hosts and --hosts call below: this set of its own
 trap '$CB hosts down >/dev/null 2>&1 || true' EXIT
 trap 'echo "launchers/predict.sh: line $LINENO failed (exit $?); the train runs'"'"' messages are in $OUT/train.log" >&2' ERR
 step() { echo "== $*" >&2; }

@@ -701,12 +701,21 @@ def loopback_flood():
 
 
 # -- the README's prediction recipe, end to end ------------------------------------------------------
+@pytest.fixture
+def users_hosts():
+    """A set of emulated hosts of the user's own, named in COMMBENCH_HOSTS_SET: the recipe leaves it up."""
+    up = subprocess.run([str(BIN / "commbench"), "hosts", "up", "2", "--set", "kp"], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    yield "kp"
+    subprocess.run([str(BIN / "commbench"), "hosts", "down", "--set", "kp"], capture_output=True)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="emulated hosts need root")
 @pytest.mark.skipif(not (BIN / "commbench").exists(), reason="launchers/predict.sh runs the installed commbench")
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(1260)  # the recipe's own bound (1200 s) ends it first; 165 s idle (two passes), 300+ s loaded
-def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path):
+def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path, users_hosts):
     """launchers/predict.sh, short and on small_cnn's ps training: calibrated by runs at the batch it
     trains on unshaped links (and ps's over one slow link too), spread among the rates' runs, each between
     two compute-only runs, two passes over the rates (a rate's repeats minutes apart, not back to back: one
@@ -719,10 +728,13 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     unshaped), so this asserts only a prediction within 4x either way (a unit or a term gone wrong)."""
     out = tmp_path / "recipe"
     env = {**ENV, "QUICK": "1", "REPEATS": "2", "CAL": "2", "MODELS": "small-cnn", "STRATEGIES": "ps",
-           "RATES": "1gbit none", "W3_RATE": "", "CAL_RATES": "300mbit", "OUT": str(out), "CB": str(BIN / "commbench")}
+           "RATES": "1gbit none", "W3_RATE": "", "CAL_RATES": "300mbit", "OUT": str(out), "CB": str(BIN / "commbench"),
+           "COMMBENCH_HOSTS_SET": users_hosts}
     p = subprocess.run(["bash", str(REPO / "launchers" / "predict.sh")], capture_output=True, text=True, env=env,
                        timeout=1200)
     assert p.returncode == 0, p.stderr
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"cbh0.{users_hosts}" in netns and ".prd" not in netns  # its own set made and removed, not the user's
     runs = read_runs(out / "predict.jsonl")
     assert [r.rows[0]["label"] for r in runs] == ["1gbit", "none"]
     # two passes over the rates, the other rate's run between a rate's two; the calibration spread among
