@@ -30,7 +30,7 @@ import numpy as np
 
 from commbench.benchmarks._cluster.conductor import Conductor, Rows
 from commbench.benchmarks._cluster.fabric import Fabric, RankFabric
-from commbench.benchmarks._cluster.resume import Resume
+from commbench.benchmarks._cluster.resume import Resume, same_options
 from commbench.benchmarks._cluster.schedule import Budget, endpoints, labels
 from commbench.benchmarks._cluster.tests import TESTS as DECLARED
 from commbench.benchmarks._cluster.tests import Plan, step_key
@@ -210,8 +210,9 @@ class Cluster(Benchmark[ClusterOptions]):
             load_reference(opts.reference)
         if opts.baseline:
             read_evidence(opts.baseline)
-        if opts.resume:
-            read_evidence(opts.resume)
+        if opts.resume:  # its options too, before any rank starts: one line from this process, exit 2
+            run, _ = read_evidence(opts.resume)
+            same_options(opts.resume, run.meta.get("options") or {}, {**common.plain(), **opts.plain()})
             if common.output and Path(common.output).suffix == ".csv" and _same_file(common.output, opts.resume):
                 raise UsageError(f"--resume {opts.resume} -o {common.output}: a CSV results file is written anew, so "
                                  "a run killed before its end would lose the rows it resumes: give -o another file, "

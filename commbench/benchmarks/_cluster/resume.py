@@ -14,6 +14,15 @@ SAME = ("transport", "tests", "per_host", "serial", "lat_size", "bw_size", "wind
 StepKey = Callable[[dict], tuple]
 
 
+def same_options(path: str, old: dict, options: dict) -> None:
+    """UsageError where the run in ``path`` (its options ``old``) measured with other options than these."""
+    differ = [k for k in SAME if old.get(k) != options.get(k)]
+    if differ:
+        k = differ[0]
+        raise UsageError(f"--resume {path}: that run measured with --{k.replace('_', '-')} {old.get(k)}, this one "
+                         f"{options.get(k)}: resume with the options it was started with")
+
+
 class Resume:
     """The earlier run's rows by step; empty where the run resumes nothing."""
 
@@ -27,12 +36,7 @@ class Resume:
         """The measured rows of the run in ``path`` (keys ``keys`` of them; UsageError where that run
         measured other hosts or with other options)."""
         run, _ = read_evidence(path)
-        old = run.meta.get("options") or {}
-        differ = [k for k in SAME if old.get(k) != options.get(k)]
-        if differ:
-            k = differ[0]
-            raise UsageError(f"--resume {path}: that run measured with --{k.replace('_', '-')} {old.get(k)}, this one "
-                             f"{options.get(k)}: resume with the options it was started with")
+        same_options(path, run.meta.get("options") or {}, options)
         if run.meta.get("endpoints") != names:
             were = ", ".join((run.meta.get("endpoints") or [])[:3])
             raise UsageError(f"--resume {path}: that run's endpoints ({were}...) are not this run's "
