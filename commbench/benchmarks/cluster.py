@@ -212,11 +212,11 @@ class Cluster(Benchmark[ClusterOptions]):
             read_evidence(opts.baseline)
         if opts.resume:  # its options too, before any rank starts: one line from this process, exit 2
             run, _ = read_evidence(opts.resume)
-            same_options(opts.resume, run.meta.get("options") or {}, {**common.plain(), **opts.plain()})
             if common.output and Path(common.output).suffix == ".csv" and _same_file(common.output, opts.resume):
                 raise UsageError(f"--resume {opts.resume} -o {common.output}: a CSV results file is written anew, so "
                                  "a run killed before its end would lose the rows it resumes: give -o another file, "
                                  "or resume into a .jsonl (appended to)")
+            same_options(opts.resume, run.meta.get("options") or {}, {**common.plain(), **opts.plain()})
         return n
 
     @classmethod
