@@ -290,7 +290,8 @@ def test_resuming_a_csv_into_itself_is_refused(tmp_path):
     from commbench.core.output.results import ResultsWriter
 
     p = tmp_path / "run.csv"
-    w = ResultsWriter(p, {"type": "meta", "bench": "cluster", "run_id": "r", "options": {"transport": "tcp"},
+    same = {**CommonOptions(np=2).plain(), **ClusterOptions().plain()}  # the options the run measured with
+    w = ResultsWriter(p, {"type": "meta", "bench": "cluster", "run_id": "r", "options": same,
                           "endpoints": ["n0", "n1"]}, ["test", "a", "b", "mb_s"])
     w.row({"test": "pairwise", "a": "n0", "b": "n1", "mb_s": 10.0})
     w.close()
@@ -298,6 +299,8 @@ def test_resuming_a_csv_into_itself_is_refused(tmp_path):
         Cluster.ranks(ClusterOptions(resume=str(p)), CommonOptions(output=str(p), np=2))
     assert Cluster.ranks(ClusterOptions(resume=str(p)), CommonOptions(output=str(tmp_path / "b.csv"), np=2)) == 2
     assert p.read_text().count("\n") == 3  # untouched
+    with pytest.raises(UsageError, match="measured with --bw-size 1M, this one 4M: resume with the options"):
+        Cluster.ranks(ClusterOptions(resume=str(p), bw_size="4M"), CommonOptions(output=str(tmp_path / "b.csv"), np=2))
 
 
 def test_a_cable_of_a_slow_host_no_slower_than_it_is_the_hosts_finding():
