@@ -554,13 +554,20 @@ def test_the_findings_of_a_saved_run_are_derived_again_the_same(tmp_path):
         assert r.code == 2 and r.err.count("\n") == 1 and word in r.err and "Traceback" not in r.err, r.err
 
 
-def _run_file(path: Path, names: list[str], rate, start: str = "2026-11-30T02:00:00+00:00") -> Path:
+def _run_file(path: Path, names: list[str], rate, start: str = "2026-11-30T02:00:00+00:00",
+              rechecks: dict | None = None) -> Path:
+    """A cluster run's file: every pair at ``rate(a, b)`` MB/s; ``rechecks``: suspect -> (probe, control)
+    MB/s, both passes, as a live run measures its suspects again."""
     meta = {"type": "meta", "bench": "cluster", "run_id": path.stem, "start": start,
             "options": {"slow_pct": 25.0, "transport": "tcp"}, "hosts": names, "endpoints": names}
     rng = np.random.default_rng(len(path.stem))
     rows = [{"type": "row", "bench": "cluster", "test": "pairwise", "round": 1, "a": names[a], "b": names[b],
              "a_rank": a, "b_rank": b, "mb_s": rate(a, b) * (1 + rng.normal(0, 0.02)), "lat_us": 9.0}
             for a in range(len(names)) for b in range(a + 1, len(names))]
+    rows += [{"type": "row", "bench": "cluster", "test": "recheck", "round": 1, "a": names[0], "b": names[1],
+              "suspect": suspect, "role": role + n, "mb_s": float(v)}
+             for suspect, (probe, control) in (rechecks or {}).items() for n in ("", "-2")
+             for role, v in (("probe", probe), ("control", control))]
     path.write_text("\n".join(json.dumps(x) for x in [meta, *rows]) + "\n")
     return path
 
@@ -572,7 +579,8 @@ def test_a_baseline_diff_names_the_link_that_lost_and_the_host_newly_slow(tmp_pa
     names = [f"cbh{i}" for i in range(8)]
     old = _run_file(tmp_path / "old.jsonl", names, lambda a, b: 24.0)
     new = _run_file(tmp_path / "new.jsonl", names, lambda a, b: 14.4 if (a, b) == (3, 7) else
-                    6.0 if 5 in (a, b) else 24.0, start="2026-12-02T02:00:00+00:00")
+                    6.0 if 5 in (a, b) else 24.0, start="2026-12-02T02:00:00+00:00",
+                    rechecks={"cable cbh3 - cbh7": (14.4, 24.0)})  # the live run's: one pair measured again
     r = commbench("diff", str(old), str(new))
     assert r.code == 1, r.err
     assert "lost-link: cable cbh3 - cbh7 lost 4" in r.out and "since 2026-11-30" in r.out, r.out
