@@ -30,7 +30,7 @@ same findings).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import hostlist
 import numpy as np
@@ -214,23 +214,21 @@ def explain(names: Sequence[str], values: np.ndarray, topo: Topology | None, cut
     candidates = factors(names, list(r), topo)
     if topo is None or len(set(topo.switch_of.values())) < 2:
         candidates += group_factor(names, r, judge.soft)
-    elif crossing_load_bound(r, judge.local_all, cut):
-        candidates = [f if f.kind == "uplink" else Factor(f.kind, f.name, f.pairs, f.members, f.pairs & judge.local_all)
-                      for f in candidates]
+    elif crossing_load_bound(r, judge.local_all, cut, judge.soft):
+        candidates = [f if f.kind == "uplink" else replace(f, judged=f.pairs & judge.local_all) for f in candidates]
     while (best := judge.best(candidates, chosen, open_pairs)) is not None:
         chosen.append(best)
         open_pairs -= best.factor.pairs
     return ref, chosen + judge.cables(open_pairs)
 
 
-def crossing_load_bound(r: dict[Pair, float], local: set[Pair], cut: float) -> bool:
+def crossing_load_bound(r: dict[Pair, float], local: set[Pair], cut: float, soft: float) -> bool:
     """Whether most hosts' pairs across uplinks are slow while their pairs inside their switch are fine:
     an oversubscribed tree under the tournament, whose rounds share each uplink among several pairs
     (a slow host or a slow uplink makes only some hosts' crossing pairs slow). The crossing figures
     then say how the uplinks were shared, not how fast a host is: hosts and switches are judged on
     the pairs inside switches (still taking their crossing pairs with them), uplinks on their crossing
-    pairs, and the rechecks measure each alone."""
-    soft = (1 + cut) / 2
+    pairs, and the rechecks measure each alone. ``soft``: the ratio at or above which a pair looks fine."""
     inside: dict[int, list[float]] = {}
     crossing: dict[int, list[float]] = {}
     for p, x in r.items():
@@ -299,10 +297,10 @@ class _Judge:
             # explain every slow crossing pair, and the one whose pairs are slowest is the likeliest fault
             rank = (fine - low, len(taken), KIND_ORDER[f.kind], float(np.median(rs)), f.name)
             if best is None or rank < best[0]:
-                best = (rank, f, rs, low)
+                best = (rank, f, rs)
         if best is None:
             return None
-        _, f, rs, _ = best
+        _, f, rs = best
         med, lo, hi = median_ci(rs)
         return Explanation(f, med, lo, hi, sum(x < self.cut for x in rs), len(rs))
 

@@ -60,14 +60,6 @@ class Evidence:
     transport: str = "-t's transport"  # what the rows without ``via`` were measured over
     budgeted: bool = False  # --budget: a one-pair suspect it left no time to measure again is not a finding
     serial: bool = False  # --serial: one pair at a time, so no cross-traffic between the pairs
-
-    def passing_load(self, several: bool = False) -> str:
-        """What makes a suspect slow once and fast when measured again, for this run's schedule."""
-        if self.serial:
-            return "busy moments (one pair at a time: no cross-traffic)" if several else \
-                "a busy moment (one pair at a time: no cross-traffic)"
-        return "the tournament's cross-traffic or busy moments" if several else \
-            "the tournament's cross-traffic or a busy moment"
     lat: np.ndarray = field(init=False)
     bw: np.ndarray = field(init=False)
     failed: list[dict] = field(default_factory=list)
@@ -145,6 +137,12 @@ class Evidence:
                     f = attribution.Factor("host", self.names[i], pairs, (i,))
                     found.append(Explanation(f, v / med, v / med, v / med, 1, 1, "alone", v, med))
         return found if keep_lost else [e for e in found if not self._of_lost(e)]
+
+    def passing_load(self, several: bool = False) -> str:
+        """What makes a suspect slow once and fast when measured again, for this run's schedule."""
+        moments = "busy moments" if several else "a busy moment"
+        return f"{moments} (one pair at a time: no cross-traffic)" if self.serial else \
+            f"the tournament's cross-traffic or {moments}"
 
     def _of_lost(self, e: Explanation) -> bool:
         """A host or a cable of an endpoint the run lost: its failure is the finding, and what it measured
