@@ -55,8 +55,9 @@ from commbench.transports.base import Transport
 TESTS = ("pairwise", "ring", "bisection")
 FABRICS = ("ranks", "sim")
 TEST = Column("test", "Test", -15, doc="pairwise, recheck and recheck-latency (a suspect measured again alone: a "
-              "probe pair through it, then a control pair; suspect tournament: the best pair alone, against the "
-              "tournament's load), alone (where that load held the rounds back: each host alone beside the best), "
+              "probe pair through it, then a control pair; an uplink's as many pairs at once as it has hosts; "
+              "suspect tournament: the best pair alone, against the tournament's load), alone (where that load "
+              "held the rounds back: each host alone beside the best), "
               "ring-ordered, ring-random, bisection, bisection-cut (a cut's total), finding or summary")
 US, MBS = "{:.2f}", "{:.1f}"
 def also(opts: ClusterOptions, common: CommonOptions) -> list[tuple[str, type[Transport], Options]]:

@@ -179,10 +179,10 @@ def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_p
     (suspect,) = ev.suspects(BW, 25)
     probe, control = probe_and_control(suspect, [suspect], names, topo, ev.bw)
     assert 5 in probe and {n // 4 for n in probe} == {1} and 5 not in control  # its own switch: no uplink
-    assert ev.recheck_plan(BW, 25) == [("host n5", probe, control)]
+    assert ev.recheck_plan(BW, 25) == [("host n5", (probe,), (control,))]
     ev.add({"test": "recheck", "suspect": "host n5", "role": "probe", "mb_s": 5.9})
     ev.add({"test": "recheck", "suspect": "host n5", "role": "control", "mb_s": 23.9})
-    assert ev.recheck_plan(BW, 25, second=True) == [("host n5", probe, control)]  # slow once: once more
+    assert ev.recheck_plan(BW, 25, second=True) == [("host n5", (probe,), (control,))]  # slow once: once more
     for role, v in (("control-2", 23.8), ("probe-2", 6.1)):
         ev.add({"test": "recheck", "suspect": "host n5", "role": role, "mb_s": v})
     found, cleared = findings(ev, 25)
@@ -191,6 +191,46 @@ def test_a_suspect_is_measured_again_through_a_probe_pair_and_beside_a_control_p
     ev.rechecks[(BW, "host n5")]["probe-2"] = 22.0  # fast the second time: a busy moment, cleared
     found, cleared = findings(ev, 25)
     assert found == [] and "cleared" in cleared[0]
+
+
+@pytest.mark.parametrize("slow_again", [True, False])
+def test_an_uplink_is_measured_again_as_loaded_as_a_round_loads_it(slow_again):
+    """24 hosts in 6 racks whose uplinks carry all their hosts at once; r2's at half its rate, so its
+    crossing pairs ran at half the rest in rounds where its hosts all crossed. A pair alone does not
+    fill that uplink: the probe is a pair from each of r2's hosts to a host under each other rack, at
+    once, and the control as many through another rack's uplink; named where the probe's pairs are
+    slow against the control's, cleared where they are not."""
+    from commbench.core.analysis.evidence import BW, Evidence
+    from commbench.core.analysis.topology import Topology
+    from commbench.core.analysis.verdict import findings
+
+    names = [f"n{i}" for i in range(24)]
+    topo = Topology({n: f"r{i // 4}" for i, n in enumerate(names)}, {f"r{r}": "spine" for r in range(6)})
+    ev = Evidence(names, topo)
+    for a in range(24):
+        for b in range(a + 1, 16):
+            crosses_r2 = (a // 4 == 2) != (b // 4 == 2)
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": 12.0 if crosses_r2 else 24.0,
+                    "lat_us": 10.0})
+    assert [e.name for e in ev.suspects(BW, 25)] == ["r2"]
+    ((suspect, probe, control),) = ev.recheck_plan(BW, 25)
+    assert suspect == "uplink r2" and len(probe) == len(control) == 4
+    assert sorted(a for a, _ in probe) == [8, 9, 10, 11] and all(b // 4 != 2 for _, b in probe)  # r2's hosts send
+    assert len({next(i // 4 for i in p if i // 4 != 2) for p in probe}) == 4  # to four other racks
+    ctl = {i // 4 for p in control for i in p}
+    assert 2 not in ctl and len({i for p in control for i in p}) == 8  # through another rack's uplink
+    assert len({a // 4 for a, _ in control}) == 1 and len({b // 4 for _, b in control}) == 4
+    for second in ("", "-2"):
+        for role, pairs, v in (("probe", probe, 12.0 if slow_again else 23.5), ("control", control, 23.8)):
+            for a, b in pairs:
+                ev.add({"test": "recheck", "a": names[a], "b": names[b], "suspect": suspect, "role": role + second,
+                        "mb_s": v + a / 100})
+    found, lines = findings(ev, 25)
+    if slow_again:
+        assert [(f["kind"], f["a"]) for f in found] == [("slow-uplink", "r2")]
+        assert "again 4 pairs through it at once, 12.1 MB/s a pair" in found[0]["note"], found[0]["note"]
+    else:
+        assert found == [] and any(line.startswith("slow-uplink r2 cleared") for line in lines), lines
 
 
 
@@ -243,7 +283,7 @@ def test_a_host_lost_mid_run_is_one_finding_and_never_a_probe_or_a_control():
     ev.add({"test": "recheck", "round": 1, "a": "n1", "b": "n2", "suspect": "cable n1 - n2", "role": "probe",
             "error": "rank 1 on host n1 stopped responding (no heartbeat for 12 s)", "lost": "n1"})
     plan = ev.recheck_plan(BW, 25)
-    assert [s for s, _, _ in plan] == ["host n5"] and all(1 not in p + c for _, p, c in plan)
+    assert [s for s, _, _ in plan] == ["host n5"] and all(1 not in x for _, p, c in plan for x in p + c)
     found, _ = findings(ev, 25)
     assert [(f["kind"], f["a"]) for f in found] == [("slow-host", "n5"), ("failed", "n1")]
     note = found[1]["note"]

@@ -136,9 +136,10 @@ class LoadCheck(ClusterTest):
 
 class Recheck(ClusterTest):
     """Each suspect measured again (core/analysis/evidence.py), over -t's transport and each of
-    --transports' others, bandwidth then latency: a probe pair through it alone, then a control pair
-    of hosts no suspect concerns, so a tournament's cross-traffic or a busy moment is not named; those
-    slow the first time are measured once more, control first."""
+    --transports' others, bandwidth then latency: a probe pair through it alone (an uplink: a pair from
+    each of its hosts at once), then a control pair of hosts no suspect concerns (as many at once), so
+    a tournament's cross-traffic or a busy moment is not named; those slow the first time are measured
+    once more, control first."""
 
     rows = tuple(RECHECK.values())
 
@@ -155,12 +156,12 @@ class Recheck(ClusterTest):
             n = "-2" if second else ""
             live = set(c.live())
             for suspect, probe, control in (ev.recheck_plan(measure, plan.slow_pct, second) if ev else []):
-                if not {*probe, *control} <= live:
+                if not {i for p in (*probe, *control) for i in p} <= live:
                     continue  # an endpoint lost since: its pairs are the finding already
-                for role, (a, b) in ((("control", control), ("probe", probe)) if second else
-                                     (("probe", probe), ("control", control))):
+                for role, pairs in ((("control", control), ("probe", probe)) if second else
+                                    (("probe", probe), ("control", control))):
                     rnd += 1
-                    yield from c.pairs(RECHECK[measure] + (f"-{via}" if via else ""), rnd, [(a, b)],
+                    yield from c.pairs(RECHECK[measure] + (f"-{via}" if via else ""), rnd, list(pairs),
                                        latency=measure == LAT,
                                        extra={"suspect": suspect, "role": role + n,  # the row's test: plain
                                               **({"via": via, "test": RECHECK[measure]} if via else {})})

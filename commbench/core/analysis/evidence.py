@@ -6,7 +6,9 @@ After the pairwise rounds, attribution (attribution.py) names the smallest set o
 uplinks and cables that explains the slow pairs (bandwidth and latency apart). Each is a *suspect*
 until measured again as ClusterKit, LinkTest and Google's health scanner confirm one: a *probe* pair
 through it, alone, then right after it a *control* pair of hosts no suspect concerns
-(``recheck_plan``). It is named only if the probe is still slower than the control by the threshold,
+(``recheck_plan``); an uplink's probe is as many pairs through it at once as it has hosts (at most one
+to each other switch: a pair alone may not fill an uplink wider than one host), its control as many
+through another uplink. It is named only if the probe is still slower than the control by the threshold,
 twice (a second pass, control first, for the suspects the first found slow: on shared CPUs one busy
 moment can halve one pair); otherwise it was the tournament's cross-traffic or a busy moment.
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.core.analysis import attribution, topology
-from commbench.core.analysis.attribution import Explanation
+from commbench.core.analysis.attribution import Explanation, Pair
 from commbench.core.analysis.kinds import BANDWIDTH, LATENCY, MEASURES, Measure
 from commbench.core.analysis.topology import Topology
 from commbench.core.errors import UsageError
@@ -33,6 +35,7 @@ from commbench.core.output.results import Run, read_runs
 from commbench.core.output.table import value_problem
 
 BW, LAT = BANDWIDTH, LATENCY
+Pairs = tuple[Pair, ...]  # measured at once
 RECHECK = {BW: "recheck", LAT: "recheck-latency"}
 ENDPOINT = re.compile(r"[A-Za-z0-9._-]{1,253}(/r[0-9]{1,7})?")  # a host (a DNS name at most), or host/rN
 MEASURED = ("pairwise", "bisection", "alone", *RECHECK.values())  # tests whose failed rows are failures
@@ -66,6 +69,7 @@ class Evidence:
     rings: dict[str, list[dict]] = field(default_factory=dict)
     cuts: list[dict] = field(default_factory=list)
     rechecks: dict[tuple[Measure, str], dict[str, float]] = field(default_factory=dict)  # (measure, suspect) -> role
+    at_once: dict[tuple[Measure, str, str], list[float]] = field(default_factory=dict)  # a role's pairs: its figure
     alone: dict[int, float] = field(default_factory=dict)  # a load-bound tournament: each host alone with the best
     via: dict[str, Evidence] = field(default_factory=dict)  # the same pairs over --transports' others
     lost: dict[str, str] = field(default_factory=dict)  # endpoints the run lost (died or stopped) -> the first failure
@@ -109,8 +113,10 @@ class Evidence:
         elif test in RECHECK.values() and row.get("suspect") and row.get("role"):
             measure = LAT if test == RECHECK[LAT] else BW
             value = row.get(measure.key)
-            if isinstance(value, (int, float)):
-                self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(value)
+            if isinstance(value, (int, float)):  # a role of several pairs at once: their median
+                got = self.at_once.setdefault((measure, row["suspect"], row["role"]), [])
+                got.append(float(value))
+                self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(np.median(got))
         elif test == "alone":
             a, b = self.index.get(str(row.get("a"))), self.index.get(str(row.get("b")))
             if a is not None and b is not None and isinstance(row.get("mb_s"), (int, float)):
@@ -169,9 +175,13 @@ class Evidence:
     def reference(self, measure: Measure) -> float:
         return attribution.reference(self.values(measure), self.names, self.topology)
 
+    def pairs_at_once(self, measure: Measure, suspect: str) -> int:
+        """How many pairs a suspect's probe measured at once (an uplink's: several)."""
+        return len(self.at_once.get((measure, suspect, "probe"), ()))
+
     def recheck_plan(self, measure: Measure, slow_pct: float, second: bool = False) -> list[
-            tuple[str, tuple[int, int], tuple[int, int]]]:
-        """(suspect label, probe pair, control pair) for each suspect that can be measured again, at most
+            tuple[str, Pairs, Pairs]]:
+        """(suspect label, probe pairs, control pairs) for each suspect that can be measured again, at most
         one per endpoint (hosts, switches and uplinks first, then cables slowest first); with ``second``,
         those the first pass found still slow (measured again, control first)."""
         plan = self._measurable(measure, self.suspects(measure, slow_pct))
@@ -181,13 +191,18 @@ class Evidence:
                     and r[0][2] < cut]
         return plan[:self._cap()]
 
-    def _measurable(self, measure: Measure, found: list[Explanation]) -> list[
-            tuple[str, tuple[int, int], tuple[int, int]]]:
-        """(label, probe, control) for each of the suspects ``found`` that has a probe and a control pair."""
+    def _measurable(self, measure: Measure, found: list[Explanation]) -> list[tuple[str, Pairs, Pairs]]:
+        """(label, probe, control) for each of the suspects ``found`` that has a probe and a control pair;
+        an uplink's bandwidth loaded as the tournament loads it."""
         lost = {self.index[n] for n in self.lost}
         goodness = self.values(measure) if measure.higher else -self.values(measure)
-        return [(label(e), *got) for e in found
-                if (got := probe_and_control(e, found, self.names, self.topology, goodness, lost)) is not None]
+        out = []
+        for e in found:
+            got = probe_and_control(e, found, self.names, self.topology, goodness, lost)
+            if got is not None:
+                groups = loaded(e, got[0], found, self.names, self.topology, goodness, lost) if measure == BW else None
+                out.append((label(e), *(groups or ((got[0],), (got[1],)))))
+        return out
 
     def past_the_cap(self, measure: Measure, found: list[Explanation]) -> set[str]:
         """The suspects (of ``found``) a first pass of rechecks could measure but left out, its cap reached."""
@@ -282,6 +297,60 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
     pairs = [(a, b) for a in range(k) for b in range(a + 1, k) if np.isfinite(goodness[a, b]) and not {a, b} & lost]
     controls = sorted((p for p in pairs if p not in taken and not set(p) & set(probe)), key=key)
     return (probe, controls[0]) if controls else None
+
+
+def loaded(e: Explanation, probe: Pair, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
+           goodness: np.ndarray, lost: AbstractSet[int] = frozenset()) -> tuple[Pairs, Pairs] | None:
+    """An uplink's probe as loaded as a tournament's round loads it: from each of its hosts a pair to
+    a host under another leaf switch (each leaf at most once, the best-measured hosts first), all at
+    once, starting with ``probe``; the control as many pairs through the uplink of another switch of
+    its level that no suspect concerns. None where ``e`` is no uplink, or the tree has room for
+    fewer than two such pairs (the probe and control pairs alone then)."""
+    if e.kind != "uplink" or topo is None:
+        return None
+    k = len(names)
+    host_good = [float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else -np.inf for i in range(k)]
+    leaf = [topo.switch_of[n] for n in names]
+    chains = [topo.chain(s) for s in leaf]
+    suspected = {i for s in suspects if s is not e and s.kind != "cable" for i in s.factor.members}
+    busy = {p for s in suspects if s.kind == "cable" for p in s.factor.pairs}
+    usable = [i for i in sorted(range(k), key=lambda i: (-host_good[i], i)) if i not in lost and i not in suspected]
+    up = e.name.split(" or ")[0]
+    level = len(topo.chain(up))
+
+    def group(first: Pair, inside: str, avoid: set[str]) -> list[Pair]:
+        """``first``, then a pair from each other host under ``inside`` to a host under a leaf not yet
+        used, outside ``inside`` and ``avoid``'s subtrees; each pair (sender, receiver) from the host
+        under ``inside``, so that all of them load its uplink's one direction as a round's do."""
+        near = first[0] if inside in chains[first[0]] else first[1]
+        out, used, taken = [(near, sum(first) - near)], {leaf[first[0]], leaf[first[1]]}, set(first)
+        far = [j for j in usable if inside not in chains[j] and not avoid & set(chains[j])]
+        for i in (i for i in usable if inside in chains[i] and i != near):
+            j = next((j for j in far if leaf[j] not in used and j not in taken and
+                      (min(i, j), max(i, j)) not in busy), None)
+            if j is None:
+                break
+            out.append((i, j))
+            used.add(leaf[j])
+            taken |= {i, j}
+        return out
+
+    if up not in chains[probe[0]] + chains[probe[1]]:
+        return None
+    probes = group(probe, up, set())
+    others = [s for s in topo.switches() if len(topo.chain(s)) == level and s not in topo.chain(up) and
+              up not in topo.chain(s) and not any(s in chains[i] for i in suspected)]
+    best: list[Pair] = []
+    for s in others:
+        near = [i for i in usable if s in chains[i]]
+        far = [j for j in usable if s not in chains[j] and up not in chains[j]]
+        if not near or not far:
+            continue
+        got = group((min(near[0], far[0]), max(near[0], far[0])), s, {up})
+        if len(got) > len(best):
+            best = got
+    n = min(len(probes), len(best))
+    return (tuple(probes[:n]), tuple(best[:n])) if n >= 2 else None
 
 
 def read_evidence(path: str, topo_file: str | None = None) -> tuple[Run, Evidence]:

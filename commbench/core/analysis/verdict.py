@@ -48,8 +48,10 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
             continue
         if ratios:
             d = measure.digits
-            alone = "; ".join(f"again alone {p:.{d}f} {unit}, a control pair {c:.{d}f} ({measure.share(r)})"
-                              for p, c, r in ratios)
+            n = ev.pairs_at_once(measure, label(e))  # an uplink's: loaded as a round loads it
+            how = "again alone {} " + unit + ", a control pair {}" if n < 2 else \
+                f"again {n} pairs through it at once, {{}} {unit} a pair, as many through another uplink {{}}"
+            alone = "; ".join(how.format(f"{p:.{d}f}", f"{c:.{d}f}") + f" ({measure.share(r)})" for p, c, r in ratios)
             if max(r for _, _, r in ratios) >= cut:
                 cleared.append((kind, e.name, f"{kind} {e.name} cleared: {seen}; {alone}: "
                                               f"{ev.passing_load()}"))
