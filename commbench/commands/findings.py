@@ -11,18 +11,22 @@ as one Slurm hostlist line (``scontrol update nodename=$(cat FILE) state=drain r
 each host's reason in FILE.reasons (host, a tab, the finding); commbench never drains a node itself.
 ``--metrics FILE`` writes each link's and each host's figures and the findings per kind in the
 OpenMetrics/Prometheus text format (prometheus_client), for node_exporter's textfile collector.
+``--json FILE`` writes the verdict as one JSON document (each finding: its kind, what it names, its
+effect and interval, whether it was measured again, whether it fails and drains, what to do; each
+host's state); ``--host-status FILE`` a line per host, ``HOST<tab>ok|suspect|slow|lost``, to grep.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from commbench.commands import command
 from commbench.core.analysis import kinds
-from commbench.core.analysis.evidence import read_evidence
-from commbench.core.analysis.verdict import drained, findings_lines, load_reference, one_line, verdict
+from commbench.core.analysis.evidence import Evidence, read_evidence, recheck_ratios
+from commbench.core.analysis.verdict import drained, findings_lines, host_status, load_reference, one_line, verdict
 from commbench.core.config.argtypes import number
 from commbench.core.config.options import Options, opt
 from commbench.core.errors import UsageError
@@ -45,6 +49,11 @@ class Judging(Options):
     drain_list: str | None = opt(None, metavar="FILE",
                                  help="write the hosts to drain as a Slurm hostlist (one line; empty: none) and their "
                                       "reasons to FILE.reasons")
+    json: str | None = opt(None, metavar="FILE", help="write the verdict as JSON: each finding (kind, what it names, "
+                                                      "effect, measured again, fails, drains, what to do) and each "
+                                                      "host's state")
+    host_status: str | None = opt(None, metavar="FILE", help="write a line per host: HOST, a tab, ok, suspect, slow "
+                                                             "or lost")
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class DiffOptions(Judging):
 
 DRAIN_FIX = "give --drain-list a new file, or a regular one, in a directory of your own"
 METRICS_FIX = "give --metrics a new file, or a regular one, in a directory of your own"
+OUT_FIX = "give {} a new file, or a regular one, in a directory of your own"
 
 
 def add_parser(sub) -> None:
@@ -73,11 +83,12 @@ def add_parser(sub) -> None:
 
 
 def derive(path: str, slow_pct: float | None = None, topo_file: str | None = None, baseline: str | None = None,
-           reference: str | None = None, metrics: str | None = None,
-           acts: tuple[str, ...] = ()) -> tuple[list[str], int, list[dict], list[tuple[str, str]]]:
+           reference: str | None = None, metrics: str | None = None, acts: tuple[str, ...] = (),
+           json_path: str | None = None,
+           status_path: str | None = None) -> tuple[list[str], int, list[dict], list[tuple[str, str]]]:
     """(the lines, how many findings, regressions and failed references, the finding rows, (file, name)
     of each endpoint name the files gave that is no host's); with ``metrics``, the run's figures written
-    there."""
+    there; with ``json_path`` and ``status_path``, the verdict and each host's state."""
     expected = load_reference(reference) if reference else None
     run, ev = read_evidence(path, topo_file)
     acts = (*acts, *(["--metrics"] if metrics else []))
@@ -94,8 +105,31 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     bad = [f for f in found if kinds.fails(f)]
     if metrics:
         write_metrics(metrics, run.meta, ev, found)
+    status = host_status(found, ev.names, ev.topology)
+    if json_path:
+        doc = {"file": path, "run_id": run.meta.get("run_id"), "start": run.meta.get("start"),
+               "transport": (run.meta.get("options") or {}).get("transport"), "slow_pct": float(pct),
+               "exit": 1 if bad else 0, "findings": [finding_record(f, ev) for f in found], "hosts": status}
+        write_whole(json_path, (json.dumps(doc, indent=1) + "\n").encode(), "JSON verdict", OUT_FIX.format("--json"))
+    if status_path:
+        write_whole(status_path, "".join(f"{h}\t{v}\n" for h, v in status.items()).encode(), "host status file",
+                    OUT_FIX.format("--host-status"))
     refused = [(path, n) for n in ev.refused] + [(str(baseline), n) for n in (old[2].refused if old else [])]
     return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found, refused
+
+
+def finding_record(f: dict, ev: Evidence) -> dict:
+    """A finding for --json: its row's fields, what its kind declares, and whether it was measured
+    again (a slow-* finding: its suspect's rechecks, over any transport; other kinds: null)."""
+    k = kinds.kind(f["kind"])
+    again = None
+    if kinds.is_slow_finding(f) and k.measure is not None:
+        suspect = f"cable {f.get('a')} - {f.get('b')}" if k.factor == "cable" else f"{k.factor} {f.get('a')}"
+        again = any(recheck_ratios(e.rechecks.get((k.measure, suspect), {}), k.measure)
+                    for e in (ev, *ev.via.values()))
+    keep = ("a", "b", "ratio", "ratio_lo", "ratio_hi", "mb_s", "lat_us", "note")
+    return {"kind": k.name, "names": k.factor, **{x: f[x] for x in keep if f.get(x) is not None},
+            "measured_again": again, "fails": k.fails, "drains": kinds.drains(f), "action": k.action}
 
 
 def write_metrics(path: str, meta: dict, ev, found: list[dict]) -> None:
@@ -160,11 +194,13 @@ def write_drain_list(path: str, hosts: dict[str, str]) -> None:
 
 def run(o: FindingsOptions | DiffOptions) -> int:
     for path, what, fix in ((o.drain_list, "drain list", DRAIN_FIX), (o.drain_list and o.drain_list + ".reasons",
-                            "drain list's reasons", DRAIN_FIX), (o.metrics, "metrics file", METRICS_FIX)):
+                            "drain list's reasons", DRAIN_FIX), (o.metrics, "metrics file", METRICS_FIX),
+                            (o.json, "JSON verdict", OUT_FIX.format("--json")),
+                            (o.host_status, "host status file", OUT_FIX.format("--host-status"))):
         if path:  # before anything is read or printed
             check_target(path, what, fix)
     lines, count, found, refused = derive(o.file, o.slow_pct, o.topology, o.baseline or None, o.reference, o.metrics,
-                                          ("--drain-list",) if o.drain_list else ())
+                                          ("--drain-list",) if o.drain_list else (), o.json, o.host_status)
     print("\n".join(lines))
     if o.drain_list:
         hosts = drained(found)

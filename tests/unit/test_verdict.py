@@ -153,6 +153,44 @@ def test_metrics_are_in_base_units(tmp_path, capsys):
     assert "commbench_finding" not in families or not families["commbench_finding"].samples
 
 
+def test_the_verdict_as_json_and_a_state_per_host(tmp_path, capsys):
+    """--json: each finding with its kind, what it names, its effect, whether it was measured again,
+    whether it fails and drains, what to do; --host-status: HOST<tab>state for every host, in the
+    run's order: the slow host slow, a lost one lost, a slow cable's ends suspect, the rest ok."""
+    names = [f"n{i}" for i in range(8)]
+
+    def rate(a, b):
+        return 50.0 if "n3" in (a, b) else 70.0 if {a, b} == {"n5", "n6"} else 100.0
+
+    f = write_run(tmp_path / "run.jsonl", names, rate, recheck={"host n3": (50, 100), "cable n5 - n6": (70, 100)},
+                  failed=(("n0", "n7", "n7"),))
+    out, status = tmp_path / "v.json", tmp_path / "hosts.txt"
+    code, _, err = run(capsys, "findings", str(f), "--json", str(out), "--host-status", str(status))
+    assert code == 1 and err == ""
+    doc = json.loads(out.read_text())
+    assert doc["exit"] == 1 and doc["slow_pct"] == 25.0 and doc["transport"] == "tcp"
+    by = {(x["kind"], x["a"], x.get("b")): x for x in doc["findings"]}
+    host, cable = by[("slow-host", "n3", None)], by[("slow-link", "n5", "n6")]
+    assert host["names"] == "host" and host["drains"] and host["fails"] and host["measured_again"] is True
+    assert host["ratio_lo"] <= host["ratio"] == 0.5 <= host["ratio_hi"] and host["mb_s"] == 50.0
+    assert "drain it" in host["action"] and "port or cable" in cable["action"] and not cable["drains"]
+    assert ("failed", "n7", None) in by and by[("failed", "n7", None)]["measured_again"] is None
+    assert doc["hosts"] == {"n0": "ok", "n1": "ok", "n2": "ok", "n3": "slow", "n4": "ok", "n5": "suspect",
+                            "n6": "suspect", "n7": "lost"}
+    assert status.read_text().splitlines() == [f"{h}\t{v}" for h, v in doc["hosts"].items()]
+
+
+def test_hosts_under_a_slow_uplink_are_suspects_not_slow():
+    """A slow uplink drains no host: the hosts under it are suspects (from the topology)."""
+    from commbench.core.analysis.topology import Topology
+    from commbench.core.analysis.verdict import host_status
+
+    topo = Topology({f"n{i}": f"r{i // 2}" for i in range(4)}, {"r0": "s", "r1": "s"})
+    found = [{"kind": "slow-uplink", "a": "r1", "note": "r1: ..."}]
+    assert host_status(found, [f"n{i}" for i in range(4)], topo) == {"n0": "ok", "n1": "ok", "n2": "suspect",
+                                                                      "n3": "suspect"}
+
+
 def test_a_healthy_new_host_is_no_regression(tmp_path, capsys):
     """diff exits 0 when a healthy host joins (its kind, new-host, does not fail the verdict)."""
     old = write_run(tmp_path / "old.jsonl", HOSTS, healthy)
@@ -264,8 +302,9 @@ def test_every_kind_the_verdict_makes_is_declared():
             assert not kinds.changed("gained", factor, m).fails
 
 
+@pytest.mark.parametrize("flag", ["--drain-list", "--json", "--host-status"])
 @pytest.mark.parametrize("target", ["fifo", "link"])
-def test_the_drain_list_replaces_only_a_regular_file(tmp_path, capsys, target):
+def test_the_drain_list_replaces_only_a_regular_file(tmp_path, capsys, target, flag):
     import os
 
     f = write_run(tmp_path / "run.jsonl", HOSTS, slow_n3, recheck={"host n3": (50, 100)})
@@ -276,7 +315,7 @@ def test_the_drain_list_replaces_only_a_regular_file(tmp_path, capsys, target):
         os.mkfifo(out)
     else:
         out.symlink_to(victim)
-    code, _, err = run(capsys, "findings", str(f), "--drain-list", str(out))
+    code, _, err = run(capsys, "findings", str(f), flag, str(out))
     says = "is a FIFO, not a regular file" if target == "fifo" else "is a symbolic link: commbench writes through none"
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
     assert victim.read_text() == "keep\n"

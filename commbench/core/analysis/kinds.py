@@ -53,6 +53,18 @@ LATENCY = Measure("latency", "lat_us", "us", False, 2)
 MEASURES = {m.name: m for m in (BANDWIDTH, LATENCY)}
 
 
+# what an admin does about a finding, by what it names
+ACTIONS = {"host": "drain it (--drain-list) and check its NIC, its cable to its switch, its driver and firmware",
+           "switch": "check the switch: every host under it is slow",
+           "uplink": "check the switch's uplink: its cables and ports toward the spine",
+           "group": "check what these hosts share that no topology names (give --topology to name it)",
+           "cable": "check that pair's path: either host's port or cable (the hosts' own pairs are fine)",
+           "ring-link": "measure the pair alone (commbench p2p-bandwidth between the two hosts)",
+           "endpoint": "drain it (--drain-list): check the node, its network and its commbench log",
+           "cluster": "compare the two runs' settings, firmware and software: the whole fabric moved",
+           "links": "read its note"}
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -62,6 +74,11 @@ class Kind:
     fails: bool  # the verdict fails (findings and diff exit 1)
     drains: bool  # the host it names goes on the drain list
     measure: Measure | None = None
+
+    @property
+    def action(self) -> str:
+        """What to do about it (by what it names)."""
+        return ACTIONS[self.factor]
 
     @property
     def metric(self) -> str:

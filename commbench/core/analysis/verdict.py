@@ -6,6 +6,7 @@ reasons. ``cluster`` (live), ``findings``, ``diff`` and ``report`` all judge thr
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from commbench.core.analysis import attribution, kinds
 from commbench.core.analysis.attribution import Explanation
 from commbench.core.analysis.evidence import BW, ENDPOINT, LAT, Evidence, host_of, label, recheck_ratios
 from commbench.core.analysis.kinds import Measure
+from commbench.core.analysis.topology import Topology
 from commbench.core.errors import UsageError
 from commbench.core.measure import outliers
 from commbench.core.output.results import Run
@@ -478,6 +480,42 @@ def findings_lines(endpoints: int, slow_pct: float, summary: list[str], found: l
             *(f"#   {one_line(s)}" for s in summary),
             *([f"#   {f['kind']}: {one_line(f['note'])}" for f in found] or
               ["#   no outliers: every host, switch and link within the threshold"])]
+
+
+STATUS = ("ok", "suspect", "slow", "lost")  # a host's state in --host-status and --json, the worst last
+
+
+def host_status(found: list[dict], names: list[str], topo: Topology | None = None) -> dict[str, str]:
+    """Each host of the run -> lost (a failed finding names it alone), slow (a finding that drains it
+    names it: slow, or slower than the baseline), suspect (a failing finding concerns it without
+    draining it: a cable's or ring link's end, a failed pair's, a host under a slow switch or uplink
+    or in a slow group), or ok. A suspect not confirmed when measured again is no finding: ok."""
+    import hostlist
+
+    out = dict.fromkeys((host_of(n) for n in names), "ok")  # in the run's order
+    rank = {s: i for i, s in enumerate(STATUS)}
+
+    def mark(host: str, status: str) -> None:
+        if host in out and rank[status] > rank[out[host]]:
+            out[host] = status
+
+    for f in found:
+        k = kinds.kind(f["kind"])
+        a, b = str(f.get("a") or ""), str(f.get("b") or "")
+        if k.factor == "endpoint" and not b:
+            mark(host_of(a), "lost")
+        elif kinds.drains(f):
+            mark(host_of(a), "slow")
+        elif k.fails:
+            concerned = [a, b]
+            if k.factor in ("switch", "uplink") and topo is not None:
+                concerned = [n for n in names if set(a.split(" or ")) & set(topo.chain(topo.switch_of[n]))]
+            elif k.factor == "group":
+                with contextlib.suppress(Exception):  # a hostlist as the verdict wrote it
+                    concerned = hostlist.expand_hostlist(a)
+            for n in concerned:
+                mark(host_of(n), "suspect")
+    return out
 
 
 REASON = 120  # characters of a drain reason
