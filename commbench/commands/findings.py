@@ -26,6 +26,7 @@ from datetime import datetime
 from commbench.commands import command
 from commbench.core.analysis import kinds
 from commbench.core.analysis.evidence import Evidence, read_evidence, recheck_ratios
+from commbench.core.analysis.kinds import MEASURES
 from commbench.core.analysis.verdict import drained, findings_lines, host_status, load_reference, one_line, verdict
 from commbench.core.config.argtypes import number
 from commbench.core.config.options import Options, opt
@@ -109,13 +110,25 @@ def derive(path: str, slow_pct: float | None = None, topo_file: str | None = Non
     if json_path:
         doc = {"file": path, "run_id": run.meta.get("run_id"), "start": run.meta.get("start"),
                "transport": (run.meta.get("options") or {}).get("transport"), "slow_pct": float(pct),
-               "exit": 1 if bad else 0, "findings": [finding_record(f, ev) for f in found], "hosts": status}
+               "exit": 1 if bad else 0, "reference": reference_figures(ev),
+               "findings": [finding_record(f, ev) for f in found], "hosts": status}
         write_whole(json_path, (json.dumps(doc, indent=1) + "\n").encode(), "JSON verdict", OUT_FIX.format("--json"))
     if status_path:
         write_whole(status_path, "".join(f"{h}\t{v}\n" for h, v in status.items()).encode(), "host status file",
                     OUT_FIX.format("--host-status"))
     refused = [(path, n) for n in ev.refused] + [(str(baseline), n) for n in (old[2].refused if old else [])]
     return findings_lines(len(ev.names), float(pct), summary, found), len(bad), found, refused
+
+
+def reference_figures(ev: Evidence) -> dict[str, float | None]:
+    """The run's reference pair (the median host's), in its rows' units: null where not measured."""
+    import numpy as np
+
+    out: dict[str, float | None] = {}
+    for m in MEASURES.values():
+        v = ev.reference(m) if np.isfinite(ev.values(m)).any() else float("nan")
+        out[m.key] = round(v, 4) if v == v else None
+    return out
 
 
 def finding_record(f: dict, ev: Evidence) -> dict:

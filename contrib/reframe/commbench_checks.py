@@ -9,13 +9,42 @@ as it adds any test.
 commbench the way the system's partition launches jobs (``self.job.launcher``: srun under Slurm, the
 local launcher on ReFrame's generic system, where commbench starts its own ranks). Add your systems'
 expected values to ``reference`` (value, lower bound, upper bound as fractions, unit): a run outside
-them fails the check. ``commbench cluster``'s verdict is its ``findings`` exit status; the drain list
-and the findings are kept in the stage directory.
+them fails the check. The figures are read from commbench's results files (JSONL rows), never from
+its printed tables; ``commbench cluster``'s verdict is ``commbench findings --json``'s; the drain list,
+the verdict and the findings are kept in the stage directory.
 """
+
+import json
+import os
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import performance_function, run_before, sanity_function, variable
+
+
+@sn.deferrable
+def row_value(path, key, size):
+    """``key`` of the results row of message size ``size`` in a commbench JSONL file."""
+    with open(path) as f:
+        rows = [r for r in map(json.loads, f) if r.get("type") == "row" and r.get("size") == size]
+    if not rows:
+        raise ValueError(f"{path}: no row of size {size}")
+    return float(rows[-1][key])
+
+
+@sn.deferrable
+def verdict_value(path, *keys):
+    """A field of ``commbench findings --json``'s document (keys: the path into it)."""
+    with open(path) as f:
+        value = json.load(f)
+    for k in keys:
+        value = value[k]
+    return value
+
+
+@sn.deferrable
+def written(path):
+    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 @rfm.simple_test
@@ -29,7 +58,7 @@ class CommbenchP2P(rfm.RunOnlyRegressionTest):
     num_tasks_per_node = 1
     executable = "commbench"
     time_limit = "10m"
-    keep_files = ["lat.jsonl", "bw.jsonl", "bw.txt"]
+    keep_files = ["lat.jsonl", "bw.jsonl"]
     reference = {
         # "mycluster:compute": {"latency_8B": (2.5, None, 0.5, "us"), "bandwidth_4M": (11000, -0.2, None, "MB/s")},
         "*": {"latency_8B": (None, None, None, "us"), "bandwidth_4M": (None, None, None, "MB/s")},
@@ -42,20 +71,20 @@ class CommbenchP2P(rfm.RunOnlyRegressionTest):
             self.num_tasks = self.num_tasks_per_node = 1
         self.executable_opts = ["p2p-latency", "-t", self.transport, "-m", "8:8", "-i", "2000", "-o", "lat.jsonl"]
         self.postrun_cmds = [("" if local else f"{self.job.launcher.run_command(self.job)} ") +
-                             f"commbench p2p-bandwidth -t {self.transport} -m 4M:4M -o bw.jsonl > bw.txt"]
+                             f"commbench p2p-bandwidth -t {self.transport} -m 4M:4M -o bw.jsonl"]
 
     @sanity_function
     def measured(self):
-        return sn.all([sn.assert_found(r"^8\s+\d+\s", self.stdout),
-                       sn.assert_found(r"^4194304\s+", "bw.txt")])
+        return sn.all([sn.assert_gt(row_value("lat.jsonl", "p50_us", 8), 0),
+                       sn.assert_gt(row_value("bw.jsonl", "mb_s", 4194304), 0)])
 
     @performance_function("us")
     def latency_8B(self):  # noqa: N802 (ReFrame's name for the figure)
-        return sn.extractsingle(r"^8\s+\d+\s+\S+\s+\S+\s+(\S+)", self.stdout, 1, float)  # the p50 column
+        return row_value("lat.jsonl", "p50_us", 8)
 
     @performance_function("MB/s")
     def bandwidth_4M(self):  # noqa: N802
-        return sn.extractsingle(r"^4194304\s+\d+\s+\d+\s+\d+\s+(\S+)", "bw.txt", 1, float)  # MB/s, after the window
+        return row_value("bw.jsonl", "mb_s", 4194304)
 
 
 @rfm.simple_test
@@ -70,7 +99,7 @@ class CommbenchCluster(rfm.RunOnlyRegressionTest):
     extra = variable(str, value="--tests pairwise")
     executable = "commbench"
     time_limit = "30m"
-    keep_files = ["cluster.jsonl", "findings.txt", "drain.txt", "drain.txt.reasons"]
+    keep_files = ["cluster.jsonl", "findings.txt", "verdict.json", "hosts.txt", "drain.txt", "drain.txt.reasons"]
     reference = {
         "*": {"pair_bandwidth": (None, None, None, "MB/s")},
     }
@@ -82,15 +111,15 @@ class CommbenchCluster(rfm.RunOnlyRegressionTest):
         self.num_tasks_per_node = 1
         self.executable_opts = ["cluster", "-t", self.transport, *(["--np", str(self.nodes)] if local else []),
                                 *self.extra.split(), "-o", "cluster.jsonl"]
-        self.postrun_cmds = ["commbench findings cluster.jsonl --drain-list drain.txt > findings.txt; "
-                             "echo \"findings exit $?\""]
+        self.postrun_cmds = ["commbench findings cluster.jsonl --json verdict.json --host-status hosts.txt "
+                             "--drain-list drain.txt > findings.txt || true"]
 
     @sanity_function
     def verdict(self):
-        return sn.all([sn.assert_found(r"^# findings \(", self.stdout),
-                       sn.assert_found(r"^findings exit 0$", self.stdout,
-                                       msg="the findings name a fault: see findings.txt and drain.txt")])
+        return sn.all([sn.assert_true(written("verdict.json"), msg="no verdict: see the job's stderr"),
+                       sn.assert_eq(verdict_value("verdict.json", "exit"), 0,
+                                    msg="the findings name a fault: see findings.txt, hosts.txt and drain.txt")])
 
     @performance_function("MB/s")
     def pair_bandwidth(self):
-        return sn.extractsingle(r"pairwise: reference ([\d.]+) MB/s", self.stdout, 1, float)
+        return verdict_value("verdict.json", "reference", "mb_s")

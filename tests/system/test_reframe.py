@@ -5,6 +5,7 @@ ReFrame's performance stage, as a site's would."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -32,10 +33,14 @@ def test_the_checks_run_under_reframe_and_report_their_figures(tmp_path):
     bw = [ln for ln in r.stdout.splitlines() if ln.startswith("P: bandwidth_4M: ")]
     assert lat and 0 < float(lat[0].split()[2]) < 10_000 and bw and float(bw[0].split()[2]) > 0, r.stdout[-2000:]
     r = reframe(tmp_path, "-c", str(CHECKS), "-r", "-n", "CommbenchCluster$")
-    # a loaded machine's loopback may show a slow pair: a verdict (the sanity's message), never an error
-    assert r.returncode == 0 or "the findings name a fault" in r.stdout, r.stdout[-3000:]
-    assert "P: pair_bandwidth: " in r.stdout or r.returncode != 0, r.stdout[-2000:]
-    assert list(tmp_path.glob("output/**/CommbenchCluster/drain.txt")) or r.returncode != 0
+    # ranks of one machine, busy or not: every suspect a busy moment made is cleared when measured again
+    assert r.returncode == 0 and "0 failure(s)" in r.stdout, r.stdout[-3000:]
+    figure = [ln for ln in r.stdout.splitlines() if ln.startswith("P: pair_bandwidth: ")]
+    (verdict,) = tmp_path.glob("output/**/CommbenchCluster/verdict.json")
+    doc = json.loads(verdict.read_text())
+    assert figure and float(figure[0].split()[2]) == doc["reference"]["mb_s"] > 0, r.stdout[-2000:]
+    hosts = (verdict.parent / "hosts.txt").read_text().splitlines()
+    assert doc["exit"] == 0 and hosts and all(line.endswith("\tok") for line in hosts), hosts
 
 
 def test_a_systems_reference_the_run_misses_fails_the_check(tmp_path):
