@@ -15,11 +15,12 @@ if [ "${1:-}" = "--dev" ]; then
     # Reference tools for bench/ (sockperf, iperf3), iproute2 for emulated hosts, a Slurm cluster
     # for the srun tests (launchers/slurm-cluster.sh), gRPC's C++ library for -t grpc-cpp, and
     # Chromium with its driver for the test that opens report's page in a real browser, SimGrid's
-    # Python module for cluster --fabric sim and bench/'s error-rate tables.
+    # Python module for cluster --fabric sim and bench/'s error-rate tables, nftables and ethtool for
+    # emulated hosts' lossy links (hosts up --loss-of).
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf iperf3 iproute2 psmisc \
       slurm-wlm munge libpmix2 libpmix-dev python3-pyverbs libgrpc++-dev pkg-config g++ \
-      chromium chromium-driver python3-simgrid >/dev/null
+      chromium chromium-driver python3-simgrid nftables ethtool >/dev/null
   fi
   .venv/bin/python -m pip install -q -e '.[dev]'
 else

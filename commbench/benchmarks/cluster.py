@@ -50,7 +50,7 @@ from commbench.core.output.results import Run
 from commbench.core.output.table import Column, key
 from commbench.core.run.link import Control
 from commbench.core.run.world import World
-from commbench.transports.base import Transport
+from commbench.transports.base import LOSS_KEYS, Transport
 
 TESTS = ("pairwise", "ring", "bisection")
 FABRICS = ("ranks", "sim")
@@ -186,7 +186,8 @@ class Cluster(Benchmark[ClusterOptions]):
             key("ratio", "ratio", "a finding's effect: its pairs' median as a share of the reference (bandwidth; "
                 "latency: reference over it)", optional=True),
             key("ratio_lo", "ratio", "the effect's 95 % interval, low end (bootstrap)", optional=True),
-            key("ratio_hi", "ratio", "the effect's 95 % interval, high end (bootstrap)", optional=True)]
+            key("ratio_hi", "ratio", "the effect's 95 % interval, high end (bootstrap)", optional=True),
+            *LOSS_KEYS]
 
     Options = ClusterOptions
     figure = "pairs"

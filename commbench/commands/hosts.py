@@ -1,4 +1,4 @@
-"""``commbench hosts up N --rate R [--rate-of I=R] [--cable I-J=R] [--racks K --uplink R
+"""``commbench hosts up N --rate R [--rate-of I=R] [--cable I-J=R] [--loss-of I=P%] [--racks K --uplink R
 [--uplink-of K=R]] [--set S] | down | status``: N emulated hosts on this machine.
 
 Each host is a network namespace ``cbhI`` with one interface ``cbeI`` (10.77.0.I+1/24), joined by a
@@ -7,7 +7,9 @@ launcher's rendezvous listens). ``--rate`` shapes every host's link with tc tbf 
 is egress only; netem, hence added delay, is not in this kernel), so a flow between two hosts runs at
 the rate; ``--rate-of I=R`` gives host I a rate of its own (a slow node); ``--cable I-J=R`` shapes the
 pair of hosts I and J alone (htb on each one's egress, a class for the other's address: a bad cable
-between two healthy hosts). ``--racks K`` puts the hosts under K bridges (``cbbrK``, host I in rack
+between two healthy hosts); ``--loss-of I=P%`` makes host I's link drop P % of its frames each way at
+random (nftables' ``numgen random`` on the root end's ingress and egress, offloads off: a lossy link,
+which TCP's retransmissions show). ``--racks K`` puts the hosts under K bridges (``cbbrK``, host I in rack
 I // (N / K)) joined to a spine bridge (``cbsp0``, which carries 10.77.0.254) by uplinks shaped at
 ``--uplink``: cross-rack traffic shares them, as in a fat tree with a tapered spine; ``--uplink-of
 K=R`` gives rack K's uplink a rate of its own (a degraded uplink). ``up`` writes the hosts' topology as
@@ -60,6 +62,9 @@ class HostsUpOptions(HostSet):
     cable: list[str] | None = opt(None, action="append", metavar="I-J=RATE",
                                   help="the pair of hosts I and J at RATE, their other pairs not (a bad cable; "
                                        "repeatable)")
+    loss_of: list[str] | None = opt(None, action="append", metavar="I=PCT%",
+                                    help="host I's link drops PCT %% of its frames each way, at random (a lossy "
+                                         "link; nftables; repeatable)")
 
 
 def add_parser(sub) -> None:
@@ -73,10 +78,11 @@ def add_parser(sub) -> None:
 
 def hosts_up(o: HostsUpOptions) -> int:
     st = up(o.n, o.rate, o.rate_of or [], o.racks, o.uplink, o.chosen(), o.uplink_of or [],
-            o.cable or [])
+            o.cable or [], o.loss_of or [])
     odd = {k: v for k, v in st["rates"].items() if v != o.rate}
     odd.update({f"rack{k}'s uplink": v for k, v in enumerate(st["uplinks"].values()) if v != o.uplink})
     odd.update({f"cable {k}": v for k, v in st["cables"].items()})
+    odd.update({f"{k}'s link": f"{v} loss" for k, v in st["loss"].items()})
     racks = f" in {st['racks']} racks, uplinks at {st['uplink'] or 'none'}" if st["racks"] > 1 else ""
     print(f"commbench hosts: {st['hosts']} hosts up at {st['rate']}{racks}"
           + (f" ({', '.join(f'{k} at {v}' for k, v in odd.items())})" if odd else "") + ": "
@@ -113,4 +119,6 @@ def hosts_status(o: HostsStatusOptions) -> int:
             print(f"uplink of {k} at {v}")
     for k, v in st["cables"].items():
         print(f"cable {k} at {v}")
+    for k, v in st.get("loss", {}).items():
+        print(f"{k}'s link drops {v} of its frames each way")
     return 0

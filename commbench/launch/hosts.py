@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,6 +70,8 @@ def down(s: str = "") -> list[str]:
     links = _links_of(s)
     for dev in sorted(links, key=lambda d: ("br" in d or "sp" in d, d)):  # pairs first, then the bridges
         _run("ip", "link", "del", dev, check=False)
+    if shutil.which("nft"):
+        _run("nft", "delete", "table", "netdev", loss_table(s), check=False)
     _run("ip", "netns", "del", root_netns(s), check=False)  # only the name: the namespace is this machine's own
     state_path(s).unlink(missing_ok=True)
     topology_path(s).unlink(missing_ok=True)
@@ -105,6 +108,51 @@ def parse_rate_of(items: Sequence[str], n: int, flag: str = "--rate-of", what: s
         parse_rate(rate, f"{flag} {idx}=")
         out[i] = rate
     return out
+
+
+def parse_loss_of(items: Sequence[str], n: int) -> dict[int, float]:
+    """``--loss-of I=P%`` items: host index -> the share of its frames dropped each way (0 < P < 100)."""
+    out: dict[int, float] = {}
+    for item in items:
+        idx, eq, pct = item.partition("=")
+        num = pct.strip().removesuffix("%")
+        try:
+            share = float(num) / 100 if eq and len(num) <= 12 else -1.0
+        except ValueError:
+            share = -1.0
+        if not idx.strip().isdigit() or len(idx.strip()) > 4 or not 0 < share < 1:
+            raise UsageError(f"--loss-of {item[:40]!r}: give HOST=PERCENT, e.g. --loss-of 1=0.5% (host 1 of 0 to "
+                             f"{n - 1} drops 0.5 % of its frames each way; 0 < PERCENT < 100)")
+        if int(idx) >= n:
+            raise UsageError(f"--loss-of {item[:40]}: there is no host {int(idx)}; this makes hosts 0 to {n - 1}")
+        out[int(idx)] = share
+    return out
+
+
+LOSS_STEPS = 1_000_000  # numgen's range: a share of frames in steps of 0.0001 %
+
+
+def loss_table(s: str) -> str:
+    """The nftables table (netdev family, root namespace) holding set s's dropping rules."""
+    return f"cbloss{s}"
+
+
+def make_lossy(s: str, lossy: dict[str, float]) -> None:
+    """Each root-side device of ``lossy`` (its host's link) drops that share of the frames through it,
+    each way, at random (nftables' numgen on the device's ingress and egress hooks), with its
+    offloads off so that a frame dropped is one frame, not a 64 KB segment."""
+    if shutil.which("nft") is None or shutil.which("ethtool") is None:
+        raise UsageError("--loss-of needs nftables and ethtool (apt-get install nftables ethtool)")
+    t = loss_table(s)
+    _run("nft", "add", "table", "netdev", t)
+    for dev, share in lossy.items():
+        _run("ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", check=False)
+        for hook in ("ingress", "egress"):
+            chain = f"{dev}_{hook}"
+            _run("nft", "add", "chain", "netdev", t, chain,
+                 f'{{ type filter hook {hook} device "{dev}" priority 0 ; }}')
+            _run("nft", "add", "rule", "netdev", t, chain, "numgen", "random", "mod", str(LOSS_STEPS), "<",
+                 str(max(1, round(share * LOSS_STEPS))), "counter", "drop")
 
 
 def _subnet(s: str) -> int:
@@ -161,12 +209,13 @@ def topology_path(s: str = "") -> Path:
 
 
 def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: str | None = None,
-       s: str = "", uplink_of: Sequence[str] = (), cables: Sequence[str] = ()) -> dict:
+       s: str = "", uplink_of: Sequence[str] = (), cables: Sequence[str] = (), loss_of: Sequence[str] = ()) -> dict:
     s = hostset.check_set(s)
     bps = parse_rate(rate)
     if not 1 <= n <= MAX_HOSTS:
         raise UsageError(f"hosts up takes 1 to {MAX_HOSTS} hosts, not {n}")
     rates = parse_rate_of(rate_of, n)
+    losses = parse_loss_of(loss_of, n)
     slow_cables = parse_cables(cables, n)
     if racks < 1 or racks > n or n % racks:
         raise UsageError(f"--racks {racks} does not divide {n} hosts into equal racks: choose a divisor of {n} "
@@ -221,6 +270,8 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
                 shape(inner, host_bps, ns)
             if host_bps:
                 shape(outer, host_bps)
+        if losses:
+            make_lossy(s, {link_name("v", i, s): share for i, share in losses.items()})
     except BaseException:
         down(s)
         raise
@@ -235,6 +286,7 @@ def up(n: int, rate: str, rate_of: Sequence[str] = (), racks: int = 1, uplink: s
     state["topology"] = str(topology_path(s))
     state["uplinks"] = {f"rack{k}": uplinks.get(k, uplink) for k in range(racks)} if racks > 1 else {}
     state["cables"] = {f"{host_name(a, s)} - {host_name(b, s)}": r for (a, b), r in slow_cables.items()}
+    state["loss"] = {host_name(i, s): f"{share * 100:g}%" for i, share in losses.items()}
     topology_path(s).write_text(topo.to_conf(f"commbench hosts up {n} --racks {racks}" + (f" --set {s}" if s else "")))
     state_path(s).write_text(json.dumps(state))
     return state

@@ -35,12 +35,19 @@ from commbench.core.config.options import NoOptions, Options
 from commbench.core.config.run import RunConfig
 from commbench.core.errors import PeerError, UsageError
 from commbench.core.measure.message import Message
-from commbench.core.output.table import Column
+from commbench.core.output.table import Column, key
 from commbench.core.run.world import World
 
 BASIC = frozenset({"call", "stream", "exchange", "many-ranks", "many-hosts"})
 INDEX = 4  # bytes at the start of a concurrent call's request: its index among the calls made at once
 Batch = tuple["Link", Sequence[Message], Sequence[Message]]  # a link, its requests, their replies
+
+
+# a stream transport's loss as its kernel saw it: counters() keys (tcp), which a cluster pair's row keeps
+LOSS_KEYS = [key("tcp_retrans", "count", "segments the kernel's TCP sent again (tcpi_total_retrans over every "
+                 "connection, all ranks, warm-up included): loss, or a timeout", optional=True),
+             key("tcp_data_segs", "count", "data segments it sent (tcpi_data_segs_out, the same way): tcp_retrans "
+                 "/ tcp_data_segs is the share it had to send again", optional=True)]
 
 
 def stamp(requests: Sequence[Message]) -> None:

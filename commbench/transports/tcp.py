@@ -26,7 +26,7 @@ from commbench.core.run.framing import send_frame
 from commbench.core.run.gate import WELCOME, Gate, dial
 from commbench.core.run.sockets import bind_listener
 from commbench.transports._net import SocketOptions, check_socket_options, data_port, local_endpoint
-from commbench.transports.base import Link, OptionsT, Transport, queues
+from commbench.transports.base import LOSS_KEYS, Link, OptionsT, Transport, queues
 
 HDR = struct.Struct("<QI")
 IOV_MAX = 1024
@@ -329,6 +329,10 @@ class StreamTransport(Transport[OptionsT]):
             link.close()
 
 
+# struct tcp_info (include/uapi/linux/tcp.h): the fields read, by offset, and the length asked for
+TCP_INFO_LEN, RETRANS_AT, DATA_SEGS_OUT_AT = 232, 100, 156  # tcpi_total_retrans, tcpi_data_segs_out
+
+
 class TcpTransport(StreamTransport[SocketOptions]):
     name = "tcp"
     help = "raw TCP sockets (vectored sendmsg / recvmsg_into)"
@@ -336,6 +340,22 @@ class TcpTransport(StreamTransport[SocketOptions]):
     Options = SocketOptions
     presets = (("--poll", "blocking"), ("--poll", "busy"))
     baseline = True  # the sockperf-like floor every other configuration is compared with
+    counter_keys = LOSS_KEYS
+
+    def counters(self) -> dict[str, int]:
+        """The kernel's retransmitted and data segments over this rank's connections (Linux' TCP_INFO;
+        none elsewhere)."""
+        retrans = segs = 0
+        for link in getattr(self, "links", {}).values():
+            try:
+                info = link.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+            except (OSError, AttributeError):  # closed, or no TCP_INFO on this system
+                return {}
+            if len(info) < DATA_SEGS_OUT_AT + 4:
+                return {}
+            retrans += struct.unpack_from("I", info, RETRANS_AT)[0]
+            segs += struct.unpack_from("I", info, DATA_SEGS_OUT_AT)[0]
+        return {"tcp_retrans": retrans, "tcp_data_segs": segs}
 
     @classmethod
     def label(cls, opts: SocketOptions, poll: str) -> str:

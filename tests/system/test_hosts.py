@@ -187,3 +187,32 @@ def test_a_shaped_link_delays_a_message_by_its_wire_time(emulated, tmp_path, rat
     shaped, base = settled(pair, lambda sb: 0.9 <= sb[0] / (wire + sb[1]) <= 1.2)
     print(f"{rate}: 1 MiB one way {shaped:.0f} us; wire {wire:.0f} + unshaped {base:.0f} us")
     assert 0.9 <= shaped / (wire + base) <= 1.2, (shaped, wire, base)
+
+
+@pytest.mark.parametrize("item", ["1", "1=0%", "1=100%", "1=lots", "x=1%", "9=1%"])
+def test_a_malformed_loss_is_one_line(item):
+    r = commbench("hosts", "up", "3", "--loss-of", item)
+    assert r.code == 2 and r.err.count("\n") == 1 and "--loss-of" in r.err and "Traceback" not in r.err, r.err
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_lossy_host_link_shows_in_the_kernels_retransmissions(emulated, tmp_path):
+    """Host 1's link drops 1 % of its frames each way (nftables, offloads off): every pair of a cluster
+    run through it has about 1 % of its data segments sent again (TCP_INFO's counters, kept in the
+    rows), the pair of the two healthy hosts none to speak of; `down` removes the dropping rules."""
+    r = emulated("3", "--rate", "200mbit", "--loss-of", "1=1%")
+    assert r.code == 0 and f"{name(1)}'s link at 1% loss" in r.out, r.err
+    assert f"{name(1)}'s link drops 1% of its frames each way" in cb("hosts", "status").out
+    out = tmp_path / "lossy.jsonl"
+    r = cb("cluster", "--hosts", "3", "--tests", "pairwise", "--bw-size", "256K", "-o", str(out), timeout=300)
+    assert r.code == 0, r.err
+    share = {frozenset((x["a"], x["b"])): x["tcp_retrans"] / x["tcp_data_segs"] for x in read_runs(out)[0].rows
+             if x.get("test") == "pairwise"}
+    assert len(share) == 3 and share[frozenset((name(0), name(2)))] < 0.001, share
+    assert all(0.003 < v < 0.03 for pair, v in share.items() if name(1) in pair), share
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert f"cbloss{SET}" in tables
+    assert cb("hosts", "down").code == 0
+    assert f"cbloss{SET}" not in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout

@@ -13,8 +13,12 @@ from commbench.benchmarks._cluster.resume import Resume
 from commbench.benchmarks._cluster.schedule import Budget
 from commbench.core.analysis.evidence import Evidence
 from commbench.core.measure.payload import Payload
+from commbench.transports.base import LOSS_KEYS
 
 Rows = Iterator[tuple[Payload, dict | None]]
+
+
+LOSS = tuple(k.key for k in LOSS_KEYS)
 
 
 class Conductor:
@@ -102,7 +106,7 @@ class Conductor:
                    "b_rank": self.fabric.rank(b), "lat_us": got.get("lat_us"), "lat_p99_us": got.get("lat_p99_us"),
                    "mb_s": got.get("mb_s"), "wrong": got.get("wrong"),
                    "note": short(got.get("error")) or (f"via {extra['via']}" if extra and extra.get("via") else None),
-                   **(extra or {})}
+                   **{k: got[k] for k in LOSS if k in got}, **(extra or {})}
             if "error" in got:
                 row["error"] = got["error"]
                 gone = [i for i in (a, b) if i in lost]
@@ -110,7 +114,8 @@ class Conductor:
                     row["lost"] = self.names[gone[0]]
             rows.append(row)
             for name, other in (got.get("via") or {}).items():  # the same pair over --transports' others
-                rows.append({**row, "lat_us": other.get("lat_us"), "lat_p99_us": other.get("lat_p99_us"),
+                rows.append({**{k: v for k, v in row.items() if k not in LOSS}, "lat_us": other.get("lat_us"),
+                             "lat_p99_us": other.get("lat_p99_us"), **{k: other[k] for k in LOSS if k in other},
                              "mb_s": other.get("mb_s"), "wrong": other.get("wrong"), "via": name,
                              "note": short(other.get("error")) or f"via {name}",
                              **({"error": other["error"]} if "error" in other else {})})  # (-t's pair had none)

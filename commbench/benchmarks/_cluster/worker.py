@@ -30,6 +30,7 @@ from commbench.core.run.collectives import Group
 from commbench.core.run.link import Control, LinkStore
 from commbench.core.run.tasks import Worker as TaskQueue
 from commbench.core.run.world import World
+from commbench.transports.base import LOSS_KEYS
 
 Work = Callable[..., dict]
 
@@ -190,6 +191,7 @@ class PairWorker:
             row = measure_point(self._context(group, transport, links, s.bw_loops), s.bandwidth, s.bw_payload)
             if row is not None:
                 got.update(mb_s=row["mb_s"], wrong=got["wrong"] + row["wrong"])
+                got.update({k.key: row[k.key] for k in LOSS_KEYS if k.key in row})  # its transport's loss
             got["measure_s"] = time.monotonic() - began  # its loops, warm-up included: the rest is the round's cost
             return got
         return self._in_group(group, {1 - group.rank}, work, cls, config)
