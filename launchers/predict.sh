@@ -66,7 +66,10 @@ sweep() {  # sweep FILE -> OUT/FILE.jsonl over the transport TF's traffic is clo
 train() {  # train OUTFILE STRATEGY MODEL W BATCH STEPS
   local warm=$(( $6 / 4 > 2 ? $6 / 4 : 2 ))
   $CB train --hosts 5 --strategy "$2" --workers "$4" --ps 1 --model "$3" --batch "$5" --steps "$6" \
-    --warmup-steps "$warm" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2
+    --warmup-steps "$warm" -o "$1" 2>>"$OUT/train.log" | progress "$1"
+}
+progress() {  # the run's last table row, named by its file (its header is in the file's own `show`)
+  tail -1 | sed "s|^ *|   $(basename "$1" .jsonl): |" >&2
 }
 # small_cnn: 240 steps (its communication at fast links is 7-10 ms of a 45 ms step: 60 steps measured it to
 # +-17 %, too coarse to tell 15 %; 4x the steps halve that, for about 15 s a run); QUICK: 48, coarser.
@@ -80,7 +83,7 @@ compute_only() {  # compute_only OUTFILE STRATEGY MODEL W: the compute step alon
   # (half before, half after, at least 12 each)
   local n; n=$(model_steps "$3"); [ "$n" -le 60 ] || n=60
   $CB train --compute-only --strategy "$2" --hosts 5 --model "$3" --workers "$4" --batch "$(model_batch "$3")" \
-    --steps "$n" -o "$1" 2>>"$OUT/train.log" | tail -1 >&2
+    --steps "$n" -o "$1" 2>>"$OUT/train.log" | progress "$1"
 }
 measured() { [ "$3" = 2 ] || { [ "$1" = small-cnn ] && [ "$2" = "$W3_RATE" ]; }; }  # MODEL RATE W: trained here?
 
@@ -137,6 +140,7 @@ for p in $(seq 0 $(( REPEATS - 1 ))); do for i in "${!rates[@]}"; do
 done; done
 
 step "3. predicted from the sweeps, the calibration and the compute runs; compared with the train runs"
+headed=0
 for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for w in 2 3; do
   measured "$m" "$rate" "$w" || continue  # what 2. ran (not a stale file)
   f="$OUT/train_${s}_${m}_w${w}_$rate.jsonl"
@@ -145,7 +149,8 @@ for rate in "${rates[@]}"; do for m in $MODELS; do for s in $STRATEGIES; do for 
   $CB predict --p2p "$OUT/link_$rate.jsonl" --train "$f" --compute "$OUT/compute_${s}_${m}_w${w}_$rate.jsonl" \
     --overhead "$OUT/cal_${s}_none.jsonl" --overhead-p2p "$OUT/cal_sweep_none.jsonl" "${slow[@]}" \
     --overhead-compute "$OUT/cal_compute_${s}_none.jsonl" --label "$rate" \
-    -o "$OUT/predict.jsonl" | sed -n 4p >&2
+    -o "$OUT/predict.jsonl" | awk -v headed="$headed" '(NR == 3 && !headed) || NR == 4 || /^# warning: /' >&2
+  headed=1  # the table's header once, then each prediction's row and its warnings
 done; done; done; done
 $CB hosts down >/dev/null
 echo "launchers/predict.sh: predictions in $OUT/predict.jsonl (commbench show $OUT/predict.jsonl)" >&2

@@ -80,15 +80,16 @@ def own_compute(row: dict) -> Span:
 
 def drifting(row: dict) -> Span:
     """A compute run's time for a run made after it: its interval, widened to how far the machine's pace
-    moved between the run's two measurements (before and after: ``|after - before|`` either side of the
-    middle). A later run computes at the pace of its own minutes, not at the median of these."""
+    moved between the run's two measurements (before and after: the middle divided and multiplied by
+    their ratio, so a pace that moved 2x gives half to twice the middle, never a time at or below 0).
+    A later run computes at the pace of its own minutes, not at the median of these."""
     span, before, after = compute_span(row, row["compute_ms"]), row.get("compute_before_ms"), \
         row.get("compute_after_ms")
-    if before is None or after is None:
+    if before is None or after is None or min(before, after) <= 0:
         return span
-    moved = abs(after - before)
-    return Span.of(span.mid, min(span.lo, before, after, span.mid - moved),
-                   max(span.hi, before, after, span.mid + moved))
+    moved = max(before, after) / min(before, after)
+    return Span.of(span.mid, min(span.lo, before, after, span.mid / moved),
+                   max(span.hi, before, after, span.mid * moved))
 
 
 def compute_rows(path: str, model: str, workers: int, batch: int, strategy: str) -> list[dict]:

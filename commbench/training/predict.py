@@ -377,6 +377,10 @@ def compared(i: Inputs, pred: Prediction, slow: Prediction, fast: Prediction, me
 
 
 # -- rendering: the row as a table, and what it rests on ----------------------------------------------
+WARNING = "warning: "  # a line that weakens the comparison (`# warning: ...`: launchers/predict.sh shows these)
+WIDE_COMPUTE = 1.5  # a compute time's high end beyond this times its low end: a pace that moved while measured
+
+
 def render(i: Inputs, f: Forecast) -> None:
     out, sizes = f.out, [t.nbytes for t in i.prof.tensors]
     link, shape = i.link, i.shape
@@ -458,16 +462,22 @@ def _verdicts(i: Inputs, f: Forecast) -> list[str]:
     if not i.measured:  # the minimum bandwidth is the model's: a measured communication has none
         lines.append(min_bandwidth_line(shape.workers, out["min_beta_lo_mb_s"], out["min_beta_hi_mb_s"],
                                         out["min_beta_mb_s"]))
+    # what weakens the comparison, marked so that a recipe showing the row alone shows these too
+    c = i.compute
+    if c.lo > 0 and c.hi / c.lo > WIDE_COMPUTE:
+        lines.append(f"{WARNING}the compute time spans {c.lo:.2f}-{c.hi:.2f} ms ({c.hi / c.lo:.1f}x: the machine's "
+                     "pace moved that far while it was measured), so Low-High is wide and a measurement inside "
+                     "it says little; measure again on a quieter machine")
     if (drift := compute_note(i.inrun, i.own_computes, i.opts.compute, i.opts.train,
                                    bool(i.opts.overhead_compute))) is not None:
-        lines.append(drift)
+        lines.append(f"{WARNING}{drift}")
     o = i.opts
     files = [("--train", o.train), ("--compute", o.compute), *(("--overhead", f) for f in o.overhead or ()),
              *(("--overhead-compute", f) for f in o.overhead_compute or ())]
     if (busy := busy_note(files)) is not None:
-        lines.append(busy)
+        lines.append(f"{WARNING}{busy}")
     if i.row and not i.same:
         r = i.row
-        lines.append(f"the train run in {i.opts.train} was {r.get('model')} W={r.get('workers')} P={r.get('ps')} "
-                     f"batch {r.get('batch')}: this is a prediction beyond what was measured")
+        lines.append(f"{WARNING}the train run in {i.opts.train} was {r.get('model')} W={r.get('workers')} "
+                     f"P={r.get('ps')} batch {r.get('batch')}: this is a prediction beyond what was measured")
     return lines

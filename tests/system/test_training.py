@@ -737,6 +737,9 @@ def test_the_prediction_recipe_predicts_a_rate_it_was_not_calibrated_at(tmp_path
     assert f"cbh0.{users_hosts}" in netns and ".prd" not in netns  # its own set made and removed, not the user's
     runs = read_runs(out / "predict.jsonl")
     assert [r.rows[0]["label"] for r in runs] == ["1gbit", "none"]
+    # what it shows: each run's row named by its file, predict's header once over its rows
+    assert "   train_ps_small-cnn_w2_1gbit: " in p.stderr and "   cal_compute_ps_none: " in p.stderr, p.stderr
+    assert p.stderr.count("Pred img/s") == 1, p.stderr
     # two passes over the rates, the other rate's run between a rate's two; the calibration spread among
     # the four (CAL=2: before each pass), not made back to back
     cal_starts = [r.meta["start"] for r in read_runs(out / "cal_ps_none.jsonl")]

@@ -237,10 +237,14 @@ def test_tf_runtime_is_taken_at_the_pace_of_the_compute_time_predicted_with(pace
 
 def test_a_compute_run_is_taken_to_drift_as_far_as_it_moved_while_measured():
     """The compute time for a later run: its interval widened by how far the pace moved between the
-    compute run's two measurements (3 ms here: 40 +- 3), never narrower than the median's interval."""
+    compute run's two measurements (41 / 38 here: 40 divided and multiplied by it), never narrower than
+    the median's interval, and never to a time at or below 0 however far the pace moved."""
     row = {"compute_ms": 40.0, "compute_ci_lo_ms": 39.5, "compute_ci_hi_ms": 40.5, "compute_before_ms": 38.0,
            "compute_after_ms": 41.0}
-    assert pe.drifting(row) == pm.Span(40.0, 37.0, 43.0)
+    got = pe.drifting(row)
+    assert (got.mid, got.lo, got.hi) == pytest.approx((40.0, 40 * 38 / 41, 40 * 41 / 38))
+    wild = pe.drifting({**row, "compute_ms": 171.4, "compute_before_ms": 20.0, "compute_after_ms": 350.0})
+    assert 0 < wild.lo == pytest.approx(171.4 / 17.5) and wild.hi == pytest.approx(171.4 * 17.5)
     steady = {**row, "compute_before_ms": 40.1, "compute_after_ms": 40.0}
     assert pe.drifting(steady) == pm.Span(40.0, 39.5, 40.5)
     old = {k: v for k, v in row.items() if not k.startswith("compute_") or k.endswith(("ci_lo_ms", "ci_hi_ms"))}
@@ -453,3 +457,43 @@ def test_predict_warns_where_other_work_shared_the_runs_machine(busy, tmp_path):
     warned = [ln for ln in out.getvalue().splitlines() if "other work used" in ln]
     assert len(warned) == (busy >= 0.5)
     assert not warned or f"{busy:.1f} of 2 CPUs during --train {train}" in warned[0]
+
+
+def test_a_compute_time_whose_pace_moved_far_is_bounded_and_said(tmp_path):
+    """A compute-only run whose two measurements differ 17.5x: the compute time's interval stays above
+    0 (predict's Low-High finite), and a `# warning:` line (the lines launchers/predict.sh shows beside
+    the row) says the interval is wide; a steady one gives no such line."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from commbench.cli import main
+
+    fix = Path(__file__).parent.parent / "fixtures"
+    meta, *rows = map(json.loads, (fix / "train.jsonl").read_text().splitlines())
+
+    def predicted(before: float, after: float) -> list[str]:
+        compute = tmp_path / f"c{before}.jsonl"
+        moved = [{**r, "compute_before_ms": r["compute_ms"] * before, "compute_after_ms": r["compute_ms"] * after}
+                 for r in rows]
+        compute.write_text("\n".join(map(json.dumps, [meta, *moved])) + "\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["predict", "--p2p", str(fix / "latency_grpc.jsonl"), "--compute", str(compute),
+                         "--train", str(fix / "train.jsonl"), "--json"]) == 0
+        return json.loads(out.getvalue()), compute
+
+    doc, _ = predicted(0.2, 3.5)  # before and after: shares of the row's compute time
+    assert 0 < doc["images_lo"] <= doc["images_s"] <= doc["images_hi"] < 1e6, doc
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["predict", "--p2p", str(fix / "latency_grpc.jsonl"), "--compute", str(tmp_path / "c0.2.jsonl"),
+              "--train", str(fix / "train.jsonl")])
+    warned = [ln for ln in out.getvalue().splitlines() if ln.startswith("# warning: the compute time spans")]
+    assert len(warned) == 1 and "measure again on a quieter machine" in warned[0], out.getvalue()
+    steady, compute = predicted(1.0, 1.01)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["predict", "--p2p", str(fix / "latency_grpc.jsonl"), "--compute", str(compute),
+              "--train", str(fix / "train.jsonl")])
+    assert "the compute time spans" not in out.getvalue()
