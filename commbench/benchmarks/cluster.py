@@ -54,11 +54,11 @@ from commbench.transports.base import LOSS_KEYS, Transport
 
 TESTS = ("pairwise", "ring", "bisection")
 FABRICS = ("ranks", "sim")
-TEST = Column("test", "Test", -15, doc="pairwise, recheck and recheck-latency (a suspect measured again alone: a "
-              "probe pair through it, then a control pair; an uplink's as many pairs at once as it has hosts; "
-              "suspect tournament: the best pair alone, against the tournament's load), alone (where that load "
-              "held the rounds back: each host alone beside the best), "
-              "ring-ordered, ring-random, bisection, bisection-cut (a cut's total), finding or summary")
+TEST = Column("test", "Test", -15, doc="pairwise, recheck, recheck-latency and recheck-loss (a suspect measured "
+              "again alone: a probe pair through it, then a control pair; an uplink's as many pairs at once as it "
+              "has hosts; suspect tournament: the best pair alone, against the tournament's load), alone (where that "
+              "load held the rounds back: each host alone beside the best), ring-ordered, ring-random, bisection, "
+              "bisection-cut (a cut's total), finding or summary")
 US, MBS = "{:.2f}", "{:.1f}"
 def also(opts: ClusterOptions, common: CommonOptions) -> list[tuple[str, type[Transport], Options]]:
     """The transports --transports adds to -t's: (name, class, default options), each able to run the
@@ -187,6 +187,7 @@ class Cluster(Benchmark[ClusterOptions]):
                 "latency: reference over it)", optional=True),
             key("ratio_lo", "ratio", "the effect's 95 % interval, low end (bootstrap)", optional=True),
             key("ratio_hi", "ratio", "the effect's 95 % interval, high end (bootstrap)", optional=True),
+            key("loss_pct", "%", "a lossy finding's share of its pairs' segments TCP sent again", optional=True),
             *LOSS_KEYS]
 
     Options = ClusterOptions

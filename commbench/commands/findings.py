@@ -13,7 +13,7 @@ each host's reason in FILE.reasons (host, a tab, the finding); commbench never d
 OpenMetrics/Prometheus text format (prometheus_client), for node_exporter's textfile collector.
 ``--json FILE`` writes the verdict as one JSON document (each finding: its kind, what it names, its
 effect and interval, whether it was measured again, whether it fails and drains, what to do; each
-host's state); ``--host-status FILE`` a line per host, ``HOST<tab>ok|suspect|slow|lost``, to grep.
+host's state); ``--host-status FILE`` a line per host, ``HOST<tab>ok|suspect|lossy|slow|lost``, to grep.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class Judging(Options):
     json: str | None = opt(None, metavar="FILE", help="write the verdict as JSON: each finding (kind, what it names, "
                                                       "effect, measured again, fails, drains, what to do) and each "
                                                       "host's state")
-    host_status: str | None = opt(None, metavar="FILE", help="write a line per host: HOST, a tab, ok, suspect, slow "
-                                                             "or lost")
+    host_status: str | None = opt(None, metavar="FILE", help="write a line per host: HOST, a tab, ok, suspect, "
+                                                             "lossy, slow or lost")
 
 
 @dataclass(frozen=True)

@@ -609,3 +609,31 @@ def test_a_reference_file_warns_in_its_halo_and_fails_beyond_its_band(tmp_path):
         ref.write_text(text)
         r = commbench("findings", str(run), "--reference", str(ref))
         assert r.code == 2 and r.err.count("\n") == 1 and word in r.err and "Traceback" not in r.err, r.err
+
+
+@ROOT_ONLY
+@pytest.mark.root
+@pytest.mark.slow
+def test_a_lossy_host_is_named_by_its_retransmissions_though_its_rate_is_fine(host_set, tmp_path):
+    """8 hosts at 200 Mbit/s, host 5's link dropping 1 % of its frames each way: at these round-trip
+    times TCP keeps the rate (no slow-* finding), but the kernel's counters show 1 % of the segments
+    through it sent again: lossy-host, confirmed against a control pair, on the drain list and in
+    --host-status as lossy."""
+    up = commbench("hosts", "up", "8", "--rate", "200mbit", "--loss-of", "5=1%", "--set", host_set)
+    assert up.code == 0, up.err
+    out = tmp_path / "lossy.jsonl"
+
+    def evaluate():
+        out.unlink(missing_ok=True)
+        r = commbench("cluster", "--hosts", "8", "--host-set", host_set, "--tests", "pairwise", "--bw-size", "256K",
+                      "-o", str(out), timeout=400)
+        assert r.code == 0, r.err
+        return r, [(x["kind"], x["a"]) for x in findings(cluster_rows(out)[1]) if x["kind"].startswith("lossy")]
+
+    r, lossy = settled(evaluate, lambda got: got[1] == [("lossy-host", f"cbh5.{host_set}")])
+    assert lossy == [("lossy-host", f"cbh5.{host_set}")], r.out
+    assert "again alone" in r.out and "of its segments sent again" in r.out
+    drain, status = tmp_path / "drain", tmp_path / "hosts"
+    again = commbench("findings", str(out), "--drain-list", str(drain), "--host-status", str(status))
+    assert again.code == 1 and drain.read_text() == f"cbh5.{host_set}\n", again.out
+    assert f"cbh5.{host_set}\tlossy" in status.read_text().splitlines()

@@ -289,3 +289,39 @@ def test_a_host_lost_mid_run_is_one_finding_and_never_a_probe_or_a_control():
     note = found[1]["note"]
     assert note.startswith("n1 lost: 1 pair(s) failed") and "stopped responding" in note
     assert "suspected before it was lost (slow-link n1 - n2)" in note
+
+
+@pytest.mark.parametrize("again", [True, False])
+def test_a_lossy_host_is_told_by_its_retransmissions_at_full_rate(again):
+    """Every pair at full rate, but host n5's pairs sent 1 % of their segments again (TCP_INFO's
+    counters in the rows) and the cable n1 - n2 0.5 %: attribution names a lossy host and a lossy
+    cable, each measured again (a probe, a control); named where the probe still loses, cleared
+    where it does not. No slow-* finding: the rate is fine."""
+    from commbench.core.analysis.evidence import Evidence
+    from commbench.core.analysis.kinds import LOSS
+    from commbench.core.analysis.verdict import findings
+
+    names = [f"n{i}" for i in range(8)]
+    ev = Evidence(names)
+    for a in range(8):
+        for b in range(a + 1, 8):
+            again_ = 110 if 5 in (a, b) else 55 if (a, b) == (1, 2) else 0
+            ev.add({"test": "pairwise", "a": names[a], "b": names[b], "mb_s": 24.0, "lat_us": 10.0,
+                    "tcp_retrans": again_, "tcp_data_segs": 11000})
+    plan = ev.recheck_plan(LOSS, 25)
+    assert {s for s, _, _ in plan} == {"host n5", "cable n1 - n2"}
+    for suspect, _, _ in plan:
+        lossy = again or suspect == "cable n1 - n2"
+        for role, n in (("probe", 110 if lossy else 0), ("control", 0), ("probe-2", 110 if lossy else 1),
+                        ("control-2", 0)):
+            ev.add({"test": "recheck-loss", "suspect": suspect, "role": role, "mb_s": 24.0, "tcp_retrans": n,
+                    "tcp_data_segs": 11000})
+    found, lines = findings(ev, 25)
+    got = {(f["kind"], f["a"], f.get("b")) for f in found}
+    assert got == ({("lossy-host", "n5", None)} if again else set()) | {("lossy-link", "n1", "n2")}, found
+    if again:
+        host = next(f for f in found if f["kind"] == "lossy-host")
+        assert host["loss_pct"] == 1.0 and host["note"].startswith("n5: 1.00 % of its segments sent again, 1.00 % more")
+        assert "again alone 1.00 % of its segments sent again, a control pair 0.00 %" in host["note"], host["note"]
+    else:
+        assert any(line.startswith("lossy-host n5 cleared") for line in lines), lines

@@ -293,13 +293,14 @@ def test_every_kind_the_verdict_makes_is_declared():
     lost and new ones and a failed reference; only host findings drain."""
     assert kinds.kind("new-host").fails is False and kinds.kind("gone-host").fails is False
     assert {k.name for k in kinds.KINDS.values() if k.drains} == {
-        "slow-host", "slow-host-latency", "lost-host", "lost-host-latency", "failed"}
+        "slow-host", "slow-host-latency", "lossy-host", "lost-host", "lost-host-latency", "failed"}
     assert kinds.drains({"kind": "failed", "a": "n1", "b": None}) and not kinds.drains(
         {"kind": "failed", "a": "n1", "b": "n2"})
     for factor in ("host", "switch", "uplink", "group", "cable"):
         for m in (kinds.BANDWIDTH, kinds.LATENCY):
             assert kinds.slow(factor, m).fails and kinds.changed("lost", factor, m).fails
             assert not kinds.changed("gained", factor, m).fails
+        assert kinds.slow(factor, kinds.LOSS).fails and kinds.slow(factor, kinds.LOSS).name.startswith("lossy-")
 
 
 @pytest.mark.parametrize("flag", ["--drain-list", "--json", "--host-status"])

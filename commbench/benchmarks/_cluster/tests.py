@@ -17,7 +17,7 @@ import numpy as np
 from commbench.benchmarks._cluster.conductor import Conductor, Rows, short
 from commbench.benchmarks._cluster.schedule import random_ring, replan, serial, tournament, tree_cut
 from commbench.core.analysis.evidence import BW, LAT, RECHECK
-from commbench.core.analysis.kinds import Measure
+from commbench.core.analysis.kinds import JUDGED, Measure
 from commbench.core.analysis.topology import Topology
 from commbench.core.errors import say
 
@@ -145,7 +145,7 @@ class Recheck(ClusterTest):
 
     def run(self, c: Conductor, plan: Plan) -> Rows:
         for via in (None, *plan.via):
-            for measure in (BW, LAT):
+            for measure in JUDGED:  # loss: where the transport counted it (tcp)
                 yield from self._measure(c, plan, measure, via)
 
     @staticmethod

@@ -28,7 +28,7 @@ import numpy as np
 
 from commbench.core.analysis import attribution, topology
 from commbench.core.analysis.attribution import Explanation, Pair
-from commbench.core.analysis.kinds import BANDWIDTH, LATENCY, MEASURES, Measure
+from commbench.core.analysis.kinds import BANDWIDTH, LATENCY, LOSS, MEASURES, Measure
 from commbench.core.analysis.topology import Topology
 from commbench.core.errors import UsageError
 from commbench.core.output.results import Run, read_runs
@@ -36,7 +36,8 @@ from commbench.core.output.table import value_problem
 
 BW, LAT = BANDWIDTH, LATENCY
 Pairs = tuple[Pair, ...]  # measured at once
-RECHECK = {BW: "recheck", LAT: "recheck-latency"}
+RECHECK = {BW: "recheck", LAT: "recheck-latency", LOSS: "recheck-loss"}
+RECHECKED = {test: m for m, test in RECHECK.items()}
 ENDPOINT = re.compile(r"[A-Za-z0-9._-]{1,253}(/r[0-9]{1,7})?")  # a host (a DNS name at most), or host/rN
 MEASURED = ("pairwise", "bisection", "alone", *RECHECK.values())  # tests whose failed rows are failures
 
@@ -65,6 +66,7 @@ class Evidence:
     serial: bool = False  # --serial: one pair at a time, so no cross-traffic between the pairs
     lat: np.ndarray = field(init=False)
     bw: np.ndarray = field(init=False)
+    loss: np.ndarray = field(init=False)  # each pair's share of segments sent once (LOSS), where counted
     failed: list[dict] = field(default_factory=list)
     rings: dict[str, list[dict]] = field(default_factory=dict)
     cuts: list[dict] = field(default_factory=list)
@@ -77,7 +79,7 @@ class Evidence:
 
     def __post_init__(self) -> None:
         k = len(self.names)
-        self.lat, self.bw = np.full((k, k), np.nan), np.full((k, k), np.nan)
+        self.lat, self.bw, self.loss = np.full((k, k), np.nan), np.full((k, k), np.nan), np.full((k, k), np.nan)
         self.index = {n: i for i, n in enumerate(self.names)}
 
     def attach(self, topo: Topology | None) -> None:
@@ -87,7 +89,7 @@ class Evidence:
             other.attach(topo)
 
     def values(self, measure: Measure) -> np.ndarray:
-        return self.bw if measure == BW else self.lat
+        return self.bw if measure is BW else self.loss if measure is LOSS else self.lat
 
     def add(self, row: dict) -> None:
         test = row.get("test")
@@ -107,13 +109,13 @@ class Evidence:
             a, b = self.index.get(str(row.get("a"))), self.index.get(str(row.get("b")))
             if a is None or b is None:
                 return
-            for m, key in ((self.lat, "lat_us"), (self.bw, "mb_s")):
-                if isinstance(row.get(key), (int, float)):
-                    m[a, b] = m[b, a] = row[key]
-        elif test in RECHECK.values() and row.get("suspect") and row.get("role"):
-            measure = LAT if test == RECHECK[LAT] else BW
-            value = row.get(measure.key)
-            if isinstance(value, (int, float)):  # a role of several pairs at once: their median
+            for measure in (LAT, BW, LOSS):
+                if (v := measure.value(row)) is not None:
+                    self.values(measure)[a, b] = self.values(measure)[b, a] = v
+        elif test in RECHECKED and row.get("suspect") and row.get("role"):
+            measure = RECHECKED[test]
+            value = measure.value(row)
+            if value is not None:  # a role of several pairs at once: their median
                 got = self.at_once.setdefault((measure, row["suspect"], row["role"]), [])
                 got.append(float(value))
                 self.rechecks.setdefault((measure, row["suspect"]), {})[row["role"]] = float(np.median(got))
@@ -132,6 +134,8 @@ class Evidence:
         """The attribution's explanations; where the tournament was load-bound, also each host that was
         slow alone beside the best host (``alone`` rows); not those of a host the run lost, or of its
         cables, unless ``keep_lost``."""
+        if not np.isfinite(self.values(measure)).any():
+            return []  # not measured (loss: a transport without the kernel's TCP counters)
         found = attribution.explain(self.names, self.values(measure), self.topology, measure.cut(slow_pct),
                                     measure.higher)[1]
         if measure == BW and len(self.alone) >= 3:

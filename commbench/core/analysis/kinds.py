@@ -23,6 +23,7 @@ class Measure:
     unit: str
     higher: bool  # higher is better
     digits: int  # decimals it is shown with
+    bad: str = "slow"  # what a pair past the cut is
 
     def __str__(self) -> str:
         return self.name
@@ -47,10 +48,65 @@ class Measure:
         share = slow_pct / 100
         return 1 - share if self.higher else 1 / (1 + 2 * share)
 
+    def value(self, row: dict) -> float | None:
+        """A row's figure of this measure (None: the row has none)."""
+        v = row.get(self.key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def fmt(self, value: float) -> str:
+        """A figure as the verdict says it, with its unit."""
+        return f"{value:.{self.digits}f} {self.unit}"
+
+    def figure(self, value: float) -> float:
+        """A figure as a finding's row keeps it (under ``key``)."""
+        return value
+
+    def again(self, probe: float, control: float) -> tuple[str, str]:
+        """A recheck's probe and control figures as a finding says them."""
+        return f"{probe:.{self.digits}f} {self.unit}", f"{control:.{self.digits}f}"
+
+
+class Loss(Measure):
+    """What TCP had to send again, judged as the share of its data segments it sent once ("clean",
+    higher is better: 1 - tcp_retrans / tcp_data_segs), so that hosts, switches, uplinks and cables
+    are told apart as for bandwidth; a pair is lossy where it sent again ``CUT`` more of them than
+    the reference (the median host's, about none), whatever --slow-pct."""
+
+    CUT = 0.001  # 0.1 % of the segments sent again: where NetBouncer's re-implementation flags a link
+
+    def cut(self, slow_pct: float) -> float:
+        return 1 - self.CUT
+
+    def value(self, row: dict) -> float | None:
+        n, again = row.get("tcp_data_segs"), row.get("tcp_retrans")
+        if not (isinstance(n, int) and isinstance(again, int)) or isinstance(n, bool) or isinstance(again, bool) \
+                or n <= 0 or not 0 <= again <= n:
+            return None
+        return 1 - again / n
+
+    def fmt(self, value: float) -> str:
+        return f"{(1 - value) * 100:.{self.digits}f} % of its segments sent again"
+
+    def figure(self, value: float) -> float:
+        return round((1 - value) * 100, 4)
+
+    def again(self, probe: float, control: float) -> tuple[str, str]:
+        return self.fmt(probe), f"{(1 - control) * 100:.{self.digits}f} %"
+
+    def share(self, goodness: float) -> str:
+        return f"{(1 - goodness) * 100:.{self.digits}f} % more"
+
+    def relative(self, goodness: float, other: str, lo: float | None = None, hi: float | None = None) -> str:
+        ci = f" (95 % CI {(1 - hi) * 100:.{self.digits}f}-{(1 - lo) * 100:.{self.digits}f} %)" \
+            if lo is not None and hi is not None else ""
+        return f"{self.share(goodness)}{ci} than {other}"
+
 
 BANDWIDTH = Measure("bandwidth", "mb_s", "MB/s", True, 1)
 LATENCY = Measure("latency", "lat_us", "us", False, 2)
-MEASURES = {m.name: m for m in (BANDWIDTH, LATENCY)}
+LOSS = Loss("loss", "loss_pct", "%", True, 2, "lossy")
+MEASURES = {m.name: m for m in (BANDWIDTH, LATENCY)}  # figures a row carries under the measure's own key
+JUDGED = (BANDWIDTH, LATENCY, LOSS)  # what a cluster's pairs are judged on
 
 
 # what an admin does about a finding, by what it names
@@ -94,6 +150,8 @@ _CHANGED = {"host": "host", "switch": "switch", "uplink": "uplink", "group": "gr
 
 
 def _slow_name(factor: str, measure: Measure) -> str:
+    if measure is LOSS:
+        return "lossy-link" if factor == "cable" else f"lossy-{factor}"
     return ("slow-link" if factor == "cable" else f"slow-{factor}") + ("" if measure.higher else "-latency")
 
 
@@ -114,6 +172,11 @@ def _declare() -> dict[str, Kind]:
         out.append(Kind(f"lost-cluster{tail}", "cluster", "baseline",
                         f"every pair moved together: the median pair lost {m.name} since the baseline", fails=True,
                         drains=False, measure=m))
+    for factor, what in _WHAT.items():
+        out.append(Kind(_slow_name(factor, LOSS), factor, "run",
+                        f"{what.replace(' slow', ' lossy')} (TCP sent 0.1 % more of its segments again than the "
+                        "reference), confirmed when measured again alone", fails=True, drains=factor == "host",
+                        measure=LOSS))
     out += [
         Kind("slow-ring-link", "ring-link", "run", "a ring's link off the ring's median, not explained by a finding "
              "and not healthy as a pair", fails=True, drains=False, measure=BANDWIDTH),

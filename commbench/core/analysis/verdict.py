@@ -32,7 +32,7 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
     """One measure's suspects judged by their rechecks: (finding rows, (kind, name, line) of each
     cleared, lines of those not confirmed)."""
     found, cleared, unconfirmed = [], [], []
-    cut, ref, unit = measure.cut(slow_pct), ev.reference(measure), measure.unit
+    cut, ref = measure.cut(slow_pct), ev.reference(measure)
     suspects = ev.suspects(measure, slow_pct)
     measured = [r for r in (recheck_ratios(ev.rechecks.get((measure, label(e)), {}), measure)
                             for e in suspects) if r]
@@ -49,11 +49,10 @@ def _judged(ev: Evidence, measure: Measure, slow_pct: float) -> tuple[list[dict]
             left.append(f"{e.name} {seen.split(',')[0]}")
             continue
         if ratios:
-            d = measure.digits
             n = ev.pairs_at_once(measure, label(e))  # an uplink's: loaded as a round loads it
-            how = "again alone {} " + unit + ", a control pair {}" if n < 2 else \
-                f"again {n} pairs through it at once, {{}} {unit} a pair, as many through another uplink {{}}"
-            alone = "; ".join(how.format(f"{p:.{d}f}", f"{c:.{d}f}") + f" ({measure.share(r)})" for p, c, r in ratios)
+            how = "again alone {}, a control pair {}" if n < 2 else \
+                f"again {n} pairs through it at once, {{}} a pair, as many through another uplink {{}}"
+            alone = "; ".join(how.format(*measure.again(p, c)) + f" ({measure.share(r)})" for p, c, r in ratios)
             if max(r for _, _, r in ratios) >= cut:
                 cleared.append((kind, e.name, f"{kind} {e.name} cleared: {seen}; {alone}: "
                                               f"{ev.passing_load()}"))
@@ -106,8 +105,8 @@ def _row(ev: Evidence, e: Explanation, kind: str, measure: Measure, seen: str) -
            "ratio_hi": round(e.hi, 4)}
     if e.kind == "cable":
         row["b"] = e.name.split(" - ")[1]
-    row[measure.key] = e.value if e.value is not None else float(np.median(
-        [ev.values(measure)[p] for p in e.factor.basis]))
+    row[measure.key] = measure.figure(e.value if e.value is not None else float(np.median(
+        [ev.values(measure)[p] for p in e.factor.basis])))
     return row
 
 
@@ -117,7 +116,7 @@ def findings(ev: Evidence, slow_pct: float) -> tuple[list[dict], list[str]]:
     found: list[dict] = []
     cleared: list[tuple[str, str, str]] = []
     unconfirmed: list[str] = []
-    for measure in (BW, LAT):
+    for measure in kinds.JUDGED:
         rows, gone, unsure = _judged(ev, measure, slow_pct)
         found, cleared, unconfirmed = found + rows, cleared + gone, unconfirmed + unsure
     found += _across_transports(ev, found, slow_pct)
@@ -225,12 +224,12 @@ def _effect(e: Explanation, ref: float, measure: Measure) -> str:
     if e.basis == "alone":
         median = f"the median host's {e.reference:.1f} alone"
         return f"{e.value:.1f} {unit} alone beside the best host, {measure.relative(e.ratio, median)}"
-    d = measure.digits
-    figure = f"{ref * e.ratio if measure.higher else ref / max(e.ratio, 1e-9):.{d}f} {unit}"
-    reference = f"the reference {ref:.{d}f} {unit}"
+    figure = measure.fmt(ref * e.ratio if measure.higher else ref / max(e.ratio, 1e-9))
+    reference = f"the reference {measure.fmt(ref)}"
     if e.n == 1:
         return f"{figure}, {measure.relative(e.ratio, reference)}"
-    return f"{figure}, {measure.relative(e.ratio, reference, e.lo, e.hi)} over {_over(e)} ({e.low} of {e.n} pairs slow)"
+    return f"{figure}, {measure.relative(e.ratio, reference, e.lo, e.hi)} over {_over(e)} ({e.low} of {e.n} pairs " \
+           f"{measure.bad})"
 
 
 def _over(e: Explanation) -> str:
@@ -476,20 +475,22 @@ def findings_lines(endpoints: int, slow_pct: float, summary: list[str], found: l
     """The block below the table (and what ``commbench findings`` prints): one line per summary line
     and per finding."""
     return [f"# findings ({endpoints} endpoints; {slow_pct:g} % below the reference (latency: {2 * slow_pct:g} % "
-            "above), out of the spread, and again when measured alone):",
+            f"above; loss: {kinds.LOSS.CUT * 100:g} % more segments sent again), out of the spread, and again when "
+            "measured alone):",
             *(f"#   {one_line(s)}" for s in summary),
             *([f"#   {f['kind']}: {one_line(f['note'])}" for f in found] or
               ["#   no outliers: every host, switch and link within the threshold"])]
 
 
-STATUS = ("ok", "suspect", "slow", "lost")  # a host's state in --host-status and --json, the worst last
+STATUS = ("ok", "suspect", "lossy", "slow", "lost")  # a host's state in --host-status and --json, the worst last
 
 
 def host_status(found: list[dict], names: list[str], topo: Topology | None = None) -> dict[str, str]:
     """Each host of the run -> lost (a failed finding names it alone), slow (a finding that drains it
-    names it: slow, or slower than the baseline), suspect (a failing finding concerns it without
-    draining it: a cable's or ring link's end, a failed pair's, a host under a slow switch or uplink
-    or in a slow group), or ok. A suspect not confirmed when measured again is no finding: ok."""
+    names it: slow, or slower than the baseline), lossy (a lossy-host finding), suspect (a failing
+    finding concerns it without draining it: a cable's or ring link's end, a failed pair's, a host
+    under a slow switch or uplink or in a slow group), or ok. A suspect not confirmed when measured
+    again is no finding: ok."""
     import hostlist
 
     out = dict.fromkeys((host_of(n) for n in names), "ok")  # in the run's order
@@ -505,7 +506,7 @@ def host_status(found: list[dict], names: list[str], topo: Topology | None = Non
         if k.factor == "endpoint" and not b:
             mark(host_of(a), "lost")
         elif kinds.drains(f):
-            mark(host_of(a), "slow")
+            mark(host_of(a), "lossy" if k.measure is kinds.LOSS else "slow")
         elif k.fails:
             concerned = [a, b]
             if k.factor in ("switch", "uplink") and topo is not None:
