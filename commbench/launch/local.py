@@ -32,6 +32,16 @@ if TYPE_CHECKING:
     from commbench.core.config.run import RunOptions
 
 GRACE = 2.0
+HOME = str(Path(__file__).resolve().parents[2])  # where this commbench package is imported from
+
+
+def same_commbench(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a rank started as ``python -m commbench``: it imports this very package (its
+    directory first on PYTHONPATH, and no working directory put before it: PYTHONSAFEPATH), not
+    another copy that the directory it was started from holds."""
+    mine = [] if Path(HOME).name in ("site-packages", "dist-packages") else [HOME]  # installed: found there
+    path = [*mine, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != HOME)]
+    return {**env, **({"PYTHONPATH": os.pathsep.join(path)} if path else {}), "PYTHONSAFEPATH": "1"}
 POLL = 0.25  # s between the launcher's looks at its ranks
 STOP_GRACE = 1.0  # s past --timeout before a stopped rank is killed (SIGCONT in time saves the run)
 REPORT_GRACE = 0.6  # s for the others to report its death before what is left is killed
@@ -67,7 +77,7 @@ def launch(n: int, argv: Sequence[str], timeout: float, port: int = 0, host: str
         base[ENV_PLAN_FD] = str(plan_fd)
     try:
         for r in range(n):
-            env = {**base, ENV_RANK: str(r), **({ENV_NODE: nodes[r]} if nodes[r] else {})}
+            env = same_commbench({**base, ENV_RANK: str(r), **({ENV_NODE: nodes[r]} if nodes[r] else {})})
             fds: tuple[int, ...] = (plan_fd,) if plan_fd >= 0 else ()
             if r == 0:
                 env[ENV_FD] = str(listener.fileno())
@@ -245,7 +255,7 @@ def launch_mpi(n: int, argv: Sequence[str], hosts: int = 0, host_set: str = "", 
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
             env[ENV_NETNS] = netns
-        return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=env).returncode
+        return subprocess.run([*cmd, sys.executable, "-m", "commbench", *argv], env=same_commbench(env)).returncode
 
 
 @dataclass(frozen=True)

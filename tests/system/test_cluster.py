@@ -82,8 +82,9 @@ def test_cluster_on_loopback_measures_every_pair_ring_and_cut(tmp_path, transpor
     pairs = [x for x in rows if x["test"] == "pairwise"]
     assert sorted((x["a_rank"], x["b_rank"]) for x in pairs) == [(a, b) for a in range(4) for b in range(a + 1, 4)]
     assert {c.key for c in Cluster.columns} <= set(pairs[0])
+    loss = {"tcp_retrans", "tcp_data_segs"} if transport == ["-t", "tcp"] else set()  # the kernel's TCP counters
     assert set(pairs[0]) == set(RUNNER_KEYS) | {"test", "round", "a", "b", "a_rank", "b_rank", "lat_us", "lat_p99_us",
-                                                "mb_s", "wrong", "note"}
+                                                "mb_s", "wrong", "note"} | loss
     declared = set(RUNNER_KEYS) | set(Cluster.row_keys())  # every row, findings and summary too
     assert all(set(x) <= declared for x in rows), [sorted(set(x) - declared) for x in rows]
     assert all(x["mb_s"] > 0 and x["lat_us"] > 0 and x["wrong"] == 0 and not x.get("error") for x in pairs), pairs

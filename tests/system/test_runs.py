@@ -185,3 +185,17 @@ def test_ranks_run_the_plan_their_launcher_decided_not_their_command_line(tmp_pa
     assert r.returncode == 0, r.stderr
     (run,) = read_runs(out)
     assert [(row["size"], row["iterations"]) for row in run.rows] == [(8, 40), (16, 40)]
+
+
+def test_ranks_run_the_launchers_commbench_not_another_copy_where_they_start(tmp_path):
+    """Started from a directory holding another `commbench` package (a second clone, a stale copy),
+    the ranks import the launcher's own: their `python -m commbench` puts no working directory first."""
+    from conftest import BIN, ENV
+
+    fake = tmp_path / "commbench"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise SystemExit('imported the copy in the working directory')\n")
+    (fake / "__main__.py").write_text("raise SystemExit('imported the copy in the working directory')\n")
+    p = subprocess.run([str(BIN / "commbench"), "p2p-latency", "-m", "8:8", "-i", "20", "-x", "2"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    assert p.returncode == 0 and "the copy in the working directory" not in p.stderr, p.stderr[-800:]
