@@ -271,6 +271,11 @@ def label(e: Explanation) -> str:
     return f"{e.kind} {e.name}"
 
 
+def host_goodness(goodness: np.ndarray) -> list[float]:
+    """Each host's median pair (its goodness: higher is better), -inf where none was measured."""
+    return [float(np.nanmedian(row)) if np.isfinite(row).any() else -np.inf for row in goodness]
+
+
 def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: list[str], topo: Topology | None,
                       goodness: np.ndarray,
                       lost: AbstractSet[int] = frozenset()) -> tuple[tuple[int, int], tuple[int, int]] | None:
@@ -280,7 +285,7 @@ def probe_and_control(e: Explanation, suspects: Iterable[Explanation], names: li
     a cable between a suspect host and another is its own pair); neither with an endpoint the run
     ``lost``. None where the cluster has no such pairs."""
     k = len(names)
-    host_good = [float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else -np.inf for i in range(k)]
+    host_good = host_goodness(goodness)
     others: set[tuple[int, int]] = set()
     for s in suspects:
         if s is not e:
@@ -313,7 +318,7 @@ def loaded(e: Explanation, probe: Pair, suspects: Iterable[Explanation], names: 
     if e.kind != "uplink" or topo is None:
         return None
     k = len(names)
-    host_good = [float(np.nanmedian(goodness[i])) if np.isfinite(goodness[i]).any() else -np.inf for i in range(k)]
+    host_good = host_goodness(goodness)
     leaf = [topo.switch_of[n] for n in names]
     chains = [topo.chain(s) for s in leaf]
     suspected = {i for s in suspects if s is not e and s.kind != "cable" for i in s.factor.members}
